@@ -1,0 +1,67 @@
+//! What a shard's Raft log carries: batches of commands stamped by the leader,
+//! and the per-command results every replica computes identically.
+
+use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
+use plaudit_proto::likes::{LikeReply, LikeRequest};
+use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId, WireError};
+use serde::{Deserialize, Serialize};
+
+/// One Raft entry's payload. `now` is stamped by the leader when it proposes,
+/// so applying is deterministic (no clocks on replicas).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch {
+    pub now: Millis,
+    pub cmds: Vec<Command>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// A like action, applied by the user's shard (the truth).
+    Like(LikeRequest),
+    /// Derived deltas from another shard's outbox. `seq`s are per
+    /// `(source, target)` and increase; a target ignores seqs it has applied.
+    Deliver {
+        source: ShardId,
+        deltas: Vec<(u64, Delta)>,
+    },
+    /// The source learns that `target` applied these outbox entries.
+    Ack {
+        target: ShardId,
+        seqs: Vec<u64>,
+    },
+    /// Registry commands, applied by the metadata group only.
+    CreateBiz(CreateBiz),
+    UpdateBiz(UpdateBiz),
+}
+
+/// A derived change travelling through an outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Delta {
+    /// To the entity's shard: counts and liker list.
+    Entity(EntityDelta),
+    /// To the owner's shard: received likes.
+    Received { biz: BizId, owner: UserId, d_likes: i64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityDelta {
+    pub biz: BizId,
+    pub entity: EntityId,
+    pub owner: Option<UserId>,
+    pub user: UserId,
+    pub d_likes: i64,
+    pub d_dislikes: i64,
+    /// The user became a liker at this time.
+    pub liker_added: Option<Millis>,
+    /// The user stopped being a liker; the like had been set at this time.
+    pub liker_removed: Option<Millis>,
+}
+
+/// The result of one command, as every replica computes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CmdResult {
+    Like(LikeReply),
+    Biz(Business),
+    Done,
+    Failed(WireError),
+}

@@ -1,0 +1,29 @@
+//! Plaudit's domain cores and the virtual actors that host them.
+//!
+//! ```text
+//! ShardActor (one per shard replica; hosts the Raft state machine's apply)
+//!  ├── UserActor   (biz, mid)    like state (the truth), user list, received total
+//!  └── EntityActor (biz, entity) counts, owner, likers (derived from deltas)
+//! ```
+//!
+//! The cores in `likes` are plain structs (no IO, no async) and carry the
+//! logic; actors activate them from storage, feed them commands and hand the
+//! resulting changes back to the shard, which persists a whole batch at once.
+//! Actors are virtual: activated on first use, passivated when idle or when a
+//! shard is over its active-actor budget.
+//!
+//! Modules: `command` (what the Raft log carries), `likes` (cores),
+//! `directory` (business registry), `active` (LRU active set), `user_actor`,
+//! `entity_actor`, `shard`.
+
+pub mod active;
+pub mod command;
+pub mod directory;
+pub mod entity_actor;
+pub mod likes;
+pub mod shard;
+pub mod user_actor;
+
+pub use command::{Batch, CmdResult, Command, Delta, EntityDelta};
+pub use directory::Directory;
+pub use shard::{ApplyEntry, ShardActor, ShardConfig, ShardGauges, ShardHandle};

@@ -1,0 +1,544 @@
+//! The shard actor: applies committed Raft batches of one shard by casting
+//! each command to the virtual actor that owns its key, waits for the whole
+//! batch, and commits every change together with the applied log id.
+//!
+//! ```text
+//! Apply([entries]) ─┬─> UserActor (biz, mid)      ─┐ concurrent across actors,
+//!                   ├─> UserActor (biz, mid')     ─┤ serial per actor,
+//!                   └─> EntityActor (biz, entity) ─┘ one message per actor per batch
+//!        results, in log order ─> WriteSet + outbox deltas + applied id ─> one sled commit
+//! ```
+//!
+//! Supervision: children are linked; one that dies is dropped from the active
+//! set and re-activated from storage on next use. Children hold no unsaved
+//! state between batches, so passivating one never loses anything.
+
+use crate::active::ActiveSet;
+use crate::command::{Batch, CmdResult, Command, Delta, EntityDelta};
+use crate::directory::Directory;
+use crate::entity_actor::{EntityActor, EntityArgs, EntityMsg};
+use crate::likes::entity::LikerChange;
+use crate::user_actor::{UserActor, UserArgs, UserMsg, UserOp, UserOut};
+use plaudit_proto::likes::{ListItem, PageCursor};
+use plaudit_proto::routing::shard_of;
+use plaudit_proto::{codec, BizId, EntityId, ShardId, UserId, WireError};
+use plaudit_storage::{StateStore, WriteSet};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, Notify};
+
+/// One committed Raft entry, as the cluster hands it over.
+pub struct ApplyEntry {
+    /// The encoded log id; stored as the shard's applied position.
+    pub log_id: Vec<u8>,
+    /// The encoded membership, for membership entries.
+    pub membership: Option<Vec<u8>>,
+    /// The payload, for normal entries.
+    pub batch: Option<Batch>,
+}
+
+pub type ApplyResult = Result<Vec<Vec<CmdResult>>, String>;
+pub type PageResult = Result<Vec<ListItem>, String>;
+
+pub enum ShardMsg {
+    Apply(Vec<ApplyEntry>, RpcReplyPort<ApplyResult>),
+    UserPage {
+        biz: BizId,
+        user: UserId,
+        after: Option<PageCursor>,
+        limit: usize,
+        reply: RpcReplyPort<PageResult>,
+    },
+    LikerPage {
+        biz: BizId,
+        entity: EntityId,
+        after: Option<PageCursor>,
+        limit: usize,
+        reply: RpcReplyPort<PageResult>,
+    },
+    /// Passivate actors idle for longer than the configured period.
+    Sweep,
+    /// Drop every child and cached counter (after a snapshot replaced the state).
+    Reset(RpcReplyPort<()>),
+}
+
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    pub shard: ShardId,
+    pub shard_count: u32,
+    /// The metadata group applies registry commands; data shards refuse them.
+    pub is_meta: bool,
+    pub actor_budget: usize,
+    pub actor_idle: Duration,
+}
+
+/// Observable numbers of a shard, shared with metrics.
+#[derive(Default)]
+pub struct ShardGauges {
+    pub active_users: AtomicUsize,
+    pub active_entities: AtomicUsize,
+    pub applied_batches: AtomicUsize,
+}
+
+pub struct ShardActor {
+    pub cfg: ShardConfig,
+    pub store: StateStore,
+    pub directory: Directory,
+    /// Woken after a batch that added outbox entries.
+    pub outbox_ready: Arc<Notify>,
+    pub gauges: Arc<ShardGauges>,
+}
+
+pub struct ShardState {
+    users: ActiveSet<(BizId, UserId), ActorRef<UserMsg>>,
+    entities: ActiveSet<(BizId, EntityId), ActorRef<EntityMsg>>,
+    /// Highest applied seq per source shard (loaded lazily).
+    inbox: HashMap<ShardId, u64>,
+    /// Next outbox seq per target shard (loaded lazily).
+    outbox_next: HashMap<ShardId, u64>,
+}
+
+/// Commands of one batch grouped by the actor that owns them, in order of
+/// first appearance so that result processing is deterministic.
+struct Grouped<K, Op> {
+    index: HashMap<K, usize>,
+    groups: Vec<(K, Vec<Op>, Vec<Slot>)>,
+}
+
+/// Where a command's result goes: `(entry, command)`, or `None` for derived
+/// work (deltas) whose result nobody waits for.
+type Slot = Option<(usize, usize)>;
+
+impl<K: std::hash::Hash + Eq + Copy, Op> Grouped<K, Op> {
+    fn new() -> Self {
+        Grouped { index: HashMap::new(), groups: Vec::new() }
+    }
+    fn push(&mut self, k: K, op: Op, slot: Slot) {
+        let i = *self.index.entry(k).or_insert_with(|| {
+            self.groups.push((k, Vec::new(), Vec::new()));
+            self.groups.len() - 1
+        });
+        self.groups[i].1.push(op);
+        self.groups[i].2.push(slot);
+    }
+}
+
+impl Actor for ShardActor {
+    type Msg = ShardMsg;
+    type State = ShardState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ShardMsg>,
+        _: (),
+    ) -> Result<ShardState, ActorProcessingErr> {
+        let period = (self.cfg.actor_idle / 4).max(Duration::from_millis(100));
+        myself.send_interval(period, || ShardMsg::Sweep);
+        Ok(ShardState {
+            users: ActiveSet::default(),
+            entities: ActiveSet::default(),
+            inbox: HashMap::new(),
+            outbox_next: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<ShardMsg>,
+        msg: ShardMsg,
+        state: &mut ShardState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ShardMsg::Apply(entries, reply) => {
+                let res = self.apply(&myself, state, entries).await;
+                if res.is_err() {
+                    // Children may hold changes that never reached storage.
+                    self.reset(state);
+                }
+                let _ = reply.send(res);
+            }
+            ShardMsg::UserPage { biz, user, after, limit, reply } => {
+                match self.user(&myself, state, biz, user).await {
+                    Ok(a) => {
+                        let _ = a.cast(UserMsg::Page(after, limit, reply));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            ShardMsg::LikerPage { biz, entity, after, limit, reply } => {
+                match self.entity(&myself, state, biz, entity).await {
+                    Ok(a) => {
+                        let _ = a.cast(EntityMsg::Page(after, limit, reply));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            ShardMsg::Sweep => {
+                let cutoff = Instant::now().checked_sub(self.cfg.actor_idle);
+                if let Some(cutoff) = cutoff {
+                    for a in state.users.evict_idle(cutoff) {
+                        let _ = a.cast(UserMsg::Passivate);
+                    }
+                    for a in state.entities.evict_idle(cutoff) {
+                        let _ = a.cast(EntityMsg::Passivate);
+                    }
+                }
+                self.publish(state);
+            }
+            ShardMsg::Reset(reply) => {
+                self.reset(state);
+                let _ = reply.send(());
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<ShardMsg>,
+        evt: SupervisionEvent,
+        state: &mut ShardState,
+    ) -> Result<(), ActorProcessingErr> {
+        // A child that stopped or failed is simply forgotten: the next command
+        // for its key activates a fresh one from storage.
+        let who = match &evt {
+            SupervisionEvent::ActorTerminated(who, _, _) => Some(who.get_id()),
+            SupervisionEvent::ActorFailed(who, err) => {
+                tracing::warn!(shard = self.cfg.shard, error = %err, "child actor failed");
+                Some(who.get_id())
+            }
+            _ => None,
+        };
+        if let Some(id) = who {
+            if state.users.remove_where(|a| a.get_id() == id).is_none() {
+                state.entities.remove_where(|a| a.get_id() == id);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ShardActor {
+    fn list_memory(&self, biz: BizId, user_side: bool) -> usize {
+        self.directory
+            .get(biz)
+            .map(|b| if user_side { b.config.user_list_memory } else { b.config.liker_list_memory })
+            .unwrap_or(100) as usize
+    }
+
+    async fn user(
+        &self,
+        myself: &ActorRef<ShardMsg>,
+        state: &mut ShardState,
+        biz: BizId,
+        user: UserId,
+    ) -> Result<ActorRef<UserMsg>, String> {
+        let now = Instant::now();
+        if let Some(a) = state.users.touch(&(biz, user), now) {
+            return Ok(a);
+        }
+        let args =
+            UserArgs { biz, user, shard: self.cfg.shard, list_memory: self.list_memory(biz, true) };
+        let actor = UserActor { store: self.store.clone() };
+        let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
+            .await
+            .map_err(|e| format!("activating user {user}: {e}"))?;
+        state.users.insert((biz, user), a.clone(), now);
+        Ok(a)
+    }
+
+    async fn entity(
+        &self,
+        myself: &ActorRef<ShardMsg>,
+        state: &mut ShardState,
+        biz: BizId,
+        entity: EntityId,
+    ) -> Result<ActorRef<EntityMsg>, String> {
+        let now = Instant::now();
+        if let Some(a) = state.entities.touch(&(biz, entity), now) {
+            return Ok(a);
+        }
+        let args = EntityArgs {
+            biz,
+            entity,
+            shard: self.cfg.shard,
+            list_memory: self.list_memory(biz, false),
+        };
+        let actor = EntityActor { store: self.store.clone() };
+        let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
+            .await
+            .map_err(|e| format!("activating entity {entity}: {e}"))?;
+        state.entities.insert((biz, entity), a.clone(), now);
+        Ok(a)
+    }
+
+    fn reset(&self, state: &mut ShardState) {
+        for a in state.users.drain() {
+            a.stop(None);
+        }
+        for a in state.entities.drain() {
+            a.stop(None);
+        }
+        state.inbox.clear();
+        state.outbox_next.clear();
+        self.publish(state);
+    }
+
+    fn publish(&self, state: &ShardState) {
+        self.gauges.active_users.store(state.users.len(), Ordering::Relaxed);
+        self.gauges.active_entities.store(state.entities.len(), Ordering::Relaxed);
+    }
+
+    fn inbox_seq(&self, state: &mut ShardState, source: ShardId) -> Result<u64, String> {
+        if let Some(s) = state.inbox.get(&source) {
+            return Ok(*s);
+        }
+        let s = self.store.inbox_seq(self.cfg.shard, source).map_err(|e| e.to_string())?;
+        state.inbox.insert(source, s);
+        Ok(s)
+    }
+
+    fn push_outbox(
+        &self,
+        state: &mut ShardState,
+        ws: &mut WriteSet,
+        target: ShardId,
+        delta: &Delta,
+    ) -> Result<(), String> {
+        let next = match state.outbox_next.get(&target) {
+            Some(n) => *n,
+            None => self.store.outbox_next(self.cfg.shard, target).map_err(|e| e.to_string())?,
+        };
+        let bytes = codec::to_bytes(delta).map_err(|e| e.to_string())?;
+        ws.push_outbox(self.cfg.shard, target, next, &bytes);
+        state.outbox_next.insert(target, next + 1);
+        Ok(())
+    }
+
+    async fn apply(
+        &self,
+        myself: &ActorRef<ShardMsg>,
+        state: &mut ShardState,
+        entries: Vec<ApplyEntry>,
+    ) -> ApplyResult {
+        let shard = self.cfg.shard;
+        let mut results: Vec<Vec<CmdResult>> = Vec::with_capacity(entries.len());
+        let mut ws = WriteSet::default();
+        let mut users: Grouped<(BizId, UserId), UserOp> = Grouped::new();
+        let mut ents: Grouped<(BizId, EntityId), EntityDelta> = Grouped::new();
+
+        for (ei, entry) in entries.iter().enumerate() {
+            if let Some(m) = &entry.membership {
+                ws.put_membership(shard, m);
+            }
+            let Some(batch) = &entry.batch else {
+                results.push(Vec::new());
+                continue;
+            };
+            let mut out = Vec::with_capacity(batch.cmds.len());
+            for (ci, cmd) in batch.cmds.iter().enumerate() {
+                out.push(CmdResult::Done);
+                match cmd {
+                    Command::Like(r) => {
+                        let op = UserOp::Like {
+                            entity: r.entity,
+                            owner: r.owner,
+                            action: r.action,
+                            now: batch.now,
+                        };
+                        users.push((r.biz, r.user), op, Some((ei, ci)));
+                    }
+                    Command::Deliver { source, deltas } => {
+                        let mut seen = self.inbox_seq(state, *source)?;
+                        let before = seen;
+                        for (seq, d) in deltas {
+                            if *seq <= seen {
+                                continue; // a repeat after a leader change or retry
+                            }
+                            seen = *seq;
+                            match *d {
+                                Delta::Entity(ed) => ents.push((ed.biz, ed.entity), ed, None),
+                                Delta::Received { biz, owner, d_likes } => {
+                                    users.push((biz, owner), UserOp::Received(d_likes), None)
+                                }
+                            }
+                        }
+                        if seen > before {
+                            state.inbox.insert(*source, seen);
+                            ws.put_inbox_seq(shard, *source, seen);
+                        }
+                    }
+                    Command::Ack { target, seqs } => {
+                        ws.ack_outbox(shard, *target, seqs.iter().copied())
+                    }
+                    Command::CreateBiz(c) if self.cfg.is_meta => {
+                        *out.last_mut().unwrap_or(&mut CmdResult::Done) =
+                            match self.directory.apply_create(c, &mut ws) {
+                                Ok(b) => CmdResult::Biz(b),
+                                Err(e) => CmdResult::Failed(e),
+                            };
+                    }
+                    Command::UpdateBiz(u) if self.cfg.is_meta => {
+                        *out.last_mut().unwrap_or(&mut CmdResult::Done) =
+                            match self.directory.apply_update(u, &mut ws) {
+                                Ok(b) => CmdResult::Biz(b),
+                                Err(e) => CmdResult::Failed(e),
+                            };
+                    }
+                    Command::CreateBiz(_) | Command::UpdateBiz(_) => {
+                        *out.last_mut().unwrap_or(&mut CmdResult::Done) = CmdResult::Failed(
+                            WireError::internal("registry command sent to a data shard"),
+                        );
+                    }
+                }
+            }
+            results.push(out);
+        }
+
+        // Cast every group first so all actors work concurrently, then collect
+        // in order of first appearance.
+        let mut user_waits = Vec::with_capacity(users.groups.len());
+        for (key, ops, slots) in users.groups {
+            let actor = self.user(myself, state, key.0, key.1).await?;
+            let (tx, rx) = oneshot::channel();
+            actor.cast(UserMsg::Apply(ops, tx.into())).map_err(|e| e.to_string())?;
+            user_waits.push((key, slots, rx));
+        }
+        let mut ent_waits = Vec::with_capacity(ents.groups.len());
+        for (key, deltas, _) in ents.groups {
+            let actor = self.entity(myself, state, key.0, key.1).await?;
+            let (tx, rx) = oneshot::channel();
+            actor.cast(EntityMsg::Apply(deltas, tx.into())).map_err(|e| e.to_string())?;
+            ent_waits.push((key, rx));
+        }
+
+        let mut outbox_grew = false;
+        for ((biz, user), slots, rx) in user_waits {
+            let outs = rx.await.map_err(|_| format!("user actor {user} died while applying"))??;
+            for (slot, o) in slots.into_iter().zip(outs) {
+                match o {
+                    UserOut::Like(applied) => {
+                        if let Some((ei, ci)) = slot {
+                            results[ei][ci] = CmdResult::Like(applied.reply);
+                        }
+                        if let Some(c) = applied.change {
+                            ws.put_state(biz, shard, user, c.entity, c.state, c.mtime);
+                            if let Some(m) = c.list_del {
+                                ws.del_user_item(biz, shard, user, m, c.entity);
+                            }
+                            if let Some(m) = c.list_add {
+                                ws.add_user_item(biz, shard, user, m, c.entity);
+                            }
+                            let target = shard_of(biz, c.entity, self.cfg.shard_count);
+                            self.push_outbox(state, &mut ws, target, &Delta::Entity(c.delta))?;
+                            outbox_grew = true;
+                        }
+                    }
+                    UserOut::Received(total) => ws.put_received(biz, shard, user, total),
+                }
+            }
+        }
+        for ((biz, entity), rx) in ent_waits {
+            let (counts, effects) =
+                rx.await.map_err(|_| format!("entity actor {entity} died while applying"))?;
+            ws.put_counts(biz, shard, entity, counts);
+            for fx in effects {
+                for ch in fx.likers {
+                    match ch {
+                        LikerChange::Add(i) => ws.add_liker(biz, shard, entity, i.mtime, i.id),
+                        LikerChange::Remove(i) => ws.del_liker(biz, shard, entity, i.mtime, i.id),
+                    }
+                }
+                if let Some((owner, d_likes)) = fx.owner_delta {
+                    let target = shard_of(biz, owner, self.cfg.shard_count);
+                    self.push_outbox(
+                        state,
+                        &mut ws,
+                        target,
+                        &Delta::Received { biz, owner, d_likes },
+                    )?;
+                    outbox_grew = true;
+                }
+            }
+        }
+
+        if let Some(last) = entries.last() {
+            ws.put_applied(shard, &last.log_id);
+        }
+        self.store.commit(ws).map_err(|e| e.to_string())?;
+        if outbox_grew {
+            self.outbox_ready.notify_one();
+        }
+        for a in state.users.evict_over(self.cfg.actor_budget) {
+            let _ = a.cast(UserMsg::Passivate);
+        }
+        for a in state.entities.evict_over(self.cfg.actor_budget) {
+            let _ = a.cast(EntityMsg::Passivate);
+        }
+        self.gauges.applied_batches.fetch_add(entries.len(), Ordering::Relaxed);
+        self.publish(state);
+        Ok(results)
+    }
+}
+
+/// What callers outside the actor system hold: never a ractor type.
+#[derive(Clone)]
+pub struct ShardHandle {
+    actor: ActorRef<ShardMsg>,
+    pub gauges: Arc<ShardGauges>,
+}
+
+impl ShardHandle {
+    /// Spawns the shard actor (unsupervised: the node owns its lifetime).
+    pub async fn spawn(actor: ShardActor) -> Result<ShardHandle, String> {
+        let gauges = actor.gauges.clone();
+        let (a, _) = Actor::spawn(None, actor, ()).await.map_err(|e| e.to_string())?;
+        Ok(ShardHandle { actor: a, gauges })
+    }
+
+    async fn ask<T>(&self, build: impl FnOnce(RpcReplyPort<T>) -> ShardMsg) -> Result<T, String> {
+        let (tx, rx) = oneshot::channel();
+        self.actor.cast(build(tx.into())).map_err(|_| "shard actor stopped".to_string())?;
+        rx.await.map_err(|_| "shard actor dropped the request".to_string())
+    }
+
+    pub async fn apply(&self, entries: Vec<ApplyEntry>) -> ApplyResult {
+        self.ask(|r| ShardMsg::Apply(entries, r)).await?
+    }
+
+    pub async fn user_page(
+        &self,
+        biz: BizId,
+        user: UserId,
+        after: Option<PageCursor>,
+        limit: usize,
+    ) -> PageResult {
+        self.ask(|reply| ShardMsg::UserPage { biz, user, after, limit, reply }).await?
+    }
+
+    pub async fn liker_page(
+        &self,
+        biz: BizId,
+        entity: EntityId,
+        after: Option<PageCursor>,
+        limit: usize,
+    ) -> PageResult {
+        self.ask(|reply| ShardMsg::LikerPage { biz, entity, after, limit, reply }).await?
+    }
+
+    pub async fn reset(&self) -> Result<(), String> {
+        self.ask(ShardMsg::Reset).await
+    }
+
+    pub fn stop(&self) {
+        self.actor.stop(None);
+    }
+}

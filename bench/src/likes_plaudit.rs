@@ -1,0 +1,194 @@
+//! The like workload against a Plaudit node through the SDK. `connections`
+//! separate `Client`s (pool size 1 each); `pipeline` concurrent loops per
+//! client, each awaiting its own call, so N requests are in flight per
+//! connection.
+
+use crate::report::Preload;
+use crate::workload::{Op, Phase, Stats, Worker, Workload, MEASURE, STOP};
+use anyhow::Context;
+use plaudit_client::{Client, ClientError, ClientOptions};
+use plaudit_proto::likes::LikeReply;
+use plaudit_proto::{BizConfig, ErrorCode, LikeAction, LikeState};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn error_name(e: &ClientError) -> &'static str {
+    match e {
+        ClientError::Io(_) => "Io",
+        ClientError::Closed => "Closed",
+        ClientError::Protocol(_) => "Protocol",
+        other => other.code().map(ErrorCode::as_str).unwrap_or("Other"),
+    }
+}
+
+pub async fn connect(
+    addr: &str,
+    connections: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Client>> {
+    let mut clients = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        let opts = ClientOptions { pool_size: 1, timeout };
+        clients.push(
+            Client::connect_with(addr, opts)
+                .await
+                .with_context(|| format!("connecting to plaudit at {addr}"))?,
+        );
+    }
+    Ok(clients)
+}
+
+/// Makes sure business `biz` exists, creating it with the default config.
+/// Retries for a while: a freshly started node may not serve yet.
+pub async fn ensure_biz(client: &Client, biz: u32) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match try_ensure_biz(client, biz).await {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+async fn try_ensure_biz(client: &Client, biz: u32) -> anyhow::Result<()> {
+    match client.get_biz(biz).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(ErrorCode::NotFound) => {
+            match client.create_biz(Some(biz), &format!("bench-{biz}"), BizConfig::default()).await
+            {
+                Ok(_) => Ok(()),
+                // Someone else may have created it meanwhile.
+                Err(create) => client
+                    .get_biz(biz)
+                    .await
+                    .map(|_| ())
+                    .with_context(|| format!("creating business {biz}: {create}")),
+            }
+        }
+        Err(e) => Err(e).with_context(|| format!("looking up business {biz}")),
+    }
+}
+
+async fn act(
+    client: &Client,
+    wl: &Workload,
+    user: u64,
+    entity: u64,
+    action: LikeAction,
+) -> Result<LikeReply, ClientError> {
+    let owner = wl.owners.then(|| wl.owner_of(entity));
+    client.act(wl.biz, entity, user, owner, action).await
+}
+
+/// Backs off after `Overloaded` (and after connection failures, so a dead
+/// node is not spun on); resets after a success.
+#[derive(Default)]
+struct Backoff(u32);
+
+impl Backoff {
+    async fn after(&mut self, r: &Result<(), ClientError>) {
+        match r {
+            Ok(()) => self.0 = 0,
+            Err(e) if e.code() == Some(ErrorCode::Overloaded) || e.is_connection() => {
+                self.0 = (self.0 + 1).min(7);
+                tokio::time::sleep(Duration::from_millis(1 << self.0)).await;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// Writes `quota` new likes from one loop.
+async fn preload_loop(
+    client: Client,
+    wl: Arc<Workload>,
+    mut worker: Worker,
+    quota: u64,
+) -> (Worker, u64) {
+    let mut errors = 0;
+    let mut backoff = Backoff::default();
+    for _ in 0..quota {
+        let (user, entity) = worker.next_preload(&wl);
+        let r = act(&client, &wl, user, entity, LikeAction::Like).await;
+        let r = r.map(|reply| worker.learn(user, entity, reply.now == LikeState::Like));
+        if r.is_err() {
+            errors += 1;
+        }
+        backoff.after(&r).await;
+    }
+    (worker, errors)
+}
+
+/// One loop per (client, pipeline slot): `workers` is laid out client-major.
+pub async fn preload(
+    clients: &[Client],
+    workers: Vec<Worker>,
+    wl: Arc<Workload>,
+    records: u64,
+) -> anyhow::Result<(Vec<Worker>, Preload)> {
+    let n = workers.len() as u64;
+    let per_client = workers.len() / clients.len();
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(workers.len());
+    for (i, worker) in workers.into_iter().enumerate() {
+        let quota = records / n + u64::from((i as u64) < records % n);
+        let client = clients[i / per_client].clone();
+        tasks.push(tokio::spawn(preload_loop(client, wl.clone(), worker, quota)));
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    let mut errors = 0;
+    for t in tasks {
+        let (w, e) = t.await?;
+        errors += e;
+        out.push(w);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let per_s = (records as f64 / seconds.max(1e-9)).round();
+    Ok((out, Preload { records, seconds: (seconds * 1000.0).round() / 1000.0, per_s, errors }))
+}
+
+async fn run_op(
+    client: &Client,
+    wl: &Workload,
+    worker: &mut Worker,
+    op: &Op,
+) -> Result<(), ClientError> {
+    match op {
+        Op::Toggle { user, entity, unlike } => {
+            let action = if *unlike { LikeAction::Unlike } else { LikeAction::Like };
+            let reply = act(client, wl, *user, *entity, action).await?;
+            worker.learn(*user, *entity, reply.now == LikeState::Like);
+            Ok(())
+        }
+        Op::Status { user, entities } => client.status(wl.biz, *user, entities).await.map(drop),
+        Op::Counts { entities } => client.counts(wl.biz, entities).await.map(drop),
+    }
+}
+
+/// One measured loop: one call in flight at a time, until `STOP`.
+pub async fn run_loop(
+    client: Client,
+    wl: Arc<Workload>,
+    mut worker: Worker,
+    phase: Phase,
+) -> Stats {
+    let mut stats = Stats::default();
+    let mut backoff = Backoff::default();
+    loop {
+        let p = phase.get();
+        if p == STOP {
+            return stats;
+        }
+        let op = worker.next_op(&wl);
+        let started = Instant::now();
+        let r = run_op(&client, &wl, &mut worker, &op).await;
+        if p == MEASURE {
+            match &r {
+                Ok(()) => stats.ok(op.kind(), started),
+                Err(e) => stats.error(op.kind(), error_name(e)),
+            }
+        }
+        backoff.after(&r).await;
+    }
+}

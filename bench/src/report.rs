@@ -1,0 +1,187 @@
+//! Turning merged statistics into the JSON document and the human table.
+
+use crate::workload::{Mix, OpKind, Stats};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use std::collections::BTreeMap;
+
+/// What the run was, for the report header.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    pub target: &'static str,
+    pub addr: String,
+    pub connections: usize,
+    pub pipeline: usize,
+    /// The measured window, in seconds.
+    pub duration_s: f64,
+    pub preload: Option<Preload>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Preload {
+    pub records: u64,
+    pub seconds: f64,
+    pub per_s: f64,
+    pub errors: u64,
+}
+
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct OpSummary {
+    pub ops_per_s: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+}
+
+/// The ops in mix order (serde_json's default map would sort them).
+struct Ordered<T>(Vec<(&'static str, T)>);
+
+impl<T: Serialize> Serialize for Ordered<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    total_ops_per_s: f64,
+    ops: Ordered<OpSummary>,
+    target: &'a str,
+    addr: &'a str,
+    connections: usize,
+    pipeline: usize,
+    duration_s: f64,
+    errors_total: u64,
+    errors: Ordered<&'a BTreeMap<String, u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    preload: Option<&'a Preload>,
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn us(ns: u64) -> f64 {
+    round1(ns as f64 / 1000.0)
+}
+
+pub fn summarize(stats: &Stats, kind: OpKind, duration_s: f64) -> OpSummary {
+    let h = stats.hist(kind);
+    OpSummary {
+        ops_per_s: round1(h.count() as f64 / duration_s.max(1e-9)),
+        p50_us: us(h.quantile(0.50)),
+        p99_us: us(h.quantile(0.99)),
+        p999_us: us(h.quantile(0.999)),
+    }
+}
+
+fn error_total(stats: &Stats, mix: &Mix) -> u64 {
+    mix.active().map(|k| stats.errors(k).values().sum::<u64>()).sum()
+}
+
+pub fn json(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
+    let ops: Vec<_> =
+        mix.active().map(|k| (k.name(), summarize(stats, k, info.duration_s))).collect();
+    let total = round1(ops.iter().map(|(_, s)| s.ops_per_s).sum());
+    let errors = mix
+        .active()
+        .filter(|k| !stats.errors(*k).is_empty())
+        .map(|k| (k.name(), stats.errors(k)))
+        .collect();
+    let report = Report {
+        total_ops_per_s: total,
+        ops: Ordered(ops),
+        target: info.target,
+        addr: &info.addr,
+        connections: info.connections,
+        pipeline: info.pipeline,
+        duration_s: (info.duration_s * 1000.0).round() / 1000.0,
+        errors_total: error_total(stats, mix),
+        errors: Ordered(errors),
+        preload: info.preload.as_ref(),
+    };
+    serde_json::to_string(&report).expect("a report always serializes")
+}
+
+pub fn human(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "target {} at {}  connections {}  pipeline {}  measured {:.1}s",
+        info.target, info.addr, info.connections, info.pipeline, info.duration_s
+    );
+    if let Some(p) = &info.preload {
+        let _ = writeln!(
+            out,
+            "preload: {} like records in {:.1}s = {:.0} records/s ({} errors)",
+            p.records, p.seconds, p.per_s, p.errors
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<8} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
+        "op", "ops/s", "mean us", "p50 us", "p99 us", "p99.9 us", "max us", "errors"
+    );
+    let mut total = 0.0;
+    for k in mix.active() {
+        let s = summarize(stats, k, info.duration_s);
+        total += s.ops_per_s;
+        let errs: u64 = stats.errors(k).values().sum();
+        let _ = writeln!(
+            out,
+            "{:<8} {:>12.0} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>9}",
+            k.name(),
+            s.ops_per_s,
+            round1(stats.hist(k).mean() / 1000.0),
+            s.p50_us,
+            s.p99_us,
+            s.p999_us,
+            us(stats.hist(k).max()),
+            errs
+        );
+    }
+    let _ = writeln!(out, "{:<8} {:>12.0}", "total", total);
+    for k in mix.active() {
+        for (code, n) in stats.errors(k) {
+            let _ = writeln!(out, "  error {}: {code} x{n}", k.name());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_the_promised_shape() {
+        let mix = Mix::parse("like=10,status=45,counts=45").unwrap();
+        let mut stats = Stats::default();
+        for i in 0..1000u64 {
+            stats.ok_ns(OpKind::Like, 1000 + i);
+            stats.ok_ns(OpKind::Counts, 5000);
+        }
+        stats.error(OpKind::Like, "Overloaded");
+        let info = RunInfo {
+            target: "redis",
+            addr: "127.0.0.1:6379".into(),
+            connections: 2,
+            pipeline: 3,
+            duration_s: 2.0,
+            preload: None,
+        };
+        let text = json(&info, &mix, &stats);
+        assert!(text.starts_with(r#"{"total_ops_per_s":1000.0,"ops":{"like":{"ops_per_s":500.0"#));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["ops"]["status"]["ops_per_s"], 0.0);
+        assert_eq!(v["ops"]["counts"]["p99_us"], 5.0);
+        assert_eq!(v["ops"]["like"]["p50_us"], 1.5);
+        assert_eq!(v["errors"]["like"]["Overloaded"], 1);
+        assert_eq!(v["errors_total"], 1);
+        assert!(human(&info, &mix, &stats).contains("Overloaded x1"));
+    }
+}

@@ -1,0 +1,280 @@
+//! The `plaudit` command line, built on the SDK. The binary only parses
+//! arguments and prints; everything else is here, split so the parts that
+//! decide what is printed are pure and unit-tested:
+//!
+//! ```text
+//! args::Cli ─► run (connect, execute) ─► Result<Output, Failure> ─► render ─► json | human
+//! ```
+//!
+//! - `args`: the clap definitions (their doc comments are `--help`);
+//! - `json`: one JSON object per command, for scripts;
+//! - `human`: aligned tables and sentences, for people.
+
+pub mod args;
+pub mod human;
+pub mod json;
+
+pub use args::Cli;
+
+use crate::{Client, ClientError, ClientOptions};
+use args::{ActArgs, BizCommand, Command};
+use plaudit_proto::likes::{EntityCounts, EntityState, LikeReply, Page, ReceivedReply};
+use plaudit_proto::{BizConfig, Business, EntityId, LikeAction};
+use std::time::{Duration, Instant};
+
+/// Exit status when the node refused, failed or timed out the request.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit status for bad usage (clap's own).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status when the node could not be reached or the connection dropped.
+pub const EXIT_UNAVAILABLE: u8 = 3;
+
+/// What a command produced, before it is rendered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Biz { verb: BizVerb, biz: Business },
+    BizList(Vec<Business>),
+    Act { action: LikeAction, entity: EntityId, reply: LikeReply },
+    Status(Vec<EntityState>),
+    Counts(Vec<EntityCounts>),
+    UserLikes(Page),
+    Likers(Page),
+    Received(ReceivedReply),
+    Pong { addr: String, rtt: Duration },
+}
+
+/// Which business command produced a `Output::Biz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BizVerb {
+    Created,
+    Shown,
+    Updated,
+}
+
+/// A command that failed, ready to print.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// A stable wire code name (`NotFound`, ...), or `Unavailable` when the
+    /// node could not be reached, or `Protocol` when its reply made no sense.
+    pub code: &'static str,
+    pub message: String,
+    pub exit: u8,
+}
+
+impl Failure {
+    /// A failure while talking to `addr` with the given per-call timeout.
+    pub fn from_client(addr: &str, timeout: Duration, e: &ClientError) -> Failure {
+        match e {
+            ClientError::Server(w) => {
+                let mut message = w.message.clone();
+                if let Some(h) = &w.leader {
+                    match h.leader {
+                        Some(node) => {
+                            message += &format!(" (shard {} is led by node {node})", h.shard)
+                        }
+                        None => message += &format!(" (shard {} has no known leader)", h.shard),
+                    }
+                }
+                Failure { code: w.code.as_str(), message, exit: EXIT_FAILED }
+            }
+            ClientError::Timeout => Failure {
+                code: "Timeout",
+                message: format!("no reply from {addr} within {timeout:?}"),
+                exit: EXIT_FAILED,
+            },
+            ClientError::Io(io) => {
+                Failure { code: "Unavailable", message: io.to_string(), exit: EXIT_UNAVAILABLE }
+            }
+            ClientError::Closed => Failure {
+                code: "Unavailable",
+                message: format!("connection to {addr} closed before the reply arrived"),
+                exit: EXIT_UNAVAILABLE,
+            },
+            ClientError::Protocol(m) => {
+                Failure { code: "Protocol", message: m.clone(), exit: EXIT_FAILED }
+            }
+        }
+    }
+
+    /// A failure to open the connection at all.
+    pub fn cannot_connect(addr: &str, e: &ClientError) -> Failure {
+        let message = match e {
+            // Dial errors already say "cannot connect to <addr>: ...".
+            ClientError::Io(io) => io.to_string(),
+            other => format!("cannot connect to {addr}: {other}"),
+        };
+        Failure { code: "Unavailable", message, exit: EXIT_UNAVAILABLE }
+    }
+
+    /// A command line clap rejected, for `--json` callers.
+    pub fn usage(e: &clap::Error) -> Failure {
+        // clap's text is a paragraph (possibly over several lines: "required
+        // arguments were not provided:\n  <ENTITY>...") then a usage block.
+        let text = e.to_string();
+        let para: Vec<&str> = text.lines().map(str::trim).take_while(|l| !l.is_empty()).collect();
+        let joined = para.join(" ");
+        let message = joined.strip_prefix("error: ").unwrap_or(&joined).to_string();
+        Failure { code: "BadRequest", message, exit: EXIT_USAGE }
+    }
+}
+
+/// What to print, and the exit status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit: u8,
+}
+
+/// Turns a command's result into text: one JSON object on stdout with
+/// `json`, else tables on stdout and errors on stderr.
+pub fn render(json: bool, result: &Result<Output, Failure>) -> Rendered {
+    let (stdout, stderr, exit) = match (json, result) {
+        (true, Ok(o)) => (json::output(o) + "\n", String::new(), 0),
+        (true, Err(f)) => (json::failure(f) + "\n", String::new(), f.exit),
+        (false, Ok(o)) => (human::output(o), String::new(), 0),
+        (false, Err(f)) => (String::new(), human::failure(f), f.exit),
+    };
+    Rendered { stdout, stderr, exit }
+}
+
+/// Connects to `cli.addr` and runs the command.
+pub async fn run(cli: &Cli) -> Result<Output, Failure> {
+    // One command is at most two sequential requests: one connection is plenty.
+    let opts = ClientOptions { pool_size: 1, ..ClientOptions::default() };
+    let client = Client::connect_with(&cli.addr, opts)
+        .await
+        .map_err(|e| Failure::cannot_connect(&cli.addr, &e))?;
+    execute(&client, &cli.command)
+        .await
+        .map_err(|e| Failure::from_client(client.addr(), client.timeout(), &e))
+}
+
+/// Runs one command against a connected client.
+pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientError> {
+    Ok(match cmd {
+        Command::Biz(b) => execute_biz(client, b).await?,
+        Command::Like(a) => act(client, LikeAction::Like, a).await?,
+        Command::Unlike(a) => act(client, LikeAction::Unlike, a).await?,
+        Command::Dislike(a) => act(client, LikeAction::Dislike, a).await?,
+        Command::Undislike(a) => act(client, LikeAction::Undislike, a).await?,
+        Command::Status { biz, user, entities } => {
+            Output::Status(client.status(*biz, *user, entities).await?)
+        }
+        Command::Counts { biz, entities } => Output::Counts(client.counts(*biz, entities).await?),
+        Command::UserLikes { biz, user, page } => Output::UserLikes(
+            client.user_likes(*biz, *user, page.cursor.as_deref(), page.limit).await?,
+        ),
+        Command::Likers { biz, entity, page } => {
+            Output::Likers(client.likers(*biz, *entity, page.cursor.as_deref(), page.limit).await?)
+        }
+        Command::Received { biz, user } => Output::Received(client.received(*biz, *user).await?),
+        Command::Ping => {
+            let start = Instant::now();
+            client.ping().await?;
+            Output::Pong { addr: client.addr().to_string(), rtt: start.elapsed() }
+        }
+    })
+}
+
+async fn act(client: &Client, action: LikeAction, a: &ActArgs) -> Result<Output, ClientError> {
+    let reply = client.act(a.biz, a.entity, a.user, a.owner, action).await?;
+    Ok(Output::Act { action, entity: a.entity, reply })
+}
+
+async fn execute_biz(client: &Client, cmd: &BizCommand) -> Result<Output, ClientError> {
+    Ok(match cmd {
+        BizCommand::Create { name, id, no_dislike, user_list_memory, liker_list_memory } => {
+            let config = BizConfig {
+                dislike_enabled: !no_dislike,
+                user_list_memory: *user_list_memory,
+                liker_list_memory: *liker_list_memory,
+            };
+            let biz = client.create_biz(*id, name, config).await?;
+            Output::Biz { verb: BizVerb::Created, biz }
+        }
+        BizCommand::Get { id } => {
+            Output::Biz { verb: BizVerb::Shown, biz: client.get_biz(*id).await? }
+        }
+        BizCommand::List => Output::BizList(client.list_biz().await?),
+        BizCommand::Update { id, dislike, user_list_memory, liker_list_memory } => {
+            let current = client.get_biz(*id).await?;
+            let config =
+                args::apply_update(current.config, *dislike, *user_list_memory, *liker_list_memory);
+            let biz = client.update_biz(*id, config).await?;
+            Output::Biz { verb: BizVerb::Updated, biz }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use plaudit_proto::error::LeaderHint;
+    use plaudit_proto::{ErrorCode, WireError};
+
+    const ADDR: &str = "127.0.0.1:7401";
+    const T: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn server_errors_exit_1_with_their_code() {
+        let e = ClientError::Server(WireError::not_found("no business 9"));
+        let f = Failure::from_client(ADDR, T, &e);
+        assert_eq!((f.code, f.message.as_str(), f.exit), ("NotFound", "no business 9", 1));
+    }
+
+    #[test]
+    fn not_leader_mentions_the_hint() {
+        let mut w = WireError::new(ErrorCode::NotLeader, "not the leader");
+        w.leader = Some(LeaderHint { shard: 4, leader: Some(2), epoch: 1 });
+        let f = Failure::from_client(ADDR, T, &ClientError::Server(w));
+        assert_eq!(f.message, "not the leader (shard 4 is led by node 2)");
+    }
+
+    #[test]
+    fn connection_failures_are_unavailable_and_exit_3() {
+        let io = std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "cannot connect to 127.0.0.1:7401: Connection refused",
+        );
+        let f = Failure::cannot_connect(ADDR, &ClientError::Io(io));
+        assert_eq!(f.code, "Unavailable");
+        assert_eq!(f.message, "cannot connect to 127.0.0.1:7401: Connection refused");
+        assert_eq!(f.exit, EXIT_UNAVAILABLE);
+        let f = Failure::from_client(ADDR, T, &ClientError::Closed);
+        assert_eq!((f.code, f.exit), ("Unavailable", EXIT_UNAVAILABLE));
+    }
+
+    #[test]
+    fn timeouts_exit_1_with_code_timeout() {
+        let f = Failure::from_client(ADDR, T, &ClientError::Timeout);
+        assert_eq!((f.code, f.exit), ("Timeout", EXIT_FAILED));
+        assert_eq!(f.message, "no reply from 127.0.0.1:7401 within 5s");
+    }
+
+    #[test]
+    fn json_mode_prints_everything_on_stdout() {
+        let f = Failure { code: "NotFound", message: "no business 9".into(), exit: 1 };
+        let r = render(true, &Err(f.clone()));
+        assert_eq!(r.stdout, "{\"error\":{\"code\":\"NotFound\",\"message\":\"no business 9\"}}\n");
+        assert_eq!((r.stderr.as_str(), r.exit), ("", 1));
+        let r = render(false, &Err(f));
+        assert_eq!(
+            (r.stdout.as_str(), r.stderr.as_str()),
+            ("", "error: NotFound: no business 9\n")
+        );
+    }
+
+    #[test]
+    fn usage_errors_become_one_line_bad_requests() {
+        let e = Cli::try_parse_from(["plaudit", "counts"]).unwrap_err();
+        let f = Failure::usage(&e);
+        assert_eq!((f.code, f.exit), ("BadRequest", EXIT_USAGE));
+        assert_eq!(
+            f.message,
+            "the following required arguments were not provided: --biz <BIZ> <ENTITY>..."
+        );
+        assert!(!f.message.starts_with("error:"));
+    }
+}

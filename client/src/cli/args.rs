@@ -1,0 +1,309 @@
+//! The command line, as clap derive types. Doc comments here are the
+//! `--help` text.
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use plaudit_proto::{BizConfig, BizId, EntityId, LikeAction, UserId};
+
+/// Default node address when neither `--addr` nor `PLAUDIT_ADDR` is set.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7401";
+/// Default page size of `user-likes` and `likers`.
+pub const DEFAULT_LIMIT: u32 = 20;
+
+/// Talk to a Plaudit node: manage businesses, like things, read counts and lists.
+#[derive(Debug, Parser)]
+#[command(
+    name = "plaudit",
+    version,
+    after_help = "Exit status: 0 success, 1 the node refused or failed the request \
+                  (or timed out), 2 bad usage, 3 the node could not be reached.\n\
+                  With --json, stdout holds exactly one JSON object, \
+                  {\"error\":{\"code\":..,\"message\":..}} on failure."
+)]
+pub struct Cli {
+    /// Node address, HOST:PORT.
+    #[arg(long, global = true, env = "PLAUDIT_ADDR", default_value = DEFAULT_ADDR)]
+    pub addr: String,
+    /// Print exactly one JSON object on stdout instead of tables and sentences.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Manage businesses (tenants): create, get, list, update.
+    #[command(subcommand)]
+    Biz(BizCommand),
+    /// Like an entity as a user.
+    Like(ActArgs),
+    /// Withdraw a user's like of an entity.
+    Unlike(ActArgs),
+    /// Dislike an entity as a user (the business must allow dislikes).
+    Dislike(ActArgs),
+    /// Withdraw a user's dislike of an entity.
+    Undislike(ActArgs),
+    /// Show a user's state (none, like, dislike) on one or more entities.
+    Status {
+        /// Business id.
+        #[arg(long)]
+        biz: BizId,
+        /// User id.
+        #[arg(long)]
+        user: UserId,
+        /// Entity ids (up to 500).
+        #[arg(required = true, value_name = "ENTITY")]
+        entities: Vec<EntityId>,
+    },
+    /// Show like and dislike counts of one or more entities.
+    Counts {
+        /// Business id.
+        #[arg(long)]
+        biz: BizId,
+        /// Entity ids (up to 500).
+        #[arg(required = true, value_name = "ENTITY")]
+        entities: Vec<EntityId>,
+    },
+    /// List the entities a user likes, newest first, one page at a time.
+    UserLikes {
+        /// Business id.
+        #[arg(long)]
+        biz: BizId,
+        /// User id.
+        #[arg(long)]
+        user: UserId,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// List the users who like an entity, newest first, one page at a time.
+    Likers {
+        /// Business id.
+        #[arg(long)]
+        biz: BizId,
+        /// Entity id.
+        #[arg(long)]
+        entity: EntityId,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Show the total likes on every entity a user owns.
+    Received {
+        /// Business id.
+        #[arg(long)]
+        biz: BizId,
+        /// User id (the owner).
+        #[arg(long)]
+        user: UserId,
+    },
+    /// Check that the node answers.
+    Ping,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BizCommand {
+    /// Register a new business.
+    Create {
+        /// Display name (1 to 64 bytes).
+        #[arg(long)]
+        name: String,
+        /// Business id to use; by default the node assigns the next free id.
+        #[arg(long)]
+        id: Option<BizId>,
+        /// Refuse dislike and undislike in this business.
+        #[arg(long)]
+        no_dislike: bool,
+        /// Recent likes kept in memory per active user.
+        #[arg(long, value_name = "N", default_value_t = BizConfig::default().user_list_memory)]
+        user_list_memory: u32,
+        /// Recent likers kept in memory per active entity.
+        #[arg(long, value_name = "N", default_value_t = BizConfig::default().liker_list_memory)]
+        liker_list_memory: u32,
+    },
+    /// Show one business.
+    Get {
+        /// Business id.
+        id: BizId,
+    },
+    /// List all businesses.
+    List,
+    /// Change some of a business's settings; the others keep their values.
+    #[command(group(
+        ArgGroup::new("change")
+            .required(true)
+            .multiple(true)
+            .args(["dislike", "user_list_memory", "liker_list_memory"])
+    ))]
+    Update {
+        /// Business id.
+        id: BizId,
+        /// Whether dislike and undislike are accepted.
+        #[arg(long, value_name = "true|false")]
+        dislike: Option<bool>,
+        /// Recent likes kept in memory per active user.
+        #[arg(long, value_name = "N")]
+        user_list_memory: Option<u32>,
+        /// Recent likers kept in memory per active entity.
+        #[arg(long, value_name = "N")]
+        liker_list_memory: Option<u32>,
+    },
+}
+
+/// Who does what to which entity.
+#[derive(Debug, Args)]
+pub struct ActArgs {
+    /// Business id.
+    #[arg(long)]
+    pub biz: BizId,
+    /// Entity id.
+    #[arg(long)]
+    pub entity: EntityId,
+    /// The acting user's id.
+    #[arg(long)]
+    pub user: UserId,
+    /// The entity's author, credited in `received` totals.
+    #[arg(long)]
+    pub owner: Option<UserId>,
+}
+
+/// Paging of list commands.
+#[derive(Debug, Args)]
+pub struct PageArgs {
+    /// Items per page (1 to 100).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_LIMIT)]
+    pub limit: u32,
+    /// Continue after a previous page: the `next` cursor it printed.
+    #[arg(long, value_name = "C")]
+    pub cursor: Option<String>,
+}
+
+impl Command {
+    /// The like action of `like`/`unlike`/`dislike`/`undislike`.
+    pub fn action(&self) -> Option<(LikeAction, &ActArgs)> {
+        match self {
+            Command::Like(a) => Some((LikeAction::Like, a)),
+            Command::Unlike(a) => Some((LikeAction::Unlike, a)),
+            Command::Dislike(a) => Some((LikeAction::Dislike, a)),
+            Command::Undislike(a) => Some((LikeAction::Undislike, a)),
+            _ => None,
+        }
+    }
+}
+
+/// Applies the fields `biz update` was given to the current config.
+pub fn apply_update(
+    mut config: BizConfig,
+    dislike: Option<bool>,
+    user_list_memory: Option<u32>,
+    liker_list_memory: Option<u32>,
+) -> BizConfig {
+    if let Some(d) = dislike {
+        config.dislike_enabled = d;
+    }
+    if let Some(n) = user_list_memory {
+        config.user_list_memory = n;
+    }
+    if let Some(n) = liker_list_memory {
+        config.liker_list_memory = n;
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("plaudit").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn like_takes_biz_entity_user_and_optional_owner() {
+        let cli = parse(&["--json", "like", "--biz", "1", "--entity", "7", "--user", "3"]).unwrap();
+        assert!(cli.json);
+        let (action, a) = cli.command.action().unwrap();
+        assert_eq!(action, LikeAction::Like);
+        assert_eq!((a.biz, a.entity, a.user, a.owner), (1, 7, 3, None));
+        let cli =
+            parse(&["undislike", "--biz", "1", "--entity", "7", "--user", "3", "--owner", "9"])
+                .unwrap();
+        assert_eq!(cli.command.action().unwrap().0, LikeAction::Undislike);
+        assert_eq!(cli.command.action().unwrap().1.owner, Some(9));
+    }
+
+    #[test]
+    fn global_flags_work_after_the_subcommand() {
+        let cli = parse(&["ping", "--addr", "10.0.0.1:9", "--json"]).unwrap();
+        assert_eq!(cli.addr, "10.0.0.1:9");
+        assert!(cli.json);
+    }
+
+    #[test]
+    fn status_and_counts_need_at_least_one_entity() {
+        assert!(parse(&["status", "--biz", "1", "--user", "2"]).is_err());
+        assert!(parse(&["counts", "--biz", "1"]).is_err());
+        match parse(&["counts", "--biz", "1", "4", "5"]).unwrap().command {
+            Command::Counts { entities, .. } => assert_eq!(entities, vec![4, 5]),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn biz_create_defaults_match_the_proto_defaults() {
+        match parse(&["biz", "create", "--name", "video"]).unwrap().command {
+            Command::Biz(BizCommand::Create {
+                name,
+                id,
+                no_dislike,
+                user_list_memory,
+                liker_list_memory,
+            }) => {
+                assert_eq!((name.as_str(), id, no_dislike), ("video", None, false));
+                let d = BizConfig::default();
+                assert_eq!(
+                    (user_list_memory, liker_list_memory),
+                    (d.user_list_memory, d.liker_list_memory)
+                );
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn biz_update_needs_a_change_and_parses_booleans() {
+        assert!(parse(&["biz", "update", "3"]).is_err());
+        assert!(parse(&["biz", "update", "3", "--dislike", "maybe"]).is_err());
+        match parse(&["biz", "update", "3", "--dislike", "false"]).unwrap().command {
+            Command::Biz(BizCommand::Update { id, dislike, .. }) => {
+                assert_eq!((id, dislike), (3, Some(false)))
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn update_changes_only_the_given_fields() {
+        let base = BizConfig { dislike_enabled: true, user_list_memory: 5, liker_list_memory: 6 };
+        let c = apply_update(base.clone(), Some(false), None, Some(60));
+        assert_eq!(
+            c,
+            BizConfig { dislike_enabled: false, user_list_memory: 5, liker_list_memory: 60 }
+        );
+        assert_eq!(apply_update(base.clone(), None, None, None), base);
+    }
+
+    #[test]
+    fn pages_default_to_twenty_items() {
+        match parse(&["likers", "--biz", "1", "--entity", "2"]).unwrap().command {
+            Command::Likers { page, .. } => {
+                assert_eq!((page.limit, page.cursor), (DEFAULT_LIMIT, None))
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+}

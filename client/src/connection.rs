@@ -1,0 +1,289 @@
+//! One multiplexed, pipelined TCP connection to a node.
+//!
+//! ```text
+//!  call(req) ──encode──► mpsc ──► writer task ──write_all(batch)──► socket
+//!     │                                                               │
+//!     └── oneshot ◄── pending[req_id] ◄── reader task ◄──read_frame───┘
+//! ```
+//!
+//! Callers encode their own frame (so encoding runs in parallel and an
+//! oversized request fails only its own call), register a oneshot under a
+//! fresh `req_id` and queue the bytes. The writer drains whatever is queued
+//! into one `write_all`, so a burst of calls costs one syscall. The reader
+//! routes each reply to its caller by `req_id`, in whatever order the node
+//! answers. When either task sees the socket fail, the connection is marked
+//! dead and every call still waiting is failed with the same reason; the pool
+//! notices `is_alive() == false` and dials a replacement on next use.
+
+use crate::error::ClientError;
+use plaudit_proto::frame::{self, FrameError};
+use plaudit_proto::{Envelope, Request, Response};
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// Frames queued for the writer before callers wait for room: back-pressure
+/// on a caller that outruns the socket, without a lock on the write path.
+const QUEUE_DEPTH: usize = 1024;
+/// Stop adding queued frames to one write once it is this big.
+const MAX_WRITE_BATCH: usize = 64 * 1024;
+
+type Reply = Result<Response, ClientError>;
+
+/// One connection: the handle callers share. Dropping the last handle stops
+/// both tasks and closes the socket.
+pub(crate) struct Connection {
+    addr: String,
+    /// The node answers an undecodable frame with `req_id` 0 when it cannot
+    /// recover the id, so real ids start at 1 and 0 is never routed.
+    next_id: AtomicU64,
+    frames: mpsc::Sender<Vec<u8>>,
+    shared: Arc<Shared>,
+    reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
+}
+
+/// State shared by callers and the two tasks.
+struct Shared {
+    addr: String,
+    // A std mutex: it is held for a map insert or remove, never across an `.await`.
+    state: Mutex<State>,
+}
+
+struct State {
+    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    /// Why the connection died. Set once; afterwards nothing registers.
+    dead: Option<Death>,
+}
+
+/// Why a connection stopped; turned into a fresh `ClientError` for every
+/// call it fails (`io::Error` is not `Clone`).
+#[derive(Debug, Clone)]
+enum Death {
+    Closed,
+    Io(io::ErrorKind, String),
+    Protocol(String),
+}
+
+impl Connection {
+    /// Dials `addr`, giving up after `timeout`. Every failure is `Io`, with
+    /// the address in the message.
+    pub(crate) async fn dial(addr: &str, timeout: Duration) -> Result<Connection, ClientError> {
+        let cannot = |e: io::Error| {
+            ClientError::Io(io::Error::new(e.kind(), format!("cannot connect to {addr}: {e}")))
+        };
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(stream) => stream.map_err(cannot)?,
+            Err(_) => {
+                return Err(cannot(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("timed out after {timeout:?}"),
+                )))
+            }
+        };
+        // Requests are small and latency-bound; batching happens in the writer.
+        stream.set_nodelay(true).map_err(cannot)?;
+        tracing::debug!(addr, "connected");
+        Ok(Connection::start(addr.to_string(), stream))
+    }
+
+    fn start(addr: String, stream: TcpStream) -> Connection {
+        let (rd, wr) = stream.into_split();
+        let shared = Arc::new(Shared {
+            addr: addr.clone(),
+            state: Mutex::new(State { pending: HashMap::new(), dead: None }),
+        });
+        let (frames, queue) = mpsc::channel(QUEUE_DEPTH);
+        let reader = tokio::spawn(read_loop(rd, shared.clone()));
+        let writer = tokio::spawn(write_loop(wr, queue, shared.clone()));
+        Connection { addr, next_id: AtomicU64::new(1), frames, shared, reader, writer }
+    }
+
+    /// Whether the connection can still carry calls.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.shared.lock().dead.is_none() && !self.frames.is_closed()
+    }
+
+    /// Sends one request and waits for its reply (any variant, including
+    /// `Response::Error`). No timeout here: the caller wraps the future, and
+    /// dropping it unregisters the call.
+    pub(crate) async fn call(&self, req: &Request) -> Reply {
+        let req_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut bytes = Vec::new();
+        frame::encode_frame(&Envelope { req_id, body: req }, &mut bytes).map_err(|e| {
+            ClientError::Protocol(format!("cannot encode {} request: {e}", req.op()))
+        })?;
+
+        let (tx, rx) = oneshot::channel();
+        self.shared.register(req_id, tx)?;
+        let mut guard = Unregister { shared: &self.shared, req_id, armed: true };
+
+        if self.frames.send(bytes).await.is_err() {
+            // The writer is gone, so the connection is dead (or being dropped).
+            return Err(self.shared.death_error());
+        }
+        let reply = rx.await;
+        // The reader removed the entry when it completed the call.
+        guard.armed = false;
+        reply.unwrap_or(Err(ClientError::Closed))
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("addr", &self.addr)
+            .field("alive", &self.is_alive())
+            .finish()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // No call can be waiting (each holds a handle), so nothing is lost.
+        self.reader.abort();
+        self.writer.abort();
+    }
+}
+
+/// Removes a call's pending entry when the call is dropped before its reply
+/// arrives (timeout or cancellation), so late replies are discarded.
+struct Unregister<'a> {
+    shared: &'a Shared,
+    req_id: u64,
+    armed: bool,
+}
+
+impl Drop for Unregister<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.lock().pending.remove(&self.req_id);
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Critical sections are map operations that cannot panic midway, so a
+        // poisoned lock still holds consistent state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn register(&self, req_id: u64, tx: oneshot::Sender<Reply>) -> Result<(), ClientError> {
+        let mut st = self.lock();
+        if let Some(death) = &st.dead {
+            return Err(death.to_error(&self.addr));
+        }
+        st.pending.insert(req_id, tx);
+        Ok(())
+    }
+
+    fn complete(&self, req_id: u64, reply: Reply) {
+        let tx = self.lock().pending.remove(&req_id);
+        match tx {
+            // A caller that has gone away is normal (it timed out).
+            Some(tx) => {
+                let _ = tx.send(reply);
+            }
+            None => match reply {
+                Ok(Response::Error(e)) if req_id == 0 => {
+                    tracing::warn!(addr = %self.addr, error = %e, "node could not decode a request")
+                }
+                _ => {
+                    tracing::debug!(addr = %self.addr, req_id, "reply for a call no longer waiting")
+                }
+            },
+        }
+    }
+
+    /// Marks the connection dead and fails every waiting call.
+    fn kill(&self, death: Death) {
+        let pending = {
+            let mut st = self.lock();
+            if st.dead.is_some() {
+                return;
+            }
+            st.dead = Some(death.clone());
+            std::mem::take(&mut st.pending)
+        };
+        if !pending.is_empty() {
+            tracing::warn!(addr = %self.addr, ?death, in_flight = pending.len(), "connection lost");
+        } else {
+            tracing::debug!(addr = %self.addr, ?death, "connection closed");
+        }
+        for (_, tx) in pending {
+            let _ = tx.send(Err(death.to_error(&self.addr)));
+        }
+    }
+
+    fn death_error(&self) -> ClientError {
+        match &self.lock().dead {
+            Some(death) => death.to_error(&self.addr),
+            None => ClientError::Closed,
+        }
+    }
+}
+
+impl Death {
+    fn to_error(&self, addr: &str) -> ClientError {
+        match self {
+            Death::Closed => ClientError::Closed,
+            Death::Io(kind, msg) => ClientError::Io(io::Error::new(
+                *kind,
+                format!("connection to {addr} failed: {msg}"),
+            )),
+            Death::Protocol(msg) => {
+                ClientError::Protocol(format!("connection to {addr} dropped: {msg}"))
+            }
+        }
+    }
+}
+
+async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {
+    let mut rd = BufReader::new(rd);
+    let mut buf = Vec::new();
+    let death = loop {
+        match frame::read_frame::<_, Response>(&mut rd, &mut buf).await {
+            Ok(env) => shared.complete(env.req_id, Ok(env.body)),
+            // The frame had sound bounds, so the stream is still in sync: fail
+            // only the call it belonged to, if that can be told.
+            Err(FrameError::Malformed { req_id: Some(id), reason }) => shared
+                .complete(id, Err(ClientError::Protocol(format!("undecodable reply: {reason}")))),
+            Err(FrameError::Malformed { req_id: None, reason }) => {
+                tracing::warn!(addr = %shared.addr, reason, "dropped an undecodable reply")
+            }
+            Err(FrameError::Closed) => break Death::Closed,
+            Err(FrameError::Io(e)) => break Death::Io(e.kind(), e.to_string()),
+            Err(e @ FrameError::BadLength(_)) => break Death::Protocol(e.to_string()),
+        }
+    };
+    shared.kill(death);
+}
+
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    shared: Arc<Shared>,
+) {
+    while let Some(mut batch) = queue.recv().await {
+        while batch.len() < MAX_WRITE_BATCH {
+            match queue.try_recv() {
+                Ok(frame) => batch.extend_from_slice(&frame),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = wr.write_all(&batch).await {
+            shared.kill(Death::Io(e.kind(), e.to_string()));
+            return;
+        }
+    }
+    // Every handle is gone: say goodbye politely.
+    let _ = wr.shutdown().await;
+}

@@ -1,0 +1,312 @@
+//! The engine: every group on this node and the routing of client requests
+//! to them. Writes go to the owning shard's proposer; reads wait for that
+//! shard's read barrier and then read applied state (counts, states, totals
+//! from storage; list pages from the owning actor's recent window).
+//!
+//! ```text
+//! Request ─> validate ─> business known? ─┬─ write: shard_of(key) ─> Group::propose ─> CmdResult
+//!                                         └─ read:  shard_of(key) ─> read_barrier ─> state / actor page
+//! ```
+
+use crate::group::{Group, GroupConfig};
+use crate::outbox::Delivery;
+use plaudit_actors::{CmdResult, Command, Directory, ShardActor, ShardConfig, ShardHandle};
+use plaudit_proto::business::Business;
+use plaudit_proto::likes::{EntityCounts, EntityState, Page, PageCursor, ReceivedReply};
+use plaudit_proto::routing::shard_of;
+use plaudit_proto::{BizId, Request, Response, WireError};
+use plaudit_storage::group_commit::GroupCommit;
+use plaudit_storage::StateStore;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The metadata group (business registry) uses the shard id after the data shards.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    pub shards: u32,
+    pub group: GroupConfig,
+    pub actor_budget: usize,
+    pub actor_idle: Duration,
+    pub outbox_batch: usize,
+    pub sled_cache_bytes: u64,
+}
+
+pub struct Engine {
+    cfg: EngineConfig,
+    db: sled::Db,
+    commit: GroupCommit,
+    store: StateStore,
+    directory: Directory,
+    groups: Arc<Vec<Arc<Group>>>,
+    meta: Arc<Group>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Per-shard numbers for metrics.
+pub struct ShardStats {
+    pub shard: u32,
+    pub active_users: usize,
+    pub active_entities: usize,
+    pub outbox_len: usize,
+    pub apply_lag: u64,
+    pub is_leader: bool,
+}
+
+fn internal(e: impl std::fmt::Display) -> WireError {
+    WireError::internal(e.to_string())
+}
+
+impl Engine {
+    pub async fn open(cfg: EngineConfig) -> anyhow::Result<Engine> {
+        std::fs::create_dir_all(&cfg.data_dir)?;
+        let db = sled::Config::new()
+            .path(cfg.data_dir.join("sled"))
+            .cache_capacity(cfg.sled_cache_bytes)
+            // sled's own background fsync every 500ms is redundant with group commit.
+            .flush_every_ms(None)
+            .open()?;
+        let commit = GroupCommit::start(db.clone(), &cfg.data_dir.join("sled"))?;
+        let store = StateStore::open(&db)?;
+        let directory = Directory::load(&store)?;
+
+        let mut groups = Vec::with_capacity(cfg.shards as usize);
+        let mut readies = Vec::with_capacity(cfg.shards as usize);
+        for shard in 0..=cfg.shards {
+            let is_meta = shard == cfg.shards;
+            let ready = Arc::new(Notify::new());
+            let actor = ShardActor {
+                cfg: ShardConfig {
+                    shard,
+                    shard_count: cfg.shards,
+                    is_meta,
+                    actor_budget: cfg.actor_budget,
+                    actor_idle: cfg.actor_idle,
+                },
+                store: store.clone(),
+                directory: directory.clone(),
+                outbox_ready: ready.clone(),
+                gauges: Default::default(),
+            };
+            let handle = ShardHandle::spawn(actor).await.map_err(anyhow::Error::msg)?;
+            let name = if is_meta { "meta".to_string() } else { format!("shard{shard}") };
+            let g =
+                Group::start(shard, &name, &cfg.group, &db, commit.clone(), store.clone(), handle)
+                    .await?;
+            groups.push(Arc::new(g));
+            readies.push(ready);
+        }
+        let meta = groups.pop().ok_or_else(|| anyhow::anyhow!("no metadata group"))?;
+        readies.pop();
+        for g in groups.iter().chain(std::iter::once(&meta)) {
+            g.wait_leader(Duration::from_millis(cfg.group.election_max_ms * 10)).await?;
+        }
+        let groups = Arc::new(groups);
+        let mut workers = Vec::new();
+        for (shard, ready) in readies.into_iter().enumerate() {
+            let d = Delivery {
+                shard: shard as u32,
+                groups: groups.clone(),
+                store: store.clone(),
+                ready,
+                batch: cfg.outbox_batch,
+            };
+            workers.push(tokio::spawn(d.run()));
+        }
+        Ok(Engine { cfg, db, commit, store, directory, groups, meta, workers })
+    }
+
+    fn group_for(&self, biz: BizId, key: u64) -> (u32, &Group) {
+        let s = shard_of(biz, key, self.cfg.shards);
+        (s, &self.groups[s as usize])
+    }
+
+    fn business(&self, biz: BizId) -> Result<Business, WireError> {
+        self.directory
+            .get(biz)
+            .ok_or_else(|| WireError::not_found(format!("business {biz} does not exist")))
+    }
+
+    /// Serves one request. Never panics on bad input: every failure is a `Response::Error`.
+    pub async fn handle(&self, req: Request) -> Response {
+        match self.dispatch(req).await {
+            Ok(r) => r,
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn dispatch(&self, req: Request) -> Result<Response, WireError> {
+        req.validate()?;
+        match req {
+            Request::Ping => Ok(Response::Pong),
+            Request::CreateBiz(c) => biz_result(self.meta.propose(Command::CreateBiz(c)).await?),
+            Request::UpdateBiz(u) => biz_result(self.meta.propose(Command::UpdateBiz(u)).await?),
+            Request::GetBiz(id) => {
+                self.meta.read_barrier().await?;
+                Ok(Response::Biz(self.business(id)?))
+            }
+            Request::ListBiz => {
+                self.meta.read_barrier().await?;
+                Ok(Response::BizList(self.directory.list()))
+            }
+            Request::Like(r) => {
+                let biz = self.business(r.biz)?;
+                if r.action.is_dislike() && !biz.config.dislike_enabled {
+                    return Err(WireError::bad_request(format!(
+                        "business {} does not allow dislikes",
+                        r.biz
+                    )));
+                }
+                let (_, g) = self.group_for(r.biz, r.user);
+                match g.propose(Command::Like(r)).await? {
+                    CmdResult::Like(reply) => Ok(Response::Like(reply)),
+                    CmdResult::Failed(e) => Err(e),
+                    other => Err(internal(format!("unexpected result {other:?}"))),
+                }
+            }
+            Request::Status(r) => {
+                self.business(r.biz)?;
+                let (shard, g) = self.group_for(r.biz, r.user);
+                g.read_barrier().await?;
+                let mut out = Vec::with_capacity(r.entities.len());
+                for &entity in &r.entities {
+                    let (state, mtime) = self
+                        .store
+                        .get_state(r.biz, shard, r.user, entity)
+                        .map_err(internal)?
+                        .unwrap_or_default();
+                    out.push(EntityState { entity, state, mtime });
+                }
+                Ok(Response::Status(out))
+            }
+            Request::Counts(r) => {
+                self.business(r.biz)?;
+                let mut shards: BTreeMap<u32, ()> = BTreeMap::new();
+                for &e in &r.entities {
+                    shards.insert(shard_of(r.biz, e, self.cfg.shards), ());
+                }
+                let barriers = shards.keys().map(|&s| self.groups[s as usize].read_barrier());
+                for res in futures::future::join_all(barriers).await {
+                    res?;
+                }
+                let mut out = Vec::with_capacity(r.entities.len());
+                for &entity in &r.entities {
+                    let shard = shard_of(r.biz, entity, self.cfg.shards);
+                    let c = self.store.get_counts(r.biz, shard, entity).map_err(internal)?;
+                    out.push(EntityCounts { entity, likes: c.likes, dislikes: c.dislikes });
+                }
+                Ok(Response::Counts(out))
+            }
+            Request::UserLikes(r) => {
+                self.business(r.biz)?;
+                let (_, g) = self.group_for(r.biz, r.user);
+                g.read_barrier().await?;
+                let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
+                let items = g
+                    .handle
+                    .user_page(r.biz, r.user, after, r.limit as usize + 1)
+                    .await
+                    .map_err(internal)?;
+                Ok(Response::Page(page(items, r.limit)))
+            }
+            Request::Likers(r) => {
+                self.business(r.biz)?;
+                let (_, g) = self.group_for(r.biz, r.entity);
+                g.read_barrier().await?;
+                let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
+                let items = g
+                    .handle
+                    .liker_page(r.biz, r.entity, after, r.limit as usize + 1)
+                    .await
+                    .map_err(internal)?;
+                Ok(Response::Page(page(items, r.limit)))
+            }
+            Request::Received(r) => {
+                self.business(r.biz)?;
+                let (shard, g) = self.group_for(r.biz, r.user);
+                g.read_barrier().await?;
+                let likes = self.store.get_received(r.biz, shard, r.user).map_err(internal)?;
+                Ok(Response::Received(ReceivedReply { user: r.user, likes }))
+            }
+        }
+    }
+
+    /// Whether every group has a leader and can serve.
+    pub fn ready(&self) -> bool {
+        self.groups.iter().chain(std::iter::once(&self.meta)).all(|g| {
+            let m = g.raft.metrics().borrow().clone();
+            m.current_leader.is_some() && m.running_state.is_ok()
+        })
+    }
+
+    pub fn stats(&self) -> Vec<ShardStats> {
+        self.groups
+            .iter()
+            .map(|g| {
+                let m = g.raft.metrics().borrow().clone();
+                let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
+                let last = m.last_log_index.unwrap_or(0);
+                ShardStats {
+                    shard: g.id,
+                    active_users: g.handle.gauges.active_users.load(Ordering::Relaxed),
+                    active_entities: g.handle.gauges.active_entities.load(Ordering::Relaxed),
+                    outbox_len: self.store.outbox_len(g.id).unwrap_or(0),
+                    apply_lag: last.saturating_sub(applied),
+                    is_leader: m.current_leader == Some(m.id),
+                }
+            })
+            .collect()
+    }
+
+    /// Total outbox entries waiting on this node (0 once derived state has converged).
+    pub fn outbox_backlog(&self) -> usize {
+        self.groups.iter().map(|g| self.store.outbox_len(g.id).unwrap_or(0)).sum()
+    }
+
+    pub fn group_commit_stats(&self) -> plaudit_storage::group_commit::GroupCommitStats {
+        self.commit.stats()
+    }
+
+    /// Stops delivery, Raft and actors, then makes storage durable. Writes
+    /// already acknowledged are durable before this starts; this makes the
+    /// restart fast (less to replay).
+    pub async fn shutdown(&self) {
+        for w in &self.workers {
+            w.abort();
+        }
+        for g in self.groups.iter().chain(std::iter::once(&self.meta)) {
+            if let Err(e) = g.raft.shutdown().await {
+                tracing::warn!(shard = g.id, error = %e, "raft shutdown");
+            }
+            g.handle.stop();
+        }
+        if let Err(e) = self.commit.flush().await {
+            tracing::warn!(error = %e, "final flush failed");
+        }
+        let _ = self.db.flush();
+    }
+}
+
+fn biz_result(r: CmdResult) -> Result<Response, WireError> {
+    match r {
+        CmdResult::Biz(b) => Ok(Response::Biz(b)),
+        CmdResult::Failed(e) => Err(e),
+        other => Err(internal(format!("unexpected result {other:?}"))),
+    }
+}
+
+/// `items` holds up to `limit + 1` entries; the extra one only says a next page exists.
+fn page(mut items: Vec<plaudit_proto::likes::ListItem>, limit: u32) -> Page {
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    let next = if more {
+        items.last().map(|i| PageCursor { mtime: i.mtime, id: i.id }.encode())
+    } else {
+        None
+    };
+    Page { items, next }
+}

@@ -1,0 +1,231 @@
+//! One Raft group and the two loops in front of it:
+//!
+//! - the **proposer** coalesces commands for the shard into one `Batch` per
+//!   Raft entry (whatever queued while the previous entry was being handed
+//!   over, up to `batch_max`), stamps it with the leader's clock, and keeps a
+//!   bounded number of entries in flight;
+//! - the **reader** batches linearizable reads: every waiter that arrives
+//!   while one read-index check is running shares the next one.
+//!
+//! The queue in front of the proposer is bounded; a full queue answers
+//! `Overloaded` at once instead of letting latency grow without limit.
+
+use crate::state_machine::ShardStateMachine;
+use crate::types::{NodeId, Raft, TypeConfig};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Config as RaftConfig, SnapshotPolicy};
+use plaudit_actors::{Batch, CmdResult, Command, ShardHandle};
+use plaudit_proto::error::LeaderHint;
+use plaudit_proto::{ErrorCode, WireError};
+use plaudit_storage::group_commit::GroupCommit;
+use plaudit_storage::log_store::SledLogStore;
+use plaudit_storage::StateStore;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+/// Tunables of one group, from the node config.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    pub node_id: NodeId,
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    pub snapshot_every: u64,
+    pub batch_max: usize,
+    pub max_in_flight: usize,
+    pub max_pending: usize,
+}
+
+struct Proposal {
+    cmd: Command,
+    reply: oneshot::Sender<Result<CmdResult, WireError>>,
+}
+
+type ReadWaiter = oneshot::Sender<Result<(), WireError>>;
+
+pub struct Group {
+    pub id: u32,
+    pub raft: Raft,
+    pub handle: ShardHandle,
+    proposals: mpsc::Sender<Proposal>,
+    reads: mpsc::Sender<ReadWaiter>,
+}
+
+impl Group {
+    /// Opens the group's log and state machine, starts Raft, and makes this
+    /// node the single initial member if the group is new.
+    pub async fn start(
+        id: u32,
+        name: &str,
+        cfg: &GroupConfig,
+        db: &sled::Db,
+        commit: GroupCommit,
+        store: StateStore,
+        handle: ShardHandle,
+    ) -> anyhow::Result<Group> {
+        let log = SledLogStore::<TypeConfig>::open(db, commit.clone(), name)?;
+        let sm = ShardStateMachine { shard: id, handle: handle.clone(), store, commit };
+        let raft_cfg = RaftConfig {
+            cluster_name: "plaudit".into(),
+            heartbeat_interval: cfg.heartbeat_ms,
+            election_timeout_min: cfg.election_min_ms,
+            election_timeout_max: cfg.election_max_ms,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            install_snapshot_timeout: 10_000,
+            ..Default::default()
+        };
+        let raft_cfg = Arc::new(raft_cfg.validate()?);
+        let raft = Raft::new(cfg.node_id, raft_cfg, crate::network::LocalOnly, log, sm).await?;
+        if !raft.is_initialized().await? {
+            let mut members = BTreeMap::new();
+            members.insert(cfg.node_id, BasicNode::default());
+            raft.initialize(members).await?;
+        }
+        let (ptx, prx) = mpsc::channel(cfg.max_pending);
+        let (rtx, rrx) = mpsc::channel(cfg.max_pending);
+        tokio::spawn(propose_loop(raft.clone(), prx, cfg.batch_max, cfg.max_in_flight));
+        tokio::spawn(read_loop(raft.clone(), rrx));
+        Ok(Group { id, raft, handle, proposals: ptx, reads: rtx })
+    }
+
+    /// Waits until this node leads the group (a single member elects itself
+    /// after one election timeout on a fresh start or restart).
+    pub async fn wait_leader(&self, timeout: Duration) -> anyhow::Result<()> {
+        let me = self.raft.metrics().borrow().id;
+        self.raft
+            .wait(Some(timeout))
+            .metrics(|m| m.current_leader == Some(me), "leader elected")
+            .await?;
+        Ok(())
+    }
+
+    /// Proposes one command; resolves with its applied result.
+    pub async fn propose(&self, cmd: Command) -> Result<CmdResult, WireError> {
+        let (tx, rx) = oneshot::channel();
+        self.proposals.try_send(Proposal { cmd, reply: tx }).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                WireError::overloaded(format!("shard {} has too many pending writes", self.id))
+            }
+            mpsc::error::TrySendError::Closed(_) => stopped(self.id),
+        })?;
+        rx.await.map_err(|_| stopped(self.id))?
+    }
+
+    /// Returns once this node's state machine reflects every write committed
+    /// before the call (a read-index check).
+    pub async fn read_barrier(&self) -> Result<(), WireError> {
+        let (tx, rx) = oneshot::channel();
+        self.reads.try_send(tx).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                WireError::overloaded(format!("shard {} has too many pending reads", self.id))
+            }
+            mpsc::error::TrySendError::Closed(_) => stopped(self.id),
+        })?;
+        rx.await.map_err(|_| stopped(self.id))?
+    }
+}
+
+fn stopped(id: u32) -> WireError {
+    WireError::internal(format!("shard {id} is not running"))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn not_leader(id: u32, leader: Option<NodeId>) -> WireError {
+    let mut e = WireError::new(ErrorCode::NotLeader, format!("this node does not lead shard {id}"));
+    e.leader = Some(LeaderHint { shard: id, leader, epoch: 0 });
+    e
+}
+
+async fn propose_loop(
+    raft: Raft,
+    mut rx: mpsc::Receiver<Proposal>,
+    batch_max: usize,
+    in_flight: usize,
+) {
+    let slots = Arc::new(Semaphore::new(in_flight));
+    // Entry times never go backwards within a shard, even if the wall clock
+    // does, so list order (by mtime) matches log order.
+    let mut last_now = 0u64;
+    let id = raft.metrics().borrow().id;
+    while let Some(first) = rx.recv().await {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        // Everything that queued while we waited for a slot joins this entry.
+        let mut batch = vec![first];
+        while batch.len() < batch_max {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        last_now = last_now.max(now_ms());
+        let (cmds, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
+        // Handing the entry to Raft here, in the loop, keeps entries in
+        // arrival order; only waiting for the commit runs concurrently.
+        let rx = match raft.client_write_ff(Batch { now: last_now, cmds }).await {
+            Ok(rx) => rx,
+            Err(e) => {
+                let err = WireError::internal(format!("raft stopped: {e}"));
+                for r in replies {
+                    let _ = r.send(Err(err.clone()));
+                }
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let _permit = permit;
+            match rx.await {
+                Ok(Ok(resp)) => {
+                    for (r, res) in replies.into_iter().zip(resp.data) {
+                        let _ = r.send(Ok(res));
+                    }
+                }
+                Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
+                    let err = not_leader(id as u32, f.leader_id);
+                    for r in replies {
+                        let _ = r.send(Err(err.clone()));
+                    }
+                }
+                Ok(Err(e)) => {
+                    let err = WireError::internal(e.to_string());
+                    for r in replies {
+                        let _ = r.send(Err(err.clone()));
+                    }
+                }
+                Err(_) => {
+                    let err = WireError::internal("raft dropped the write");
+                    for r in replies {
+                        let _ = r.send(Err(err.clone()));
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn read_loop(raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>) {
+    while let Some(first) = rx.recv().await {
+        let mut waiters = vec![first];
+        while let Ok(w) = rx.try_recv() {
+            waiters.push(w);
+        }
+        let res = match raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(e)) => Err(match e {
+                openraft::error::CheckIsLeaderError::ForwardToLeader(f) => {
+                    not_leader(0, f.leader_id)
+                }
+                other => WireError::internal(other.to_string()),
+            }),
+            Err(RaftError::Fatal(e)) => Err(WireError::internal(format!("raft stopped: {e}"))),
+        };
+        for w in waiters {
+            let _ = w.send(res.clone());
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! Plaudit's replication layer: one openraft group per shard (plus a
+//! metadata group for the business registry), proposal batching, batched
+//! linearizable reads, outbox delivery between shards, and request routing.
+//!
+//! ```text
+//! Engine::handle(Request)
+//!   ├─ write ─> Group (proposer: many commands -> one Raft entry) ─> openraft
+//!   │             ─> ShardStateMachine::apply ─> ShardActor (actors crate) ─> sled
+//!   └─ read  ─> Group (reader: many reads -> one read-index check) ─> stored state
+//! Delivery (per shard): outbox ─> Deliver on the target shard ─> Ack on the source
+//! ```
+//!
+//! This step runs every group with this node as its only member; the Raft
+//! transport between nodes, the shard map and membership changes come with
+//! the cluster step and slot in behind `network` and `engine`.
+
+pub mod engine;
+pub mod group;
+pub mod network;
+pub mod outbox;
+pub mod state_machine;
+pub mod types;
+
+pub use engine::{Engine, EngineConfig, ShardStats};
+pub use group::GroupConfig;

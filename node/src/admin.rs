@@ -1,0 +1,528 @@
+//! The admin HTTP endpoint: liveness, readiness and Prometheus metrics.
+//!
+//! | request          | reply                                                   |
+//! | ---------------- | ------------------------------------------------------- |
+//! | `GET /healthz`   | `200 ok` while the process runs                         |
+//! | `GET /readyz`    | `200 ready` or `503 not ready`, from [`AdminSource::ready`] |
+//! | `GET /metrics`   | `200` with [`AdminSource::metrics_text`]                |
+//!
+//! Any other path is `404`, any method but `GET` (and `HEAD`, which RFC 9110
+//! asks every server to support) is `405`, an unparsable request is `400`.
+//!
+//! Three fixed endpoints read by probes and a scraper do not justify an HTTP
+//! framework, so this is a deliberately small HTTP/1.1 server over tokio TCP:
+//! one request per connection (`Connection: close`), the request head capped
+//! at 8 KiB and 5 seconds, the body (if any) ignored.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+/// What the admin endpoint reports. Implemented by the node.
+pub trait AdminSource: Send + Sync + 'static {
+    /// Whether the node should receive client traffic (for `/readyz`). A node
+    /// turns this off first when it starts shutting down.
+    fn ready(&self) -> bool;
+    /// The Prometheus text exposition served at `/metrics`.
+    fn metrics_text(&self) -> String;
+}
+
+/// Largest request head (request line and headers) accepted.
+pub const MAX_HEAD_BYTES: usize = 8 * 1024;
+/// How long a client may take to send its request head.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to read the response.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most admin connections served at once; more wait in the listen backlog.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The bounds one connection is held to; tests shorten them.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    read_timeout: Duration,
+    write_timeout: Duration,
+}
+
+const DEFAULT_LIMITS: Limits = Limits { read_timeout: READ_TIMEOUT, write_timeout: WRITE_TIMEOUT };
+
+/// Serves admin requests on `listener` until `shutdown` completes, then stops
+/// accepting and returns `Ok(())`. Each connection runs in its own task; those
+/// already accepted finish on their own (each is bounded by the timeouts above).
+///
+/// Errors from `accept` are logged and retried after a short pause rather than
+/// returned: running out of file descriptors is exactly when the metrics
+/// endpoint must stay up.
+pub async fn serve(
+    listener: TcpListener,
+    source: Arc<dyn AdminSource>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    serve_with(listener, source, shutdown, DEFAULT_LIMITS).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    source: Arc<dyn AdminSource>,
+    shutdown: impl Future<Output = ()> + Send,
+    limits: Limits,
+) -> io::Result<()> {
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = accept(&listener, &permits) => accepted,
+        };
+        match accepted {
+            Ok((stream, peer, permit)) => {
+                let source = source.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = handle(stream, source.as_ref(), limits).await {
+                        debug!(%peer, error = %e, "admin connection failed");
+                    }
+                    drop(permit);
+                });
+            }
+            Err(e) if is_per_connection(&e) => continue,
+            Err(e) => {
+                warn!(error = %e, "admin accept failed; retrying");
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits for a free connection slot, then for a connection.
+async fn accept(
+    listener: &TcpListener,
+    permits: &Arc<Semaphore>,
+) -> io::Result<(TcpStream, SocketAddr, tokio::sync::OwnedSemaphorePermit)> {
+    // The semaphore is never closed, so acquiring can only wait, not fail.
+    let permit = permits.clone().acquire_owned().await.map_err(io::Error::other)?;
+    let (stream, peer) = listener.accept().await?;
+    Ok((stream, peer, permit))
+}
+
+/// Errors that concern one half-open connection, not the listener.
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}
+
+/// Reads one request, writes one response, closes.
+async fn handle(mut stream: TcpStream, source: &dyn AdminSource, limits: Limits) -> io::Result<()> {
+    let head = match tokio::time::timeout(limits.read_timeout, read_head(&mut stream)).await {
+        Ok(Ok(Head::Complete(head))) => Ok(head),
+        Ok(Ok(Head::Empty)) => return Ok(()), // a TCP probe: connected and left
+        Ok(Ok(Head::Truncated)) => Err(Response::text(400, "Bad Request", "bad request\n")),
+        Ok(Ok(Head::TooLarge)) => {
+            Err(Response::text(431, "Request Header Fields Too Large", "request head too large\n"))
+        }
+        Ok(Err(e)) => return Err(e),
+        Err(_elapsed) => Err(Response::text(408, "Request Timeout", "request timeout\n")),
+    };
+    let (response, head_only) = match head {
+        Ok(head) => match parse_request(&head) {
+            Some(request) => {
+                debug!(method = request.method, path = request.path, "admin request");
+                (route(&request, source), request.method == "HEAD")
+            }
+            None => (Response::text(400, "Bad Request", "bad request\n"), false),
+        },
+        Err(response) => (response, false),
+    };
+    let bytes = response.encode(head_only);
+    match tokio::time::timeout(limits.write_timeout, stream.write_all(&bytes)).await {
+        Ok(result) => result?,
+        Err(_elapsed) => return Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")),
+    }
+    linger(stream, limits.write_timeout).await;
+    Ok(())
+}
+
+/// Half-closes the connection and reads what the client still sends until it
+/// closes its side. Closing a socket with unread input makes the kernel send a
+/// reset, which can destroy the response before the client reads it (say, a
+/// `405` to a `POST` whose body we never read).
+async fn linger(mut stream: TcpStream, timeout: Duration) {
+    const MAX_DRAIN: usize = 1 << 20;
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut scratch = [0u8; 4096];
+        let mut drained = 0;
+        while drained < MAX_DRAIN {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(timeout, drain).await;
+}
+
+enum Head {
+    /// The bytes up to and including the blank line that ends the head.
+    Complete(Vec<u8>),
+    /// The client closed the connection without sending anything.
+    Empty,
+    /// The client closed the connection in the middle of the head.
+    Truncated,
+    /// No blank line within [`MAX_HEAD_BYTES`].
+    TooLarge,
+}
+
+async fn read_head(stream: &mut TcpStream) -> io::Result<Head> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(if buf.is_empty() { Head::Empty } else { Head::Truncated });
+        }
+        // Search only where a terminator may newly appear.
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = find_head_end(&buf[from..]) {
+            buf.truncate(from + end);
+            return Ok(Head::Complete(buf));
+        }
+        if buf.len() >= MAX_HEAD_BYTES {
+            return Ok(Head::TooLarge);
+        }
+    }
+}
+
+/// The length of the head in `buf`, through its `\r\n\r\n` (or bare `\n\n`,
+/// which RFC 9112 allows a server to accept).
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    (0..buf.len()).find_map(|i| {
+        if buf[i..].starts_with(b"\r\n\r\n") {
+            Some(i + 4)
+        } else if buf[i..].starts_with(b"\n\n") {
+            Some(i + 2)
+        } else {
+            None
+        }
+    })
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Request<'a> {
+    method: &'a str,
+    /// The target without its query string.
+    path: &'a str,
+}
+
+/// Parses the request line and checks the header lines are well formed.
+fn parse_request(head: &[u8]) -> Option<Request<'_>> {
+    if head.len() > MAX_HEAD_BYTES {
+        return None;
+    }
+    let text = std::str::from_utf8(head).ok()?;
+    let mut lines = text.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line));
+    let mut parts = lines.next()?.split(' ');
+    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
+    let well_formed = parts.next().is_none()
+        && !method.is_empty()
+        && method.bytes().all(|b| b.is_ascii_uppercase())
+        && target.starts_with('/')
+        && matches!(version, "HTTP/1.0" | "HTTP/1.1");
+    if !well_formed {
+        return None;
+    }
+    for line in lines.filter(|line| !line.is_empty()) {
+        let (name, _value) = line.split_once(':')?;
+        if name.is_empty() || name.bytes().any(|b| b.is_ascii_whitespace()) {
+            return None;
+        }
+    }
+    let path = target.split_once('?').map_or(target, |(path, _query)| path);
+    Some(Request { method, path })
+}
+
+fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
+    if request.method != "GET" && request.method != "HEAD" {
+        let mut response = Response::text(405, "Method Not Allowed", "method not allowed\n");
+        response.allow = true;
+        return response;
+    }
+    match request.path {
+        "/healthz" => Response::text(200, "OK", "ok\n"),
+        "/readyz" if source.ready() => Response::text(200, "OK", "ready\n"),
+        "/readyz" => Response::text(503, "Service Unavailable", "not ready\n"),
+        "/metrics" => Response {
+            status: 200,
+            reason: "OK",
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: source.metrics_text(),
+            allow: false,
+        },
+        _ => Response::text(404, "Not Found", "not found\n"),
+    }
+}
+
+struct Response {
+    status: u16,
+    reason: &'static str,
+    content_type: &'static str,
+    body: String,
+    /// Whether to send `Allow` (with a `405`).
+    allow: bool,
+}
+
+impl Response {
+    fn text(status: u16, reason: &'static str, body: &str) -> Response {
+        let content_type = "text/plain; charset=utf-8";
+        Response { status, reason, content_type, body: body.to_string(), allow: false }
+    }
+
+    /// The response's bytes; for `HEAD` the headers only, with the length the
+    /// body would have.
+    fn encode(&self, head_only: bool) -> Vec<u8> {
+        let allow = if self.allow { "Allow: GET, HEAD\r\n" } else { "" };
+        let head = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}\
+             Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            self.status,
+            self.reason,
+            self.content_type,
+            self.body.len(),
+        );
+        let mut bytes = head.into_bytes();
+        if !head_only {
+            bytes.extend_from_slice(self.body.as_bytes());
+        }
+        bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::oneshot;
+    use tokio::task::JoinHandle;
+
+    struct TestSource {
+        ready: AtomicBool,
+    }
+
+    impl AdminSource for TestSource {
+        fn ready(&self) -> bool {
+            self.ready.load(Ordering::SeqCst)
+        }
+        fn metrics_text(&self) -> String {
+            "# HELP up Whether up.\n# TYPE up gauge\nup 1\n".to_string()
+        }
+    }
+
+    struct Server {
+        addr: SocketAddr,
+        source: Arc<TestSource>,
+        stop: Option<oneshot::Sender<()>>,
+        task: JoinHandle<io::Result<()>>,
+    }
+
+    async fn start_with(limits: Limits) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let source = Arc::new(TestSource { ready: AtomicBool::new(false) });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let task = tokio::spawn(serve_with(listener, source.clone(), shutdown, limits));
+        Server { addr, source, stop: Some(stop), task }
+    }
+
+    async fn start() -> Server {
+        start_with(DEFAULT_LIMITS).await
+    }
+
+    #[derive(Debug)]
+    struct Reply {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    }
+
+    impl Reply {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// Sends `raw` and reads the whole reply (the server closes after it).
+    async fn exchange(addr: SocketAddr, raw: &[u8]) -> Reply {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(raw).await.unwrap();
+        let mut bytes = Vec::new();
+        let read = stream.read_to_end(&mut bytes);
+        tokio::time::timeout(Duration::from_secs(10), read).await.unwrap().unwrap();
+        parse_reply(&bytes)
+    }
+
+    fn parse_reply(bytes: &[u8]) -> Reply {
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").expect("reply has a head");
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap();
+        let mut parts = status_line.splitn(3, ' ');
+        assert_eq!(parts.next(), Some("HTTP/1.1"));
+        let status = parts.next().unwrap().parse().unwrap();
+        let headers = lines
+            .map(|l| {
+                let (n, v) = l.split_once(": ").unwrap();
+                (n.to_string(), v.to_string())
+            })
+            .collect();
+        let reply = Reply { status, headers, body: body.to_string() };
+        assert_eq!(reply.header("Connection"), Some("close"));
+        let length: usize = reply.header("Content-Length").unwrap().parse().unwrap();
+        assert_eq!(length, reply.body.len(), "Content-Length matches the body");
+        reply
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> Reply {
+        let raw = format!("GET {path} HTTP/1.1\r\nHost: test\r\nUser-Agent: t/1\r\n\r\n");
+        exchange(addr, raw.as_bytes()).await
+    }
+
+    #[tokio::test]
+    async fn healthz_answers_ok() {
+        let server = start().await;
+        let reply = get(server.addr, "/healthz").await;
+        assert_eq!((reply.status, reply.body.as_str()), (200, "ok\n"));
+    }
+
+    #[tokio::test]
+    async fn readyz_follows_the_source() {
+        let server = start().await;
+        let reply = get(server.addr, "/readyz").await;
+        assert_eq!((reply.status, reply.body.as_str()), (503, "not ready\n"));
+        server.source.ready.store(true, Ordering::SeqCst);
+        let reply = get(server.addr, "/readyz").await;
+        assert_eq!((reply.status, reply.body.as_str()), (200, "ready\n"));
+        server.source.ready.store(false, Ordering::SeqCst);
+        assert_eq!(get(server.addr, "/readyz").await.status, 503);
+    }
+
+    #[tokio::test]
+    async fn metrics_serves_the_exposition_format() {
+        let server = start().await;
+        let reply = get(server.addr, "/metrics?name[]=up").await;
+        assert_eq!(reply.status, 200);
+        assert!(reply.header("Content-Type").unwrap().starts_with("text/plain; version=0.0.4"));
+        assert_eq!(reply.body, server.source.metrics_text());
+    }
+
+    #[tokio::test]
+    async fn unknown_path_is_404() {
+        let server = start().await;
+        assert_eq!(get(server.addr, "/").await.status, 404);
+        assert_eq!(get(server.addr, "/metricsx").await.status, 404);
+    }
+
+    #[tokio::test]
+    async fn other_methods_are_405_even_with_an_unread_body() {
+        let server = start().await;
+        let body = vec![b'x'; 200_000];
+        let mut raw = format!("POST /metrics HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len())
+            .into_bytes();
+        raw.extend_from_slice(&body);
+        let reply = exchange(server.addr, &raw).await;
+        assert_eq!(reply.status, 405);
+        assert_eq!(reply.header("Allow"), Some("GET, HEAD"));
+    }
+
+    #[tokio::test]
+    async fn head_sends_headers_without_a_body() {
+        let server = start().await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(b"HEAD /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut bytes = Vec::new();
+        stream.read_to_end(&mut bytes).await.unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+        assert!(text.contains("Content-Length: 3\r\n") && text.ends_with("\r\n\r\n"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn garbage_is_400() {
+        let server = start().await;
+        assert_eq!(exchange(server.addr, b"hello there\r\n\r\n").await.status, 400);
+        assert_eq!(exchange(server.addr, b"GET /healthz\r\n\r\n").await.status, 400);
+        assert_eq!(exchange(server.addr, b"GET healthz HTTP/1.1\r\n\r\n").await.status, 400);
+        let bad_header = b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n";
+        assert_eq!(exchange(server.addr, bad_header).await.status, 400);
+        assert_eq!(exchange(server.addr, b"\xff\xfe\r\n\r\n").await.status, 400);
+    }
+
+    #[tokio::test]
+    async fn a_head_cut_short_by_eof_is_400() {
+        let server = start().await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x").await.unwrap();
+        stream.shutdown().await.unwrap();
+        let mut bytes = Vec::new();
+        stream.read_to_end(&mut bytes).await.unwrap();
+        assert_eq!(parse_reply(&bytes).status, 400);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_head_is_431() {
+        let server = start().await;
+        let raw = format!("GET /healthz HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES));
+        assert_eq!(exchange(server.addr, raw.as_bytes()).await.status, 431);
+    }
+
+    #[tokio::test]
+    async fn a_slow_client_gets_408() {
+        let limits = Limits { read_timeout: Duration::from_millis(100), ..DEFAULT_LIMITS };
+        let server = start_with(limits).await;
+        // Half a request line, then nothing.
+        assert_eq!(exchange(server.addr, b"GET /hea").await.status, 408);
+    }
+
+    #[tokio::test]
+    async fn bare_newlines_and_http_1_0_are_accepted() {
+        let server = start().await;
+        assert_eq!(exchange(server.addr, b"GET /healthz HTTP/1.0\n\n").await.status, 200);
+    }
+
+    #[tokio::test]
+    async fn shutdown_stops_accepting() {
+        let mut server = start().await;
+        assert_eq!(get(server.addr, "/healthz").await.status, 200);
+        server.stop.take().unwrap().send(()).unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(5), server.task).await;
+        result.expect("serve returns after shutdown").unwrap().unwrap();
+        // The listener is gone with `serve`, so the port refuses connections.
+        assert!(TcpStream::connect(server.addr).await.is_err());
+    }
+
+    #[test]
+    fn request_line_parsing() {
+        let parsed = parse_request(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(parsed, Some(Request { method: "GET", path: "/metrics" }));
+        assert_eq!(parse_request(b"GET  /metrics HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(parse_request(b"get /metrics HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(parse_request(b"GET /metrics HTTP/2\r\n\r\n"), None);
+        assert_eq!(parse_request(b"GET /metrics HTTP/1.1\r\n : x\r\n\r\n"), None);
+    }
+}

@@ -1,0 +1,99 @@
+//! plaudit-node: starts one node and runs it until SIGTERM or SIGINT.
+
+use anyhow::Context;
+use clap::Parser;
+use plaudit_cluster::{Engine, EngineConfig, GroupConfig};
+use plaudit_node::config::{Args, Config};
+use plaudit_node::metrics::Metrics;
+use plaudit_node::server::{Limits, Server};
+use plaudit_node::status::NodeStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::info;
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let cfg = Config::load(&args)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log))
+        .with_writer(std::io::stderr)
+        .init();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(cfg))
+}
+
+async fn run(cfg: Config) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    // Bind first: a port conflict should fail fast, before opening storage.
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("binding client listener {}", cfg.listen))?;
+    let admin = tokio::net::TcpListener::bind(cfg.admin)
+        .await
+        .with_context(|| format!("binding admin listener {}", cfg.admin))?;
+
+    let engine_cfg = EngineConfig {
+        data_dir: cfg.data_dir.clone(),
+        shards: cfg.shards,
+        group: GroupConfig {
+            node_id: cfg.node_id,
+            heartbeat_ms: cfg.raft_heartbeat_ms,
+            election_min_ms: cfg.raft_election_min_ms,
+            election_max_ms: cfg.raft_election_max_ms,
+            snapshot_every: cfg.snapshot_every_entries,
+            batch_max: cfg.batch_max_commands,
+            max_in_flight: cfg.max_proposals_in_flight,
+            max_pending: cfg.max_pending_per_shard,
+        },
+        actor_budget: cfg.actor_budget_per_shard,
+        actor_idle: cfg.actor_idle(),
+        outbox_batch: cfg.outbox_batch,
+        sled_cache_bytes: cfg.sled_cache_mb * 1024 * 1024,
+    };
+    let metrics = Arc::new(Metrics::new());
+    // Admin comes up before the engine so /healthz answers during recovery
+    // while /readyz says "not ready".
+    let engine = Engine::open(engine_cfg).await.context("opening the engine")?;
+    let engine = Arc::new(engine);
+    let status = Arc::new(NodeStatus {
+        engine: engine.clone(),
+        metrics: metrics.clone(),
+        serving: AtomicBool::new(true),
+    });
+    let (admin_stop_tx, admin_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let admin_task = tokio::spawn(plaudit_node::admin::serve(admin, status.clone(), async move {
+        let _ = admin_stop_rx.await;
+    }));
+    info!(
+        listen = %cfg.listen, admin = %cfg.admin, shards = cfg.shards,
+        data_dir = %cfg.data_dir.display(), startup_ms = started.elapsed().as_millis() as u64,
+        "plaudit-node ready"
+    );
+
+    let server = Arc::new(Server {
+        engine: engine.clone(),
+        metrics,
+        limits: Limits {
+            max_connections: cfg.max_connections,
+            max_in_flight_per_connection: cfg.max_in_flight_per_connection,
+            request_timeout: cfg.request_timeout(),
+        },
+    });
+    let shutdown = async {
+        tokio::select! {
+            _ = sigterm.recv() => info!("SIGTERM: shutting down"),
+            _ = sigint.recv() => info!("SIGINT: shutting down"),
+        }
+    };
+    // Shutdown order: stop accepting and drain connections, stop Raft and
+    // actors, make storage durable, then stop the admin endpoint last.
+    server.run(listener, shutdown, cfg.shutdown_grace()).await;
+    status.serving.store(false, Ordering::Relaxed);
+    engine.shutdown().await;
+    let _ = admin_stop_tx.send(());
+    let _ = admin_task.await;
+    info!("plaudit-node stopped");
+    Ok(())
+}

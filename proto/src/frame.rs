@@ -1,0 +1,172 @@
+//! Length-prefixed frames over any async byte stream.
+//!
+//! A frame is `[u32 BE len][payload]` with `payload = [version][bincode]`.
+//! The length is checked before any allocation, so an oversized or hostile
+//! length costs nothing. A payload that fails to decode still has known
+//! bounds, so the stream stays in sync and the connection can keep serving;
+//! only a bad length forces the connection closed.
+
+use crate::codec::{self, CodecError};
+use crate::limits::MAX_FRAME_LEN;
+use crate::message::Envelope;
+use serde::{de::DeserializeOwned, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The protocol version this build speaks. Bumped on incompatible changes.
+pub const PROTOCOL_VERSION: u8 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The peer closed the stream cleanly between frames.
+    #[error("connection closed")]
+    Closed,
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// The length prefix is zero or over the limit; the stream is out of sync.
+    #[error("frame length {0} is outside 1..={MAX_FRAME_LEN}")]
+    BadLength(usize),
+    /// The payload was read whole but is not a valid envelope; the stream is in sync.
+    #[error("malformed frame (req_id {req_id:?}): {reason}")]
+    Malformed { req_id: Option<u64>, reason: String },
+}
+
+impl FrameError {
+    /// Whether the stream can still be read after this error.
+    pub fn in_sync(&self) -> bool {
+        matches!(self, FrameError::Malformed { .. })
+    }
+}
+
+/// Reads one raw payload. `buf` is reused across calls to avoid allocation.
+pub async fn read_payload<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<(), FrameError> {
+    let mut len = [0u8; 4];
+    match reader.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME_LEN {
+        return Err(FrameError::BadLength(len));
+    }
+    buf.clear();
+    buf.resize(len, 0);
+    reader.read_exact(buf).await?;
+    Ok(())
+}
+
+/// Decodes a payload read by `read_payload`.
+pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<Envelope<T>, FrameError> {
+    let (version, body) = payload.split_first().ok_or(FrameError::BadLength(0))?;
+    let req_id = peek_req_id(body);
+    if *version != PROTOCOL_VERSION {
+        return Err(FrameError::Malformed {
+            req_id,
+            reason: format!(
+                "unsupported protocol version {version}, this node speaks {PROTOCOL_VERSION}"
+            ),
+        });
+    }
+    codec::from_bytes(body).map_err(|e| FrameError::Malformed { req_id, reason: e.to_string() })
+}
+
+/// The request id is the envelope's first field, so it can be recovered from a
+/// payload whose body is broken, letting the error reply reach the right caller.
+fn peek_req_id(body: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        req_id: u64,
+    }
+    bincode::serde::decode_from_slice::<Head, _>(body, bincode::config::standard())
+        .ok()
+        .map(|(h, _)| h.req_id)
+}
+
+/// Reads and decodes one frame.
+pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
+    reader: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<Envelope<T>, FrameError> {
+    read_payload(reader, buf).await?;
+    decode_payload(buf)
+}
+
+/// Encodes one frame (prefix, version, envelope) onto the end of `out`, so
+/// many frames can be written with one syscall.
+pub fn encode_frame<T: Serialize>(env: &Envelope<T>, out: &mut Vec<u8>) -> Result<(), CodecError> {
+    let start = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, PROTOCOL_VERSION]);
+    if let Err(e) = codec::encode_into(env, out) {
+        out.truncate(start);
+        return Err(e);
+    }
+    let len = out.len() - start - 4;
+    if len > MAX_FRAME_LEN {
+        out.truncate(start);
+        return Err(CodecError::Encode(format!("frame of {len} bytes exceeds {MAX_FRAME_LEN}")));
+    }
+    out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(())
+}
+
+/// Encodes and writes one frame.
+pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
+    writer: &mut W,
+    env: &Envelope<T>,
+) -> Result<(), FrameError> {
+    let mut out = Vec::new();
+    encode_frame(env, &mut out)
+        .map_err(|e| FrameError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    writer.write_all(&out).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Request;
+
+    #[tokio::test]
+    async fn frames_round_trip_back_to_back() {
+        let mut out = Vec::new();
+        for id in 0..3 {
+            encode_frame(&Envelope { req_id: id, body: Request::Ping }, &mut out).unwrap();
+        }
+        let mut rd = &out[..];
+        let mut buf = Vec::new();
+        for id in 0..3 {
+            let env: Envelope<Request> = read_frame(&mut rd, &mut buf).await.unwrap();
+            assert_eq!(env.req_id, id);
+        }
+        assert!(matches!(
+            read_frame::<_, Request>(&mut rd, &mut buf).await,
+            Err(FrameError::Closed)
+        ));
+    }
+
+    #[tokio::test]
+    async fn oversized_length_is_rejected_before_reading() {
+        let bytes = ((MAX_FRAME_LEN + 1) as u32).to_be_bytes();
+        let mut rd = &bytes[..];
+        let err = read_frame::<_, Request>(&mut rd, &mut Vec::new()).await.unwrap_err();
+        assert!(matches!(err, FrameError::BadLength(_)));
+        assert!(!err.in_sync());
+    }
+
+    #[tokio::test]
+    async fn garbage_body_keeps_the_request_id() {
+        let mut out = Vec::new();
+        encode_frame(&Envelope { req_id: 42, body: Request::Ping }, &mut out).unwrap();
+        // Replace the body's variant tag with one that does not exist.
+        let last = out.len() - 1;
+        out[last] = 0xEE;
+        let mut rd = &out[..];
+        match read_frame::<_, Request>(&mut rd, &mut Vec::new()).await {
+            Err(FrameError::Malformed { req_id, .. }) => assert_eq!(req_id, Some(42)),
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+    }
+}

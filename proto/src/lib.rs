@@ -1,0 +1,39 @@
+//! Plaudit's wire contract: ids, requests and replies per command family,
+//! stable error codes, request limits, and the frame codec.
+//!
+//! A request travels as one frame:
+//!
+//! ```text
+//! [u32 big-endian payload length][u8 protocol version][bincode(Envelope<Request>)]
+//! ```
+//!
+//! Requests are pipelined on one connection and replies may come back out of
+//! order; `Envelope::req_id` pairs them. This crate is the only place bincode
+//! is called (`codec`), so the storage format and the wire format share one
+//! configuration.
+//!
+//! Modules:
+//! - `ids`: the id types shared by every crate;
+//! - `error`: `ErrorCode` and `WireError`, what every failure becomes at the edge;
+//! - `limits`: the bounds every request is checked against;
+//! - `business`, `likes`: one file per command family, types plus validation;
+//! - `message`: the `Request` / `Response` enums and the `Envelope`;
+//! - `codec`: bincode encode/decode of anything serde;
+//! - `frame`: async length-prefixed frame reading and writing;
+//! - `routing`: the stable key -> shard function.
+
+pub mod business;
+pub mod codec;
+pub mod error;
+pub mod frame;
+pub mod ids;
+pub mod likes;
+pub mod limits;
+pub mod message;
+pub mod routing;
+
+pub use business::{BizConfig, Business};
+pub use error::{ErrorCode, WireError};
+pub use ids::{BizId, EntityId, Millis, ShardId, UserId};
+pub use likes::{LikeAction, LikeState};
+pub use message::{Envelope, Request, Response};

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs every check and test of the workspace, the way CI does:
+#   format, clippy (warnings are errors), build the binaries the end-to-end
+#   tests spawn, then every test. Prints the total test count at the end; a
+#   run that executes no test fails.
+#
+# Needs only the Rust toolchain (cargo, rustfmt, clippy). The tests start
+# their own plaudit-node processes on 127.0.0.1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found; install Rust (https://rustup.rs) first" >&2
+  exit 1
+fi
+for comp in rustfmt clippy; do
+  if ! cargo "${comp/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then rustup component add "$comp"; fi
+  fi
+done
+
+# Build outside the clone so repeated runs (and CI on the same machine) reuse it.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/plaudit-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+mkdir -p "$CARGO_TARGET_DIR"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo build --bins"
+cargo build --workspace --bins --locked
+echo "== cargo test"
+set +e
+cargo test --workspace --locked 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+
+passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+ignored=$(grep -Eo '[0-9]+ ignored' "$log" | awk '{s+=$1} END {print s+0}')
+echo
+echo "tests: $passed passed, $failed failed, $ignored skipped"
+if [ "$status" -ne 0 ]; then
+  exit "$status"
+fi
+if [ "$passed" -eq 0 ]; then
+  echo "error: no test was executed" >&2
+  exit 1
+fi

@@ -1,0 +1,297 @@
+//! Group commit: one flusher thread per `sled::Db` that turns many durability
+//! requests into one `flush` plus one `fdatasync`.
+//!
+//! Why it exists: every Raft group on a node appends to the same `Db`, and an
+//! fsync per append caps a node at a few thousand entries per second, while one
+//! `Db::flush` covers every tree. So callers `submit` a callback and a single
+//! named thread ("plaudit-flush") loops:
+//!
+//! ```text
+//! recv (block for the first request) -> drain the queue -> Db::flush
+//!   -> fdatasync new blob files -> fdatasync <dir>/db -> complete every drained callback
+//! ```
+//!
+//! Why the extra `fdatasync`s: sled 0.34's `flush` ends in `sync_file_range`,
+//! which pushes pages to the device but does not flush its cache and does not
+//! persist file metadata; sled's own `fsync` runs every 500 ms in the
+//! background. Values too large for a log segment (about 128 KiB with the
+//! default 512 KiB segments) live in `<dir>/blobs/<lsn>`, which sled writes
+//! without any sync at all, so the flusher syncs blobs it has not seen before.
+//! `flush_async` is never used: it deadlocks under concurrency in 0.34.
+//!
+//! The thread exits once every `GroupCommit` clone is dropped, after completing
+//! the callbacks still queued; dropping the last clone waits for that, so the
+//! `Db` clone the thread holds is released when the drop returns. Errors are
+//! handed to the callbacks; nothing here panics the node.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::{JoinHandle, ThreadId};
+
+/// What a durability request runs once its flush has finished (or failed).
+pub type FlushCallback = Box<dyn FnOnce(io::Result<()>) + Send + 'static>;
+
+/// The name of sled 0.34's single data file inside the `Db` directory
+/// (`Inner::db_path` in sled's `config.rs`).
+const DATA_FILE: &str = "db";
+/// The directory sled 0.34 keeps out-of-segment values in (`Inner::blob_path`).
+const BLOB_DIR: &str = "blobs";
+
+/// A handle to the node's flusher thread. Cheap to clone; the thread lives as
+/// long as any clone does.
+#[derive(Clone)]
+pub struct GroupCommit {
+    inner: Arc<Inner>,
+}
+
+/// Counters for metrics, read without stopping the flusher.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupCommitStats {
+    /// Flush rounds run (each one `Db::flush` plus `fdatasync`), failed or not.
+    pub flushes: u64,
+    /// Callbacks completed, with `Ok` or `Err`.
+    pub callbacks_completed: u64,
+    /// Flush rounds that failed; their callbacks all received the error.
+    pub flush_errors: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    flushes: AtomicU64,
+    callbacks_completed: AtomicU64,
+    flush_errors: AtomicU64,
+}
+
+struct Inner {
+    /// `Some` until `Drop` takes it: closing the channel is what stops the thread.
+    tx: Option<Sender<FlushCallback>>,
+    counters: Arc<Counters>,
+    thread_id: ThreadId,
+    /// Taken and joined by `Drop`.
+    handle: Option<JoinHandle<()>>,
+}
+
+impl GroupCommit {
+    /// Starts the flusher for `db`, whose directory is `dir` (the path the `Db`
+    /// was opened with). Fails if `dir` holds no sled data file.
+    pub fn start(db: sled::Db, dir: &Path) -> io::Result<GroupCommit> {
+        let data_path = dir.join(DATA_FILE);
+        // Read-only is enough for fdatasync, and a second descriptor leaves
+        // sled's exclusive lock alone: fs2 takes it with flock(2), which
+        // belongs to sled's own open file description, not to the inode.
+        let data_file = File::open(&data_path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("sled data file {} (is this the Db's dir?): {e}", data_path.display()),
+            )
+        })?;
+        // The data file and blob directory were created by `sled::open`; make
+        // their directory entries durable once, so later syncs have a file to find.
+        sync_dir(dir)?;
+        let blobs = BlobSync::new(dir.join(BLOB_DIR));
+
+        let (tx, rx) = mpsc::channel();
+        let counters = Arc::new(Counters::default());
+        let flusher = Flusher { rx, db, data_file, blobs, counters: counters.clone() };
+        let handle = std::thread::Builder::new()
+            .name("plaudit-flush".into())
+            .spawn(move || flusher.run())?;
+        let thread_id = handle.thread().id();
+        Ok(GroupCommit {
+            inner: Arc::new(Inner { tx: Some(tx), counters, thread_id, handle: Some(handle) }),
+        })
+    }
+
+    /// Completes `done` after a flush+fdatasync that began after this call.
+    ///
+    /// `done` runs on the flusher thread: it must be quick and must not block
+    /// on another flush (see [`GroupCommit::flush_blocking`]).
+    pub fn submit(&self, done: FlushCallback) {
+        let Some(tx) = self.inner.tx.as_ref() else {
+            // Only `Drop` clears `tx`, and it holds the last handle, so no
+            // caller can get here; answer rather than lose the callback anyway.
+            done(Err(stopped()));
+            return;
+        };
+        if let Err(mpsc::SendError(done)) = tx.send(done) {
+            // The thread is gone (it contains panics, so this means it could
+            // not be kept alive): the request can never become durable through it.
+            done(Err(stopped()));
+        }
+    }
+
+    /// Waits, without blocking the executor, for a flush that began after this call.
+    pub async fn flush(&self) -> io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(Box::new(move |result| {
+            // The waiter may have been cancelled; then nobody wants the answer.
+            let _ = tx.send(result);
+        }));
+        rx.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Blocks the calling thread until a flush that began after this call is
+    /// done. For synchronous callers; inside async code use [`GroupCommit::flush`].
+    /// Called from a flush callback it fails instead of deadlocking.
+    pub fn flush_blocking(&self) -> io::Result<()> {
+        if std::thread::current().id() == self.inner.thread_id {
+            return Err(io::Error::other(
+                "flush_blocking called on the group-commit thread would wait on itself",
+            ));
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.submit(Box::new(move |result| {
+            let _ = tx.send(result);
+        }));
+        rx.recv().unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// A snapshot of the flusher's counters.
+    pub fn stats(&self) -> GroupCommitStats {
+        let c = &self.inner.counters;
+        GroupCommitStats {
+            flushes: c.flushes.load(Ordering::Relaxed),
+            callbacks_completed: c.callbacks_completed.load(Ordering::Relaxed),
+            flush_errors: c.flush_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl std::fmt::Debug for GroupCommit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCommit").field("stats", &self.stats()).finish()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the channel lets the thread finish what is queued and exit.
+        drop(self.tx.take());
+        // Wait for it, so that the thread's `Db` clone (and sled's file lock)
+        // is released when the last handle goes: a restart in the same process
+        // can reopen the directory at once. Not when the last handle is dropped
+        // by a callback on the flusher thread itself: it would wait on itself.
+        if std::thread::current().id() == self.thread_id {
+            return;
+        }
+        if let Some(handle) = self.handle.take() {
+            if handle.join().is_err() {
+                tracing::error!("group-commit flusher thread panicked");
+            }
+        }
+    }
+}
+
+/// The state owned by the flusher thread.
+struct Flusher {
+    rx: Receiver<FlushCallback>,
+    db: sled::Db,
+    data_file: File,
+    blobs: BlobSync,
+    counters: Arc<Counters>,
+}
+
+impl Flusher {
+    fn run(mut self) {
+        tracing::debug!("group-commit flusher started");
+        let mut batch: Vec<FlushCallback> = Vec::new();
+        // `recv` fails only once every sender is gone *and* the queue is empty,
+        // so callbacks submitted before the last handle dropped are still served.
+        while let Ok(first) = self.rx.recv() {
+            batch.push(first);
+            // Everything queued now was submitted before the flush below begins.
+            batch.extend(self.rx.try_iter());
+            // A panic inside sled must not drop the batch unanswered.
+            let result = catch_unwind(AssertUnwindSafe(|| self.flush_once()))
+                .unwrap_or_else(|_| Err(io::Error::other("sled panicked during flush")));
+            self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = &result {
+                self.counters.flush_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, waiting = batch.len(), "group-commit flush failed");
+            }
+            let completed = batch.len() as u64;
+            for done in batch.drain(..) {
+                let result = match &result {
+                    Ok(()) => Ok(()),
+                    // io::Error is not Clone: every waiter gets an equal copy.
+                    Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+                };
+                // A panicking callback must not take durability away from the
+                // rest of the node: contain it and carry on.
+                if catch_unwind(AssertUnwindSafe(|| done(result))).is_err() {
+                    tracing::error!("a group-commit callback panicked");
+                }
+            }
+            self.counters.callbacks_completed.fetch_add(completed, Ordering::Relaxed);
+        }
+        tracing::debug!("group-commit flusher stopped: every handle dropped");
+    }
+
+    /// One round: sled writes its buffers, then we make them (and any new
+    /// blobs) reach stable storage.
+    fn flush_once(&mut self) -> io::Result<()> {
+        self.db.flush().map_err(io::Error::from)?;
+        // Blobs first: the log records written by `flush` point at them.
+        self.blobs.sync_new()?;
+        self.data_file.sync_data()
+    }
+}
+
+/// Tracks which blob files are already durable, so each is synced once.
+struct BlobSync {
+    dir: PathBuf,
+    synced: HashSet<OsString>,
+}
+
+impl BlobSync {
+    fn new(dir: PathBuf) -> BlobSync {
+        BlobSync { dir, synced: HashSet::new() }
+    }
+
+    /// Syncs blob files not seen before, then the directory holding their names.
+    /// Cheap when there are no blobs: one directory read per flush round.
+    fn sync_new(&mut self) -> io::Result<()> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut present = HashSet::with_capacity(self.synced.len());
+        let mut new = 0usize;
+        for entry in entries {
+            let name = entry?.file_name();
+            if !self.synced.contains(&name) {
+                match File::open(self.dir.join(&name)) {
+                    Ok(file) => file.sync_data()?,
+                    // sled garbage-collected it between the listing and the open.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+                new += 1;
+            }
+            present.insert(name);
+        }
+        if new > 0 {
+            sync_dir(&self.dir)?;
+        }
+        // Forget blobs sled has removed, so the set tracks the directory.
+        self.synced = present;
+        Ok(())
+    }
+}
+
+/// fsync of a directory: makes the names it holds durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn stopped() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "group-commit flusher has stopped")
+}
