@@ -18,11 +18,12 @@ pub struct Batch {
 pub enum Command {
     /// A like action, applied by the user's shard (the truth).
     Like(LikeRequest),
-    /// Derived deltas from another shard's outbox. `seq`s are per
-    /// `(source, target)` and increase; a target ignores seqs it has applied.
+    /// Derived deltas from another shard's outbox: one record per source
+    /// batch, numbered by a seq per `(source, target)` that increases; a
+    /// target ignores records whose seq it has applied.
     Deliver {
         source: ShardId,
-        deltas: Vec<(u64, Delta)>,
+        records: Vec<(u64, Vec<Delta>)>,
     },
     /// The source learns that `target` applied these outbox entries.
     Ack {

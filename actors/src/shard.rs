@@ -24,7 +24,7 @@ use plaudit_proto::routing::shard_of;
 use plaudit_proto::{codec, BizId, EntityId, ShardId, UserId, WireError};
 use plaudit_storage::{StateStore, WriteSet};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -311,13 +311,13 @@ impl ShardActor {
         state: &mut ShardState,
         ws: &mut WriteSet,
         target: ShardId,
-        delta: &Delta,
+        deltas: &[Delta],
     ) -> Result<(), String> {
         let next = match state.outbox_next.get(&target) {
             Some(n) => *n,
             None => self.store.outbox_next(self.cfg.shard, target).map_err(|e| e.to_string())?,
         };
-        let bytes = codec::to_bytes(delta).map_err(|e| e.to_string())?;
+        let bytes = codec::to_bytes(deltas).map_err(|e| e.to_string())?;
         ws.push_outbox(self.cfg.shard, target, next, &bytes);
         state.outbox_next.insert(target, next + 1);
         Ok(())
@@ -331,7 +331,7 @@ impl ShardActor {
     ) -> ApplyResult {
         let shard = self.cfg.shard;
         let mut results: Vec<Vec<CmdResult>> = Vec::with_capacity(entries.len());
-        let mut ws = WriteSet::default();
+        let mut ws = WriteSet::new(shard);
         let mut users: Grouped<(BizId, UserId), UserOp> = Grouped::new();
         let mut ents: Grouped<(BizId, EntityId), EntityDelta> = Grouped::new();
 
@@ -356,14 +356,16 @@ impl ShardActor {
                         };
                         users.push((r.biz, r.user), op, Some((ei, ci)));
                     }
-                    Command::Deliver { source, deltas } => {
+                    Command::Deliver { source, records } => {
                         let mut seen = self.inbox_seq(state, *source)?;
                         let before = seen;
-                        for (seq, d) in deltas {
-                            if *seq <= seen {
+                        for (seq, d) in
+                            records.iter().flat_map(|(seq, ds)| ds.iter().map(move |d| (seq, d)))
+                        {
+                            if *seq <= before {
                                 continue; // a repeat after a leader change or retry
                             }
-                            seen = *seq;
+                            seen = seen.max(*seq);
                             match *d {
                                 Delta::Entity(ed) => ents.push((ed.biz, ed.entity), ed, None),
                                 Delta::Received { biz, owner, d_likes } => {
@@ -420,7 +422,8 @@ impl ShardActor {
             ent_waits.push((key, rx));
         }
 
-        let mut outbox_grew = false;
+        // Deltas per target shard; one outbox record per target per batch.
+        let mut outbox: BTreeMap<ShardId, Vec<Delta>> = BTreeMap::new();
         for ((biz, user), slots, rx) in user_waits {
             let outs = rx.await.map_err(|_| format!("user actor {user} died while applying"))??;
             for (slot, o) in slots.into_iter().zip(outs) {
@@ -438,8 +441,7 @@ impl ShardActor {
                                 ws.add_user_item(biz, shard, user, m, c.entity);
                             }
                             let target = shard_of(biz, c.entity, self.cfg.shard_count);
-                            self.push_outbox(state, &mut ws, target, &Delta::Entity(c.delta))?;
-                            outbox_grew = true;
+                            outbox.entry(target).or_default().push(Delta::Entity(c.delta));
                         }
                     }
                     UserOut::Received(total) => ws.put_received(biz, shard, user, total),
@@ -459,17 +461,15 @@ impl ShardActor {
                 }
                 if let Some((owner, d_likes)) = fx.owner_delta {
                     let target = shard_of(biz, owner, self.cfg.shard_count);
-                    self.push_outbox(
-                        state,
-                        &mut ws,
-                        target,
-                        &Delta::Received { biz, owner, d_likes },
-                    )?;
-                    outbox_grew = true;
+                    outbox.entry(target).or_default().push(Delta::Received { biz, owner, d_likes });
                 }
             }
         }
 
+        let outbox_grew = !outbox.is_empty();
+        for (target, deltas) in &outbox {
+            self.push_outbox(state, &mut ws, *target, deltas)?;
+        }
         if let Some(last) = entries.last() {
             ws.put_applied(shard, &last.log_id);
         }
@@ -538,7 +538,9 @@ impl ShardHandle {
         self.ask(ShardMsg::Reset).await
     }
 
-    pub fn stop(&self) {
-        self.actor.stop(None);
+    /// Stops the shard actor and its children and waits until they are gone,
+    /// so nothing holds the store afterwards.
+    pub async fn stop(&self) {
+        let _ = self.actor.stop_and_wait(None, Some(Duration::from_secs(10))).await;
     }
 }

@@ -278,11 +278,17 @@ impl Engine {
         for w in &self.workers {
             w.abort();
         }
+        for w in &self.workers {
+            // An aborted task resolves at its next await point.
+            while !w.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        }
         for g in self.groups.iter().chain(std::iter::once(&self.meta)) {
             if let Err(e) = g.raft.shutdown().await {
                 tracing::warn!(shard = g.id, error = %e, "raft shutdown");
             }
-            g.handle.stop();
+            g.handle.stop().await;
         }
         if let Err(e) = self.commit.flush().await {
             tracing::warn!(error = %e, "final flush failed");

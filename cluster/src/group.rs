@@ -7,6 +7,11 @@
 //! - the **reader** batches linearizable reads: every waiter that arrives
 //!   while one read-index check is running shares the next one.
 //!
+//! Reads skip the read-index check when this node is the group's only
+//! voter and has applied an entry of its current term: no other node can
+//! then be leader, everything committed before this term is applied, and a
+//! write of this term is acknowledged only after this node applied it.
+//!
 //! The queue in front of the proposer is bounded; a full queue answers
 //! `Overloaded` at once instead of letting latency grow without limit.
 
@@ -21,6 +26,7 @@ use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::log_store::SledLogStore;
 use plaudit_storage::StateStore;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -51,6 +57,8 @@ pub struct Group {
     pub handle: ShardHandle,
     proposals: mpsc::Sender<Proposal>,
     reads: mpsc::Sender<ReadWaiter>,
+    /// This node leads and is the only voter (kept current from Raft metrics).
+    sole_voter: Arc<AtomicBool>,
 }
 
 impl Group {
@@ -88,7 +96,9 @@ impl Group {
         let (rtx, rrx) = mpsc::channel(cfg.max_pending);
         tokio::spawn(propose_loop(raft.clone(), prx, cfg.batch_max, cfg.max_in_flight));
         tokio::spawn(read_loop(raft.clone(), rrx));
-        Ok(Group { id, raft, handle, proposals: ptx, reads: rtx })
+        let sole_voter = Arc::new(AtomicBool::new(false));
+        tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone()));
+        Ok(Group { id, raft, handle, proposals: ptx, reads: rtx, sole_voter })
     }
 
     /// Waits until this node leads the group (a single member elects itself
@@ -117,6 +127,9 @@ impl Group {
     /// Returns once this node's state machine reflects every write committed
     /// before the call (a read-index check).
     pub async fn read_barrier(&self) -> Result<(), WireError> {
+        if self.sole_voter.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let (tx, rx) = oneshot::channel();
         self.reads.try_send(tx).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
@@ -205,6 +218,35 @@ async fn propose_loop(
                 }
             }
         });
+    }
+}
+
+/// Tracks whether reads may skip the read-index check: this node leads, is
+/// the only voter, and has applied an entry of its current term. The last
+/// condition matters after a restart: entries acknowledged before a crash
+/// are in the log but not yet re-applied, and the new term's first entry
+/// (the leader's blank entry) is applied only after all of them. A
+/// membership change shows in the metrics as soon as its entry is appended,
+/// before it can take effect, so the flag clears in time.
+async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>) {
+    let mut metrics = raft.metrics();
+    loop {
+        let sole = {
+            let m = metrics.borrow();
+            let mut voters = m.membership_config.membership().voter_ids();
+            let applied_this_term =
+                m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term);
+            m.current_leader == Some(m.id)
+                && m.state == openraft::ServerState::Leader
+                && applied_this_term
+                && voters.next() == Some(m.id)
+                && voters.next().is_none()
+        };
+        flag.store(sole, Ordering::Release);
+        if metrics.changed().await.is_err() {
+            flag.store(false, Ordering::Release);
+            return;
+        }
     }
 }
 

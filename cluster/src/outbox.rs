@@ -1,5 +1,6 @@
 //! Delivery of a shard's outbox: the derived deltas its applies produced
-//! (user shard -> entity shard -> owner shard). One worker per shard leader
+//! (user shard -> entity shard -> owner shard), one record per target per
+//! applied batch. One worker per shard leader
 //! reads pending entries in seq order, proposes them to the target shard as a
 //! `Deliver` command, and once that is applied proposes an `Ack` to its own
 //! shard, which deletes them.
@@ -50,25 +51,34 @@ impl Delivery {
             if pending.is_empty() {
                 return Ok(());
             }
-            let source = &self.groups[self.shard as usize];
-            for (target, items) in pending {
-                let target_group = self
-                    .groups
-                    .get(target as usize)
-                    .ok_or_else(|| format!("outbox names shard {target}, which does not exist"))?;
-                let mut seqs = Vec::with_capacity(items.len());
-                let mut deltas = Vec::with_capacity(items.len());
-                for (seq, bytes) in items {
-                    let d: Delta = codec::from_bytes(&bytes).map_err(|e| e.to_string())?;
-                    seqs.push(seq);
-                    deltas.push((seq, d));
-                }
-                target_group
-                    .propose(Command::Deliver { source: self.shard, deltas })
-                    .await
-                    .map_err(|e| e.to_string())?;
-                source.propose(Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
+            // Targets are independent: deliver to all of them at once, so one
+            // round costs one commit wait, not one per target. The Acks of
+            // the round coalesce into one entry on this shard.
+            let rounds = pending.into_iter().map(|(target, items)| self.deliver(target, items));
+            for res in futures::future::join_all(rounds).await {
+                res?;
             }
         }
+    }
+
+    async fn deliver(&self, target: u32, items: Vec<(u64, Vec<u8>)>) -> Result<(), String> {
+        let target_group = self
+            .groups
+            .get(target as usize)
+            .ok_or_else(|| format!("outbox names shard {target}, which does not exist"))?;
+        let mut seqs = Vec::with_capacity(items.len());
+        let mut records = Vec::with_capacity(items.len());
+        for (seq, bytes) in items {
+            let ds: Vec<Delta> = codec::from_bytes(&bytes).map_err(|e| e.to_string())?;
+            seqs.push(seq);
+            records.push((seq, ds));
+        }
+        target_group
+            .propose(Command::Deliver { source: self.shard, records })
+            .await
+            .map_err(|e| e.to_string())?;
+        let source = &self.groups[self.shard as usize];
+        source.propose(Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
+        Ok(())
     }
 }

@@ -146,7 +146,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         let snap: StoredSnapshot =
             codec::from_bytes(&bytes).map_err(|e| sm_err(ErrorVerb::Read, e))?;
         self.store.import_shard(self.shard, snap.items).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        let mut ws = plaudit_storage::WriteSet::default();
+        let mut ws = plaudit_storage::WriteSet::new(self.shard);
         if let Some(l) = meta.last_log_id {
             ws.put_applied(
                 self.shard,

@@ -36,7 +36,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1024;
 pub const DEFAULT_MAX_PENDING_PER_SHARD: usize = 65_536;
 pub const DEFAULT_BATCH_MAX_COMMANDS: usize = 4096;
-pub const DEFAULT_MAX_PROPOSALS_IN_FLIGHT: usize = 4;
+/// One entry in flight per shard batches best on two cores: everything that
+/// queues while it commits joins the next entry (measured: 9.3k likes/s at 1,
+/// 7.1k at 2, 5.6k at 4 in docs/benchmarks.md).
+pub const DEFAULT_MAX_PROPOSALS_IN_FLIGHT: usize = 1;
 pub const DEFAULT_ACTOR_BUDGET_PER_SHARD: usize = 8192;
 pub const DEFAULT_ACTOR_IDLE_SECS: u64 = 120;
 pub const DEFAULT_SLED_CACHE_MB: u64 = 256;

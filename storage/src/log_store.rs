@@ -162,13 +162,32 @@ where
         Ok(entries)
     }
 
-    /// Removes every log key in `range` with one batch.
-    fn remove_range(&self, range: (Bound<[u8; 8]>, Bound<[u8; 8]>)) -> StorageResult<(), C> {
-        let mut batch = sled::Batch::default();
-        for key in self.log.range::<[u8; 8], _>(range).keys() {
-            batch.remove(key.map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, &e))?);
+    /// Removes every log key in `range`, one key at a time, newest first
+    /// when `newest_first` (truncation: a crash leaves a contiguous log) and
+    /// oldest first otherwise (purge: leftovers sit below the purge point).
+    ///
+    /// Never a `sled::Batch`: in sled 0.34 the first batch or transaction
+    /// switches the process to a global RwLock that `flush()` holds for its
+    /// whole IO wait, which stalls every other sled call behind it.
+    fn remove_range(
+        &self,
+        range: (Bound<[u8; 8]>, Bound<[u8; 8]>),
+        newest_first: bool,
+    ) -> StorageResult<(), C> {
+        let keys: Vec<_> = self
+            .log
+            .range::<[u8; 8], _>(range)
+            .keys()
+            .collect::<Result<_, _>>()
+            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, &e))?;
+        let remove = |k: &sled::IVec| {
+            self.log.remove(k).map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))
+        };
+        if newest_first {
+            keys.iter().rev().try_for_each(|k| remove(k).map(drop))
+        } else {
+            keys.iter().try_for_each(|k| remove(k).map(drop))
         }
-        self.log.apply_batch(batch).map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, &e))
     }
 }
 
@@ -267,27 +286,24 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = sled::Batch::default();
-        let mut last = None;
+        // Inserted in index order, one at a time (see `remove_range` for why
+        // not a batch): sled recovers a prefix of its writes, so a crash
+        // never keeps a later entry without the earlier ones.
         for entry in entries {
             let value = encode(&entry).map_err(|e| {
                 io_err(ErrorSubject::Log(entry.log_id.clone()), ErrorVerb::Write, &e)
             })?;
-            batch.insert(&index_key(entry.log_id.index), value);
-            last = Some(entry.log_id);
+            self.log.insert(index_key(entry.log_id.index), value).map_err(|e| {
+                io_err(ErrorSubject::Log(entry.log_id.clone()), ErrorVerb::Write, &e)
+            })?;
         }
-        // One batch: a crash never keeps a later entry of it without the earlier ones.
-        self.log.apply_batch(batch).map_err(|e| {
-            let subject = last.map_or(ErrorSubject::Logs, ErrorSubject::Log);
-            io_err(subject, ErrorVerb::Write, &e)
-        })?;
         // Readable now; durable when the flusher's next round completes.
         self.commit.submit(Box::new(move |result| callback.log_io_completed(result)));
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<C::NodeId>) -> StorageResult<(), C> {
-        self.remove_range((Bound::Included(index_key(log_id.index)), Bound::Unbounded))
+        self.remove_range((Bound::Included(index_key(log_id.index)), Bound::Unbounded), true)
     }
 
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> StorageResult<(), C> {
@@ -295,7 +311,7 @@ where
         // still starts after it, and the leftovers go with the next purge
         // (which removes everything up to its index, not just the new part).
         self.write_meta(KEY_LAST_PURGED, &log_id, ErrorSubject::Logs)?;
-        self.remove_range((Bound::Unbounded, Bound::Included(index_key(log_id.index))))
+        self.remove_range((Bound::Unbounded, Bound::Included(index_key(log_id.index))), false)
     }
 }
 

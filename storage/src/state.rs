@@ -2,17 +2,28 @@
 //! business's data is isolated and can be dropped whole), one meta tree per
 //! shard (applied log id, membership, inbox and outbox), and the registry.
 //!
-//! Writes of one applied Raft batch are collected in a `WriteSet` and
-//! committed as one multi-tree sled transaction that also records the applied
-//! log id, so the stored state always corresponds to exactly one applied index.
-//! Those writes need no fsync of their own: the Raft log is durable, and
-//! everything after the stored applied id is replayed on restart.
+//! Writes of one applied Raft batch are collected in a `WriteSet`, which
+//! also records the applied log id, and committed atomically: the whole set
+//! is first written as one redo record, then applied key by key, then the
+//! record is removed. sled recovers a prefix of its writes after a crash, so
+//! either the record survives (and `open` re-applies it: every op is an
+//! absolute put or remove, so applying twice is harmless) or none of the set's
+//! keys changed. The stored state therefore always corresponds to exactly one
+//! applied index. These writes need no fsync of their own: the Raft log is
+//! durable, and everything after the stored applied id is replayed.
+//!
+//! Why not sled's `Batch` or transactions: in sled 0.34 the first one used
+//! switches the whole process to a global RwLock, whose read side `flush()`
+//! holds for its entire IO wait; every batch then waits for the flush and
+//! every other sled call waits behind the batch. Measured here: it capped a
+//! node at a few thousand likes per second with both cores idle.
 
 use crate::keys::{self, read_u64, VALUE_V1};
+use plaudit_proto::codec;
 use plaudit_proto::likes::{ListItem, PageCursor};
 use plaudit_proto::{BizId, EntityId, LikeState, Millis, UserId};
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::{Batch, Tree};
+use serde::{Deserialize, Serialize};
+use sled::Tree;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -64,12 +75,58 @@ fn tagged(tag: u8, shard: u32) -> Vec<u8> {
 pub struct StateStore {
     db: sled::Db,
     bizs: Arc<RwLock<HashMap<BizId, Tree>>>,
+    shards: Arc<RwLock<HashMap<u32, Tree>>>,
     registry: Tree,
+    /// Redo records of commits in progress, one key per committer.
+    redo: Tree,
 }
 
 impl StateStore {
     pub fn open(db: &sled::Db) -> Result<StateStore> {
-        Ok(StateStore { db: db.clone(), bizs: Arc::default(), registry: db.open_tree("registry")? })
+        let store = StateStore {
+            db: db.clone(),
+            bizs: Arc::default(),
+            shards: Arc::default(),
+            registry: db.open_tree("registry")?,
+            redo: db.open_tree("redo")?,
+        };
+        store.recover()?;
+        Ok(store)
+    }
+
+    /// Finishes every commit a crash interrupted.
+    fn recover(&self) -> Result<()> {
+        for kv in self.redo.iter() {
+            let (k, v) = kv?;
+            let ops: Vec<Op> = match v.split_first() {
+                Some((&VALUE_V1, rest)) => codec::from_bytes(rest)
+                    .map_err(|e| StateError::Corrupt { what: "redo", detail: e.to_string() })?,
+                _ => return Err(corrupt("redo", &v)),
+            };
+            tracing::info!(ops = ops.len(), "finishing a commit interrupted by a crash");
+            for op in &ops {
+                self.apply_op(op)?;
+            }
+            self.redo.remove(k)?;
+        }
+        Ok(())
+    }
+
+    fn tree(&self, t: TreeRef) -> Result<Tree> {
+        match t {
+            TreeRef::Biz(b) => self.biz_tree(b),
+            TreeRef::Shard(s) => self.shard_tree(s),
+            TreeRef::Registry => Ok(self.registry.clone()),
+        }
+    }
+
+    fn apply_op(&self, op: &Op) -> Result<()> {
+        let tree = self.tree(op.tree)?;
+        match &op.value {
+            Some(v) => tree.insert(&op.key, v.as_slice())?,
+            None => tree.remove(&op.key)?,
+        };
+        Ok(())
     }
 
     /// The registry tree (businesses), applied by the metadata group.
@@ -99,7 +156,12 @@ impl StateStore {
     }
 
     pub fn shard_tree(&self, shard: u32) -> Result<Tree> {
-        Ok(self.db.open_tree(format!("shard/{shard}/meta"))?)
+        if let Some(t) = self.shards.read().unwrap_or_else(|e| e.into_inner()).get(&shard) {
+            return Ok(t.clone());
+        }
+        let tree = self.db.open_tree(format!("shard/{shard}/meta"))?;
+        self.shards.write().unwrap_or_else(|e| e.into_inner()).insert(shard, tree.clone());
+        Ok(tree)
     }
 
     pub fn get_state(
@@ -245,38 +307,23 @@ impl StateStore {
         Ok(self.shard_tree(shard)?.scan_prefix([meta::OUTBOX, b':']).count())
     }
 
-    /// Commits a write set atomically across its trees.
+    /// Commits a write set atomically across its trees (see the module doc).
     pub fn commit(&self, ws: WriteSet) -> Result<()> {
-        if ws.batches.is_empty() {
-            return Ok(());
+        match ws.ops.as_slice() {
+            [] => return Ok(()),
+            [one] => return self.apply_op(one),
+            _ => {}
         }
-        let mut trees = Vec::with_capacity(ws.batches.len());
-        let mut batches = Vec::with_capacity(ws.batches.len());
-        for (target, batch) in ws.batches {
-            trees.push(match target {
-                TreeRef::Biz(b) => self.biz_tree(b)?,
-                TreeRef::Shard(s) => self.shard_tree(s)?,
-                TreeRef::Registry => self.registry.clone(),
-            });
-            batches.push(batch);
+        let key = ws.owner.to_be_bytes();
+        let mut record = vec![VALUE_V1];
+        codec::encode_into(&ws.ops, &mut record)
+            .map_err(|e| StateError::Corrupt { what: "redo", detail: e.to_string() })?;
+        self.redo.insert(key, record)?;
+        for op in &ws.ops {
+            self.apply_op(op)?;
         }
-        if trees.len() == 1 {
-            trees[0].apply_batch(batches.pop().unwrap_or_default())?;
-            return Ok(());
-        }
-        use sled::Transactional;
-        trees
-            .as_slice()
-            .transaction(|txs| {
-                for (tx, batch) in txs.iter().zip(&batches) {
-                    tx.apply_batch(batch)?;
-                }
-                Ok::<(), ConflictableTransactionError<StateError>>(())
-            })
-            .map_err(|e| match e {
-                TransactionError::Abort(e) => e,
-                TransactionError::Storage(e) => StateError::Sled(e),
-            })
+        self.redo.remove(key)?;
+        Ok(())
     }
 
     /// Every key of `shard` in every business tree and its meta tree, for a
@@ -303,11 +350,9 @@ impl StateStore {
     pub fn import_shard(&self, shard: u32, items: Vec<ExportItem>) -> Result<()> {
         for biz in self.biz_ids_on_disk() {
             let tree = self.biz_tree(biz)?;
-            let mut batch = Batch::default();
             for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
-                batch.remove(kv?.0);
+                tree.remove(kv?.0)?;
             }
-            tree.apply_batch(batch)?;
         }
         self.shard_tree(shard)?.clear()?;
         let meta_name = format!("shard/{shard}/meta");
@@ -385,35 +430,55 @@ fn u64_value(x: u64) -> [u8; 9] {
     v
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 enum TreeRef {
     Biz(BizId),
     Shard(u32),
     Registry,
 }
 
+/// One absolute change: applying it twice is the same as once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Op {
+    tree: TreeRef,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+}
+
 /// The writes of one applied batch, across trees, committed atomically.
-#[derive(Default)]
+/// `owner` names the committer (a shard), so concurrent commits of different
+/// shards keep separate redo records.
 pub struct WriteSet {
-    batches: Vec<(TreeRef, Batch)>,
+    owner: u32,
+    ops: Vec<Op>,
+}
+
+impl Default for WriteSet {
+    fn default() -> Self {
+        WriteSet::new(u32::MAX)
+    }
 }
 
 impl WriteSet {
-    fn batch(&mut self, t: TreeRef) -> &mut Batch {
-        let i = match self.batches.iter().position(|(r, _)| *r == t) {
-            Some(i) => i,
-            None => {
-                self.batches.push((t, Batch::default()));
-                self.batches.len() - 1
-            }
-        };
-        &mut self.batches[i].1
+    pub fn new(owner: u32) -> WriteSet {
+        WriteSet { owner, ops: Vec::new() }
+    }
+
+    fn put(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>, value: &[u8]) {
+        self.ops.push(Op { tree, key: key.into(), value: Some(value.to_vec()) });
+    }
+
+    fn del(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>) {
+        self.ops.push(Op { tree, key: key.into(), value: None });
     }
 
     pub fn is_empty(&self) -> bool {
-        self.batches.is_empty()
+        self.ops.is_empty()
     }
 
+    /// Stores a state with the time it was set. A cleared state (`None`)
+    /// keeps its row: `status` reports when it was cleared, and a repeated
+    /// unlike reports that time whether or not the user's actor is active.
     pub fn put_state(
         &mut self,
         biz: BizId,
@@ -423,21 +488,15 @@ impl WriteSet {
         state: LikeState,
         mtime: Millis,
     ) {
-        let key = keys::state(shard, mid, entity);
-        let b = self.batch(TreeRef::Biz(biz));
-        if state == LikeState::None {
-            b.remove(key);
-        } else {
-            let mut v = [0u8; 10];
-            v[0] = VALUE_V1;
-            v[1] = match state {
-                LikeState::None => 0,
-                LikeState::Like => 1,
-                LikeState::Dislike => 2,
-            };
-            v[2..].copy_from_slice(&mtime.to_be_bytes());
-            b.insert(key, &v[..]);
-        }
+        let mut v = [0u8; 10];
+        v[0] = VALUE_V1;
+        v[1] = match state {
+            LikeState::None => 0,
+            LikeState::Like => 1,
+            LikeState::Dislike => 2,
+        };
+        v[2..].copy_from_slice(&mtime.to_be_bytes());
+        self.put(TreeRef::Biz(biz), keys::state(shard, mid, entity), &v);
     }
 
     pub fn add_user_item(
@@ -448,7 +507,7 @@ impl WriteSet {
         mtime: Millis,
         entity: EntityId,
     ) {
-        self.batch(TreeRef::Biz(biz)).insert(keys::user_item(shard, mid, mtime, entity), &[][..]);
+        self.put(TreeRef::Biz(biz), keys::user_item(shard, mid, mtime, entity), &[]);
     }
 
     pub fn del_user_item(
@@ -459,7 +518,7 @@ impl WriteSet {
         mtime: Millis,
         entity: EntityId,
     ) {
-        self.batch(TreeRef::Biz(biz)).remove(keys::user_item(shard, mid, mtime, entity));
+        self.del(TreeRef::Biz(biz), keys::user_item(shard, mid, mtime, entity));
     }
 
     pub fn add_liker(
@@ -470,7 +529,7 @@ impl WriteSet {
         mtime: Millis,
         mid: UserId,
     ) {
-        self.batch(TreeRef::Biz(biz)).insert(keys::liker(shard, entity, mtime, mid), &[][..]);
+        self.put(TreeRef::Biz(biz), keys::liker(shard, entity, mtime, mid), &[]);
     }
 
     pub fn del_liker(
@@ -481,7 +540,7 @@ impl WriteSet {
         mtime: Millis,
         mid: UserId,
     ) {
-        self.batch(TreeRef::Biz(biz)).remove(keys::liker(shard, entity, mtime, mid));
+        self.del(TreeRef::Biz(biz), keys::liker(shard, entity, mtime, mid));
     }
 
     pub fn put_counts(&mut self, biz: BizId, shard: u32, entity: EntityId, c: CountsRec) {
@@ -490,44 +549,42 @@ impl WriteSet {
         v[1..9].copy_from_slice(&c.likes.to_be_bytes());
         v[9..17].copy_from_slice(&c.dislikes.to_be_bytes());
         v[17..25].copy_from_slice(&c.owner.unwrap_or(0).to_be_bytes());
-        self.batch(TreeRef::Biz(biz)).insert(keys::counts(shard, entity), &v[..]);
+        self.put(TreeRef::Biz(biz), keys::counts(shard, entity), &v);
     }
 
     pub fn put_received(&mut self, biz: BizId, shard: u32, owner: UserId, total: u64) {
-        self.batch(TreeRef::Biz(biz)).insert(keys::received(shard, owner), &u64_value(total)[..]);
+        self.put(TreeRef::Biz(biz), keys::received(shard, owner), &u64_value(total));
     }
 
     pub fn put_applied(&mut self, shard: u32, encoded_log_id: &[u8]) {
-        self.batch(TreeRef::Shard(shard)).insert(meta::APPLIED, encoded_log_id);
+        self.put(TreeRef::Shard(shard), meta::APPLIED, encoded_log_id);
     }
 
     pub fn put_membership(&mut self, shard: u32, encoded: &[u8]) {
-        self.batch(TreeRef::Shard(shard)).insert(meta::MEMBERSHIP, encoded);
+        self.put(TreeRef::Shard(shard), meta::MEMBERSHIP, encoded);
     }
 
     pub fn put_inbox_seq(&mut self, shard: u32, source: u32, seq: u64) {
-        self.batch(TreeRef::Shard(shard)).insert(tagged(meta::INBOX, source), &u64_value(seq)[..]);
+        self.put(TreeRef::Shard(shard), tagged(meta::INBOX, source), &u64_value(seq));
     }
 
     pub fn push_outbox(&mut self, shard: u32, target: u32, seq: u64, encoded: &[u8]) {
         let mut k = tagged(meta::OUTBOX, target);
         k.extend_from_slice(&seq.to_be_bytes());
-        let b = self.batch(TreeRef::Shard(shard));
-        b.insert(k, encoded);
-        b.insert(tagged(meta::NEXT, target), &u64_value(seq + 1)[..]);
+        self.put(TreeRef::Shard(shard), k, encoded);
+        self.put(TreeRef::Shard(shard), tagged(meta::NEXT, target), &u64_value(seq + 1));
     }
 
     pub fn ack_outbox(&mut self, shard: u32, target: u32, seqs: impl IntoIterator<Item = u64>) {
-        let b = self.batch(TreeRef::Shard(shard));
         for seq in seqs {
             let mut k = tagged(meta::OUTBOX, target);
             k.extend_from_slice(&seq.to_be_bytes());
-            b.remove(k);
+            self.del(TreeRef::Shard(shard), k);
         }
     }
 
     pub fn put_registry(&mut self, key: &[u8], value: &[u8]) {
-        self.batch(TreeRef::Registry).insert(key, value);
+        self.put(TreeRef::Registry, key.to_vec(), value);
     }
 }
 

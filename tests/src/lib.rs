@@ -1,1 +1,496 @@
-//! placeholder
+//! The end-to-end harness: real `plaudit-node` processes on 127.0.0.1 ports.
+//!
+//! ```text
+//! Node::start()  ─ pick free ports ─ spawn target/debug/plaudit-node ─ poll GET /readyz
+//!   .client()    ─ plaudit_client::Client on the client port
+//!   .kill9() / .terminate() / .restart()   (same data dir, same ports)
+//! drop(node)     ─ SIGKILL; the tempdir (data + node.log) goes with it
+//! ```
+//!
+//! Every node gets its own tempdir holding its data dir and `node.log` (the
+//! process's stderr, appended across restarts). When a test panics, dropping
+//! its `Node` prints the log's tail, so the failure comes with the node's view.
+//!
+//! Tests wait on conditions (`wait_until`, `wait_converged`), never on bare
+//! sleeps: derived state (counts, likers, received) is applied asynchronously.
+//!
+//! `raw` speaks the frame protocol by hand over a tokio `TcpStream`, for tests
+//! that must send what the SDK never would.
+
+use plaudit_client::{Client, ClientOptions};
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use plaudit_client::proto;
+
+/// How long a node may take to become ready (start or restart).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long derived state may take to converge in a test.
+pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The node's log filter: our own info lines, openraft's warnings only.
+const LOG_FILTER: &str = "info,openraft=warn";
+/// Lines of `node.log` printed when a test fails.
+const LOG_TAIL_LINES: usize = 60;
+
+/// Where the node binary is: next to the test executable's directory
+/// (`target/debug/deps/<test>` -> `target/debug/plaudit-node`), else
+/// `$PLAUDIT_NODE_BIN`.
+pub fn node_bin() -> PathBuf {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().and_then(Path::parent).map(|d| d.join("plaudit-node")));
+    if let Some(p) = beside.filter(|p| p.is_file()) {
+        return p;
+    }
+    if let Some(p) = std::env::var_os("PLAUDIT_NODE_BIN").map(PathBuf::from) {
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!(
+        "plaudit-node not found next to the test executable nor in $PLAUDIT_NODE_BIN; \
+         run `cargo build --bins` first"
+    );
+}
+
+/// A free port on 127.0.0.1: bind :0, read it, drop the listener.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// How to start a node.
+#[derive(Debug, Clone)]
+pub struct NodeBuilder {
+    shards: u32,
+    env: Vec<(String, String)>,
+}
+
+impl Default for NodeBuilder {
+    fn default() -> Self {
+        NodeBuilder { shards: 4, env: Vec::new() }
+    }
+}
+
+impl NodeBuilder {
+    pub fn shards(mut self, n: u32) -> Self {
+        self.shards = n;
+        self
+    }
+
+    /// Sets an environment variable for the node, e.g. `PLAUDIT_MAX_CONNECTIONS`.
+    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Spawns the node and waits until `/readyz` answers 200.
+    pub fn start(self) -> Node {
+        let dir = tempfile::Builder::new().prefix("plaudit-e2e-").tempdir().expect("tempdir");
+        let mut node = Node {
+            bin: node_bin(),
+            data_dir: dir.path().join("data"),
+            log_path: dir.path().join("node.log"),
+            _dir: dir,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            shards: self.shards,
+            env: self.env,
+            child: None,
+        };
+        // Another process may take a port between our probe and the node's
+        // bind; on a fresh start (nothing stored yet) just try other ports.
+        for attempt in 1..=3 {
+            node.listen.set_port(free_port());
+            node.admin.set_port(free_port());
+            if node.admin == node.listen {
+                continue;
+            }
+            match node.spawn_and_wait_ready() {
+                Ok(()) => return node,
+                Err(e) if attempt < 3 && e.contains("binding") => continue,
+                Err(e) => node.fail(&e),
+            }
+        }
+        node.fail("could not find free ports")
+    }
+}
+
+/// One running (or stopped) `plaudit-node` process with its own data dir.
+pub struct Node {
+    bin: PathBuf,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    listen: SocketAddr,
+    admin: SocketAddr,
+    shards: u32,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    // Last: removed after the process is gone.
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    /// A node with 4 shards and default config.
+    pub fn start() -> Node {
+        NodeBuilder::default().start()
+    }
+
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder::default()
+    }
+
+    /// The client protocol address, `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        self.listen.to_string()
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn shards(&self) -> u32 {
+        self.shards
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// An SDK client with default options.
+    pub async fn client(&self) -> Client {
+        self.client_with(ClientOptions::default()).await
+    }
+
+    pub async fn client_with(&self, opts: ClientOptions) -> Client {
+        match Client::connect_with(&self.addr(), opts).await {
+            Ok(c) => c,
+            Err(e) => self.fail(&format!("connecting a client to {}: {e}", self.addr())),
+        }
+    }
+
+    /// Replaces (or adds) an environment variable used by the next `restart`.
+    pub fn set_env(&mut self, key: &str, value: impl ToString) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
+    }
+
+    /// Removes an environment variable for the next `restart`.
+    pub fn unset_env(&mut self, key: &str) {
+        self.env.retain(|(k, _)| k != key);
+    }
+
+    /// `GET path` on the admin port: `(status, body)`.
+    pub fn admin_get(&self, path: &str) -> std::io::Result<(u16, String)> {
+        http_get(self.admin, path)
+    }
+
+    /// Whether `/readyz` answers 200 now.
+    pub fn is_ready(&self) -> bool {
+        matches!(self.admin_get("/readyz"), Ok((200, _)))
+    }
+
+    /// The Prometheus text of `/metrics`.
+    pub fn metrics_text(&self) -> String {
+        match self.admin_get("/metrics") {
+            Ok((200, body)) => body,
+            Ok((status, body)) => self.fail(&format!("/metrics answered {status}: {body}")),
+            Err(e) => self.fail(&format!("/metrics: {e}")),
+        }
+    }
+
+    /// SIGKILL: the process dies without any shutdown work.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid; the child is not reaped
+            // yet (we hold it), so the pid cannot have been reused.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGKILL);
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit (status 0) within 20 s.
+    pub fn terminate(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        // SAFETY: as in `kill9`.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return,
+                Ok(Some(status)) => self.fail(&format!("node exited with {status} after SIGTERM")),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    self.fail("node did not exit within 20 s of SIGTERM");
+                }
+                Err(e) => self.fail(&format!("waiting for the node: {e}")),
+            }
+        }
+    }
+
+    /// Starts the node again on the same data dir and ports (SIGTERM first if
+    /// it still runs) and waits until it is ready.
+    pub fn restart(&mut self) {
+        if self.child.is_some() {
+            self.terminate();
+        }
+        // The ports were ours a moment ago; retry briefly in case the kernel
+        // has not released them yet.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn_and_wait_ready() {
+                Ok(()) => return,
+                Err(e) if e.contains("binding") && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(e) => self.fail(&e),
+            }
+        }
+    }
+
+    /// The last `lines` lines of the node's stderr, across restarts.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Panics with `msg` and the node's log tail.
+    pub fn fail(&self, msg: &str) -> ! {
+        panic!(
+            "{msg}\n--- {} (last {LOG_TAIL_LINES} lines) ---\n{}\n---",
+            self.log_path.display(),
+            self.log_tail(LOG_TAIL_LINES)
+        )
+    }
+
+    fn spawn_and_wait_ready(&mut self) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| format!("opening {}: {e}", self.log_path.display()))?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg(self.listen.to_string())
+            .arg("--admin")
+            .arg(self.admin.to_string())
+            .arg("--shards")
+            .arg(self.shards.to_string())
+            .arg("--log")
+            .arg(LOG_FILTER)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        // Only the variables this test sets reach the node.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("PLAUDIT_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", self.bin.display()))?;
+        self.child = Some(child);
+
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                self.child = None;
+                let tail = self.log_tail(LOG_TAIL_LINES);
+                return Err(format!("node exited with {status} before it was ready:\n{tail}"));
+            }
+            if self.is_ready() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("node not ready within {READY_TIMEOUT:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {} (last {LOG_TAIL_LINES} lines) ---\n{}\n---",
+                self.log_path.display(),
+                self.log_tail(LOG_TAIL_LINES)
+            );
+        }
+        self.kill9();
+    }
+}
+
+/// A minimal HTTP/1.1 GET (the admin server closes after each reply).
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, format!("reply {text:?}"));
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    Ok((status, body.to_string()))
+}
+
+/// The sum of every sample of metric `name` (any labels) in Prometheus text;
+/// `None` if there is no sample.
+pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        let value = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+        if let Some(v) = value {
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
+}
+
+/// Polls `check` (every 10-50 ms) until it returns true; panics naming `what`
+/// if `timeout` passes first.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if check().await {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting until {what}");
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// Waits until derived state has converged: every outbox is empty and every
+/// shard has applied its whole log (so no replayed entry can still add to an
+/// outbox, e.g. just after a restart).
+pub async fn wait_converged(node: &Node) {
+    let deadline = Instant::now() + CONVERGE_TIMEOUT;
+    let last = loop {
+        let text = node.metrics_text();
+        let backlog = metric_sum(&text, "plaudit_outbox_backlog");
+        let lag = metric_sum(&text, "plaudit_raft_apply_lag");
+        if backlog == Some(0.0) && lag.unwrap_or(0.0) == 0.0 {
+            return;
+        }
+        if Instant::now() > deadline {
+            break format!("outbox backlog {backlog:?}, apply lag {lag:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    node.fail(&format!("derived state did not converge within {CONVERGE_TIMEOUT:?}: {last}"))
+}
+
+/// Hand-built frames over a raw socket.
+pub mod raw {
+    use plaudit_client::proto::frame::{self, PROTOCOL_VERSION};
+    use plaudit_client::proto::{Envelope, Request, Response};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// How long a raw read may wait for the node.
+    pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// `[u32 BE len][payload]`.
+    pub fn frame_of(payload: &[u8]) -> Vec<u8> {
+        let mut out = (payload.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// A well-formed request frame.
+    pub fn request_frame(req_id: u64, body: Request) -> Vec<u8> {
+        let mut out = Vec::new();
+        frame::encode_frame(&Envelope { req_id, body }, &mut out).expect("encode");
+        out
+    }
+
+    /// A frame with the right version and a body that is not a valid envelope
+    /// (variant tag 0xEE does not exist), but whose `req_id` can be recovered.
+    pub fn garbage_frame(req_id: u64) -> Vec<u8> {
+        let mut payload = vec![PROTOCOL_VERSION];
+        payload.extend(plaudit_client::proto::codec::to_bytes(&req_id).expect("encode"));
+        payload.extend_from_slice(&[0xEE, 0xFF, 0x13, 0x37]);
+        frame_of(&payload)
+    }
+
+    pub struct RawConn {
+        pub stream: TcpStream,
+        buf: Vec<u8>,
+    }
+
+    impl RawConn {
+        pub async fn connect(addr: &str) -> RawConn {
+            let stream = TcpStream::connect(addr).await.expect("raw connect");
+            stream.set_nodelay(true).expect("nodelay");
+            RawConn { stream, buf: Vec::new() }
+        }
+
+        pub async fn send(&mut self, bytes: &[u8]) {
+            self.stream.write_all(bytes).await.expect("raw write");
+        }
+
+        pub async fn send_request(&mut self, req_id: u64, body: Request) {
+            let f = request_frame(req_id, body);
+            self.send(&f).await;
+        }
+
+        /// Reads one reply frame; panics on timeout, close or a bad frame.
+        pub async fn recv(&mut self) -> Envelope<Response> {
+            match tokio::time::timeout(READ_TIMEOUT, self.try_recv()).await {
+                Ok(Ok(env)) => env,
+                Ok(Err(e)) => panic!("reading a reply: {e}"),
+                Err(_) => panic!("no reply within {READ_TIMEOUT:?}"),
+            }
+        }
+
+        pub async fn try_recv(&mut self) -> Result<Envelope<Response>, frame::FrameError> {
+            frame::read_frame(&mut self.stream, &mut self.buf).await
+        }
+
+        /// Whether the node closes the connection (EOF or reset) within the
+        /// read timeout, with nothing more to read.
+        pub async fn closed_by_peer(&mut self) -> bool {
+            let mut byte = [0u8; 1];
+            match tokio::time::timeout(READ_TIMEOUT, self.stream.read(&mut byte)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => true,
+                Ok(Ok(_)) | Err(_) => false,
+            }
+        }
+    }
+}

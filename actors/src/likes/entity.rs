@@ -42,9 +42,13 @@ impl EntityLikes {
 
     /// Applies one delta. The first owner an entity learns is kept: an owner
     /// is the author, which does not change, and a later conflicting claim
-    /// must not move received totals between users.
+    /// must not move received totals between users. When the owner is learned
+    /// after likes were counted, the owner is credited with those too, so a
+    /// later unlike never takes away a like that was never given.
     pub fn apply(&mut self, d: &EntityDelta) -> DeltaEffects {
-        if self.counts.owner.is_none() {
+        let learned_owner = self.counts.owner.is_none() && d.owner.is_some();
+        let likes_before = self.counts.likes;
+        if learned_owner {
             self.counts.owner = d.owner;
         }
         // Deltas are applied exactly once, so counts cannot go negative;
@@ -62,8 +66,13 @@ impl EntityLikes {
             self.recent.insert(item);
             fx.likers.push(LikerChange::Add(item));
         }
-        if d.d_likes != 0 {
-            fx.owner_delta = self.counts.owner.map(|o| (o, d.d_likes));
+        let credit = if learned_owner {
+            i64::try_from(likes_before).unwrap_or(i64::MAX).saturating_add(d.d_likes)
+        } else {
+            d.d_likes
+        };
+        if credit != 0 {
+            fx.owner_delta = self.counts.owner.map(|o| (o, credit));
         }
         fx
     }
@@ -97,6 +106,17 @@ mod tests {
         let fx = e.apply(&delta(1, -1, None));
         assert_eq!(fx.owner_delta, Some((7, -1)));
         assert_eq!(e.recent().page(None, 10).unwrap(), vec![ListItem { id: 2, mtime: 102 }]);
+    }
+
+    #[test]
+    fn an_owner_learned_late_is_credited_with_earlier_likes() {
+        let mut e = EntityLikes::new(CountsRec::default(), Recent::from_loaded(vec![], 10));
+        assert_eq!(e.apply(&delta(1, 1, None)).owner_delta, None);
+        // The second like names the owner: both likes are credited at once.
+        assert_eq!(e.apply(&delta(2, 1, Some(77))).owner_delta, Some((77, 2)));
+        // The unlike of the first like is then debited from the same owner.
+        assert_eq!(e.apply(&delta(1, -1, None)).owner_delta, Some((77, -1)));
+        assert_eq!(e.counts().likes, 1);
     }
 
     #[test]
