@@ -34,8 +34,8 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-BENCH=$ROOT/target/release/plaudit-bench
-NODE=$ROOT/target/release/plaudit-node
+BENCH=${CARGO_TARGET_DIR:-$ROOT/target}/release/plaudit-bench
+NODE=${CARGO_TARGET_DIR:-$ROOT/target}/release/plaudit-node
 
 log() { echo "[bench-likes] $*" >&2; }
 wants() { [[ " $TARGETS " == *" $1 "* ]]; }

@@ -23,6 +23,8 @@ echo "== starting plaudit-node on $LISTEN (admin $ADMIN), data in $DATA"
 node=$!
 stop() { if [ "${KEEP:-0}" != 1 ]; then kill -TERM "$node" 2>/dev/null || true; wait "$node" 2>/dev/null || true; fi; }
 trap stop EXIT
+p() { if [ "${KEEP:-0}" != 1 ]; then kill -TERM "$node" 2>/dev/null || true; wait "$node" 2>/dev/null || true; fi; }
+trap stop EXIT
 for _ in $(seq 1 100); do
   if (exec 3<>"/dev/tcp/${ADMIN%:*}/${ADMIN#*:}") 2>/dev/null; then
     printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3 2>/dev/null || true
@@ -33,14 +35,23 @@ for _ in $(seq 1 100); do
 done
 
 p() { echo "\$ plaudit $*"; "$bin/plaudit" --addr "$LISTEN" "$@"; echo; }
-until "$bin/plaudit" --addr "$LISTEN" ping >/dev/null 2>&1; do sleep 0.1; done
+for _ in $(seq 1 300); do
+  "$bin/plaudit" --addr "$LISTEN" ping >/dev/null 2>&1 && break
+  kill -0 "$node" 2>/dev/null || { echo "error: plaudit-node exited" >&2; exit 1; }
+  sleep 0.1
+done
 p biz create --name video --id 1
 p like --biz 1 --entity 1001 --user 7 --owner 42
 p like --biz 1 --entity 1002 --user 7 --owner 42
 p like --biz 1 --entity 1001 --user 8
 p like --biz 1 --entity 1001 --user 8
 p dislike --biz 1 --entity 1002 --user 9
-sleep 0.2  # counts are derived (outbox between shards): they converge in milliseconds
+# Counts, likers and received totals are derived (an outbox between shards):
+# they converge within milliseconds. Wait for the owner's total to reach 3.
+for _ in $(seq 1 100); do
+  "$bin/plaudit" --addr "$LISTEN" --json received --biz 1 --user 42 | grep -q '"likes":3' && break
+  sleep 0.02
+done
 p status --biz 1 --user 7 1001 1002 1003
 p counts --biz 1 1001 1002
 p user-likes --biz 1 --user 7
@@ -48,7 +59,7 @@ p likers --biz 1 --entity 1001
 p received --biz 1 --user 42
 p --json counts --biz 1 1001 1002
 echo "$ plaudit like --biz 99 --entity 1 --user 1   # unknown business"
-"$bin/plaudit" --addr "$LISTEN" like --biz 99 --entity 1 --user 1 || true
+"$bin/plaudit" --addr "$LISTEN" like --biz 99 --entity 1 --user 1 2>&1 || true
 echo
 if [ "${KEEP:-0}" = 1 ]; then
   echo "node is running (pid $node); stop it with: kill $node"

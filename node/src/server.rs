@@ -97,6 +97,9 @@ impl Server {
         let writer = tokio::spawn(async move {
             let mut buf = Vec::with_capacity(64 * 1024);
             while let Some(first) = out_rx.recv().await {
+                // Let the other requests of this connection finish first, so
+                // their replies share this write (one syscall, not many).
+                tokio::task::yield_now().await;
                 buf.clear();
                 buf.extend_from_slice(&first);
                 while buf.len() < 256 * 1024 {

@@ -25,7 +25,8 @@ use plaudit_proto::{BizId, EntityId, LikeState, Millis, UserId};
 use serde::{Deserialize, Serialize};
 use sled::Tree;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -79,6 +80,52 @@ pub struct StateStore {
     registry: Tree,
     /// Redo records of commits in progress, one key per committer.
     redo: Tree,
+    counts_cache: Arc<CountsCache>,
+}
+
+/// Counts are the hottest read (every feed item asks for them) and a few
+/// entities take most of it, so they are cached in memory. Commits write
+/// through; a read that misses fills the cache only if no commit of that
+/// shard ran meanwhile (a seqlock-style epoch per shard: odd while a commit
+/// is applying), so a stale value is never installed.
+struct CountsCache {
+    epochs: Vec<AtomicU64>,
+    parts: Vec<Mutex<CountsPart>>,
+}
+
+/// `(biz, shard, entity) -> counts`.
+type CountsPart = HashMap<(BizId, u32, EntityId), CountsRec>;
+
+/// Entries per cache part before it is dropped and refilled (64 parts).
+const COUNTS_CACHE_PART: usize = 4096;
+const COUNTS_CACHE_PARTS: usize = 64;
+const EPOCHS: usize = 1025;
+
+impl CountsCache {
+    fn new() -> CountsCache {
+        CountsCache {
+            epochs: (0..EPOCHS).map(|_| AtomicU64::new(0)).collect(),
+            parts: (0..COUNTS_CACHE_PARTS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    fn epoch(&self, shard: u32) -> &AtomicU64 {
+        &self.epochs[shard as usize % EPOCHS]
+    }
+
+    fn part(&self, shard: u32, entity: EntityId) -> std::sync::MutexGuard<'_, CountsPart> {
+        let i = (entity as usize ^ shard as usize) % COUNTS_CACHE_PARTS;
+        // Only plain map operations run under the lock; a poisoned lock
+        // still holds a consistent map.
+        self.parts[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn put(&self, part: &mut CountsPart, k: (BizId, u32, EntityId), c: CountsRec) {
+        if part.len() >= COUNTS_CACHE_PART && !part.contains_key(&k) {
+            part.clear();
+        }
+        part.insert(k, c);
+    }
 }
 
 impl StateStore {
@@ -89,6 +136,7 @@ impl StateStore {
             shards: Arc::default(),
             registry: db.open_tree("registry")?,
             redo: db.open_tree("redo")?,
+            counts_cache: Arc::new(CountsCache::new()),
         };
         store.recover()?;
         Ok(store)
@@ -179,11 +227,21 @@ impl StateStore {
     }
 
     pub fn get_counts(&self, biz: BizId, shard: u32, entity: EntityId) -> Result<CountsRec> {
-        let tree = self.biz_tree(biz)?;
-        match tree.get(keys::counts(shard, entity))? {
-            None => Ok(CountsRec::default()),
-            Some(v) => decode_counts(&v),
+        let cache = &self.counts_cache;
+        if let Some(c) = cache.part(shard, entity).get(&(biz, shard, entity)) {
+            return Ok(*c);
         }
+        let before = cache.epoch(shard).load(Ordering::Acquire);
+        let tree = self.biz_tree(biz)?;
+        let c = match tree.get(keys::counts(shard, entity))? {
+            None => CountsRec::default(),
+            Some(v) => decode_counts(&v)?,
+        };
+        let mut part = cache.part(shard, entity);
+        if before.is_multiple_of(2) && cache.epoch(shard).load(Ordering::Acquire) == before {
+            cache.put(&mut part, (biz, shard, entity), c);
+        }
+        Ok(c)
     }
 
     pub fn get_received(&self, biz: BizId, shard: u32, owner: UserId) -> Result<u64> {
@@ -311,7 +369,7 @@ impl StateStore {
     pub fn commit(&self, ws: WriteSet) -> Result<()> {
         match ws.ops.as_slice() {
             [] => return Ok(()),
-            [one] => return self.apply_op(one),
+            [one] if ws.counts.is_empty() => return self.apply_op(one),
             _ => {}
         }
         let key = ws.owner.to_be_bytes();
@@ -319,9 +377,19 @@ impl StateStore {
         codec::encode_into(&ws.ops, &mut record)
             .map_err(|e| StateError::Corrupt { what: "redo", detail: e.to_string() })?;
         self.redo.insert(key, record)?;
-        for op in &ws.ops {
-            self.apply_op(op)?;
+        let epoch = self.counts_cache.epoch(ws.owner);
+        epoch.fetch_add(1, Ordering::AcqRel);
+        let applied = ws.ops.iter().try_for_each(|op| self.apply_op(op));
+        for (biz, shard, entity, c) in &ws.counts {
+            let mut part = self.counts_cache.part(*shard, *entity);
+            if applied.is_ok() {
+                self.counts_cache.put(&mut part, (*biz, *shard, *entity), *c);
+            } else {
+                part.remove(&(*biz, *shard, *entity));
+            }
         }
+        epoch.fetch_add(1, Ordering::AcqRel);
+        applied?;
         self.redo.remove(key)?;
         Ok(())
     }
@@ -348,6 +416,19 @@ impl StateStore {
 
     /// Replaces every key of `shard` with `items` (from `export_shard`).
     pub fn import_shard(&self, shard: u32, items: Vec<ExportItem>) -> Result<()> {
+        // The import rewrites counts behind the cache: hold the shard's epoch
+        // odd throughout so no read refills it, and drop what it holds.
+        let epoch = self.counts_cache.epoch(shard);
+        epoch.fetch_add(1, Ordering::AcqRel);
+        for part in &self.counts_cache.parts {
+            part.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.1 != shard);
+        }
+        let res = self.import_shard_keys(shard, items);
+        epoch.fetch_add(1, Ordering::AcqRel);
+        res
+    }
+
+    fn import_shard_keys(&self, shard: u32, items: Vec<ExportItem>) -> Result<()> {
         for biz in self.biz_ids_on_disk() {
             let tree = self.biz_tree(biz)?;
             for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
@@ -451,6 +532,8 @@ struct Op {
 pub struct WriteSet {
     owner: u32,
     ops: Vec<Op>,
+    /// Counts written, for the read cache.
+    counts: Vec<(BizId, u32, EntityId, CountsRec)>,
 }
 
 impl Default for WriteSet {
@@ -461,7 +544,7 @@ impl Default for WriteSet {
 
 impl WriteSet {
     pub fn new(owner: u32) -> WriteSet {
-        WriteSet { owner, ops: Vec::new() }
+        WriteSet { owner, ops: Vec::new(), counts: Vec::new() }
     }
 
     fn put(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>, value: &[u8]) {
@@ -550,6 +633,7 @@ impl WriteSet {
         v[9..17].copy_from_slice(&c.dislikes.to_be_bytes());
         v[17..25].copy_from_slice(&c.owner.unwrap_or(0).to_be_bytes());
         self.put(TreeRef::Biz(biz), keys::counts(shard, entity), &v);
+        self.counts.push((biz, shard, entity, c));
     }
 
     pub fn put_received(&mut self, biz: BizId, shard: u32, owner: UserId, total: u64) {
@@ -617,6 +701,26 @@ mod tests {
         assert_eq!(s.applied(0).unwrap().as_deref(), Some(&b"x"[..]));
         // Another business sees nothing: data is isolated per tree.
         assert_eq!(s.get_state(2, 0, 10, 20).unwrap(), None);
+    }
+
+    #[test]
+    fn counts_cache_follows_commits() {
+        let (_d, s) = store();
+        assert_eq!(s.get_counts(1, 0, 5).unwrap(), CountsRec::default());
+        for likes in 1..=3 {
+            let mut ws = WriteSet::new(0);
+            ws.put_counts(1, 0, 5, CountsRec { likes, dislikes: 0, owner: None });
+            ws.put_applied(0, b"x");
+            s.commit(ws).unwrap();
+            // Served from the cache after the first read, and never stale.
+            assert_eq!(s.get_counts(1, 0, 5).unwrap().likes, likes);
+            assert_eq!(s.get_counts(1, 0, 5).unwrap().likes, likes);
+        }
+        // The stored value matches what the cache served.
+        let fresh = StateStore::open(&s.db).unwrap();
+        assert_eq!(fresh.get_counts(1, 0, 5).unwrap().likes, 3);
+        s.import_shard(0, Vec::new()).unwrap();
+        assert_eq!(s.get_counts(1, 0, 5).unwrap(), CountsRec::default());
     }
 
     #[test]
