@@ -32,6 +32,12 @@ impl Directory {
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Reads one business in place: the router checks a business on every
+    /// request and needs a flag at most, not a copy of its name.
+    pub fn with<T>(&self, id: BizId, f: impl FnOnce(&Business) -> T) -> Option<T> {
+        self.read().get(&id).map(f)
+    }
+
     pub fn get(&self, id: BizId) -> Option<Business> {
         self.read().get(&id).cloned()
     }

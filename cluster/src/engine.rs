@@ -17,7 +17,7 @@ use plaudit_proto::routing::shard_of;
 use plaudit_proto::{BizId, Request, Response, WireError};
 use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::StateStore;
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -44,7 +44,8 @@ pub struct Engine {
     directory: Directory,
     groups: Arc<Vec<Arc<Group>>>,
     meta: Arc<Group>,
-    workers: Vec<tokio::task::JoinHandle<()>>,
+    /// Delivery workers, taken (and awaited) by `shutdown`.
+    workers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// Per-shard numbers for metrics.
@@ -117,6 +118,7 @@ impl Engine {
             };
             workers.push(tokio::spawn(d.run()));
         }
+        let workers = std::sync::Mutex::new(workers);
         Ok(Engine { cfg, db, commit, store, directory, groups, meta, workers })
     }
 
@@ -126,9 +128,13 @@ impl Engine {
     }
 
     fn business(&self, biz: BizId) -> Result<Business, WireError> {
-        self.directory
-            .get(biz)
-            .ok_or_else(|| WireError::not_found(format!("business {biz} does not exist")))
+        self.directory.get(biz).ok_or_else(|| unknown_business(biz))
+    }
+
+    /// Fails with `NotFound` unless `biz` exists; returns whether it allows
+    /// dislikes. Reads in place: this runs on every request.
+    fn require_business(&self, biz: BizId) -> Result<bool, WireError> {
+        self.directory.with(biz, |b| b.config.dislike_enabled).ok_or_else(|| unknown_business(biz))
     }
 
     /// Serves one request. Never panics on bad input: every failure is a `Response::Error`.
@@ -154,8 +160,8 @@ impl Engine {
                 Ok(Response::BizList(self.directory.list()))
             }
             Request::Like(r) => {
-                let biz = self.business(r.biz)?;
-                if r.action.is_dislike() && !biz.config.dislike_enabled {
+                let dislikes_allowed = self.require_business(r.biz)?;
+                if r.action.is_dislike() && !dislikes_allowed {
                     return Err(WireError::bad_request(format!(
                         "business {} does not allow dislikes",
                         r.biz
@@ -169,7 +175,7 @@ impl Engine {
                 }
             }
             Request::Status(r) => {
-                self.business(r.biz)?;
+                self.require_business(r.biz)?;
                 let (shard, g) = self.group_for(r.biz, r.user);
                 g.read_barrier().await?;
                 let mut out = Vec::with_capacity(r.entities.len());
@@ -184,12 +190,10 @@ impl Engine {
                 Ok(Response::Status(out))
             }
             Request::Counts(r) => {
-                self.business(r.biz)?;
-                let mut shards: BTreeMap<u32, ()> = BTreeMap::new();
-                for &e in &r.entities {
-                    shards.insert(shard_of(r.biz, e, self.cfg.shards), ());
-                }
-                let barriers = shards.keys().map(|&s| self.groups[s as usize].read_barrier());
+                self.require_business(r.biz)?;
+                let shards: BTreeSet<u32> =
+                    r.entities.iter().map(|&e| shard_of(r.biz, e, self.cfg.shards)).collect();
+                let barriers = shards.iter().map(|&s| self.groups[s as usize].read_barrier());
                 for res in futures::future::join_all(barriers).await {
                     res?;
                 }
@@ -202,7 +206,7 @@ impl Engine {
                 Ok(Response::Counts(out))
             }
             Request::UserLikes(r) => {
-                self.business(r.biz)?;
+                self.require_business(r.biz)?;
                 let (_, g) = self.group_for(r.biz, r.user);
                 g.read_barrier().await?;
                 let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
@@ -214,7 +218,7 @@ impl Engine {
                 Ok(Response::Page(page(items, r.limit)))
             }
             Request::Likers(r) => {
-                self.business(r.biz)?;
+                self.require_business(r.biz)?;
                 let (_, g) = self.group_for(r.biz, r.entity);
                 g.read_barrier().await?;
                 let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
@@ -226,7 +230,7 @@ impl Engine {
                 Ok(Response::Page(page(items, r.limit)))
             }
             Request::Received(r) => {
-                self.business(r.biz)?;
+                self.require_business(r.biz)?;
                 let (shard, g) = self.group_for(r.biz, r.user);
                 g.read_barrier().await?;
                 let likes = self.store.get_received(r.biz, shard, r.user).map_err(internal)?;
@@ -275,14 +279,13 @@ impl Engine {
     /// already acknowledged are durable before this starts; this makes the
     /// restart fast (less to replay).
     pub async fn shutdown(&self) {
-        for w in &self.workers {
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
+        for w in &workers {
             w.abort();
         }
-        for w in &self.workers {
-            // An aborted task resolves at its next await point.
-            while !w.is_finished() {
-                tokio::task::yield_now().await;
-            }
+        for w in workers {
+            // An aborted task resolves (as cancelled) at its next await point.
+            let _ = w.await;
         }
         for g in self.groups.iter().chain(std::iter::once(&self.meta)) {
             if let Err(e) = g.raft.shutdown().await {
@@ -295,6 +298,10 @@ impl Engine {
         }
         let _ = self.db.flush();
     }
+}
+
+fn unknown_business(biz: BizId) -> WireError {
+    WireError::not_found(format!("business {biz} does not exist"))
 }
 
 fn biz_result(r: CmdResult) -> Result<Response, WireError> {

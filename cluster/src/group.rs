@@ -94,8 +94,8 @@ impl Group {
         }
         let (ptx, prx) = mpsc::channel(cfg.max_pending);
         let (rtx, rrx) = mpsc::channel(cfg.max_pending);
-        tokio::spawn(propose_loop(raft.clone(), prx, cfg.batch_max, cfg.max_in_flight));
-        tokio::spawn(read_loop(raft.clone(), rrx));
+        tokio::spawn(propose_loop(id, raft.clone(), prx, cfg.batch_max, cfg.max_in_flight));
+        tokio::spawn(read_loop(id, raft.clone(), rrx));
         let sole_voter = Arc::new(AtomicBool::new(false));
         tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone()));
         Ok(Group { id, raft, handle, proposals: ptx, reads: rtx, sole_voter })
@@ -156,6 +156,7 @@ fn not_leader(id: u32, leader: Option<NodeId>) -> WireError {
 }
 
 async fn propose_loop(
+    shard: u32,
     raft: Raft,
     mut rx: mpsc::Receiver<Proposal>,
     batch_max: usize,
@@ -165,7 +166,6 @@ async fn propose_loop(
     // Entry times never go backwards within a shard, even if the wall clock
     // does, so list order (by mtime) matches log order.
     let mut last_now = 0u64;
-    let id = raft.metrics().borrow().id;
     while let Some(first) = rx.recv().await {
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
         // Everything that queued while we waited for a slot joins this entry.
@@ -199,7 +199,7 @@ async fn propose_loop(
                     }
                 }
                 Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
-                    let err = not_leader(id as u32, f.leader_id);
+                    let err = not_leader(shard, f.leader_id);
                     for r in replies {
                         let _ = r.send(Err(err.clone()));
                     }
@@ -250,7 +250,7 @@ async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>) {
     }
 }
 
-async fn read_loop(raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>) {
+async fn read_loop(shard: u32, raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>) {
     while let Some(first) = rx.recv().await {
         let mut waiters = vec![first];
         while let Ok(w) = rx.try_recv() {
@@ -260,7 +260,7 @@ async fn read_loop(raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>) {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(e)) => Err(match e {
                 openraft::error::CheckIsLeaderError::ForwardToLeader(f) => {
-                    not_leader(0, f.leader_id)
+                    not_leader(shard, f.leader_id)
                 }
                 other => WireError::internal(other.to_string()),
             }),
