@@ -34,7 +34,7 @@ echo "== cargo build --bins"
 cargo build --workspace --bins --locked
 echo "== cargo test"
 set +e
-cargo test --workspace --locked 2>&1 | tee "$log"
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 
