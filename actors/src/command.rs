@@ -3,6 +3,7 @@
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::likes::{LikeReply, LikeRequest};
+use plaudit_proto::rankings::{RankDef, UpdateRank};
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId, WireError};
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,8 @@ pub enum Command {
     /// Registry commands, applied by the metadata group only.
     CreateBiz(CreateBiz),
     UpdateBiz(UpdateBiz),
+    CreateRank(RankDef),
+    UpdateRank(UpdateRank),
 }
 
 /// A derived change travelling through an outbox.
@@ -63,6 +66,7 @@ pub struct EntityDelta {
 pub enum CmdResult {
     Like(LikeReply),
     Biz(Business),
+    Rank(RankDef),
     Done,
     Failed(WireError),
 }

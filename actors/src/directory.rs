@@ -1,9 +1,14 @@
-//! The business registry: a pure core applied by the metadata group, and the
-//! shared read view the router consults on every request (is the business
-//! known, are dislikes enabled) without a Raft round trip.
+//! The registry of businesses and ranking definitions: applied by the
+//! metadata group, and the shared read view the router consults on every
+//! request (is the business known, are dislikes enabled, what are this
+//! ranking's windows and filters) without a Raft round trip.
+//!
+//! Registry keys: a business is its 4-byte big-endian id; a ranking is
+//! `b'r'` + its 4-byte id, so the two never collide (different lengths).
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::limits::MAX_BIZ_ID;
+use plaudit_proto::rankings::{RankDef, RankId, UpdateRank};
 use plaudit_proto::{codec, BizId, WireError};
 use plaudit_storage::keys::VALUE_V1;
 use plaudit_storage::{StateError, StateStore, WriteSet};
@@ -13,18 +18,80 @@ use std::sync::{Arc, RwLock};
 #[derive(Clone, Default)]
 pub struct Directory {
     inner: Arc<RwLock<BTreeMap<BizId, Business>>>,
+    ranks: Arc<RwLock<BTreeMap<RankId, Arc<RankDef>>>>,
+}
+
+const RANK_TAG: u8 = b'r';
+
+fn rank_key(id: RankId) -> [u8; 5] {
+    let mut k = [RANK_TAG; 5];
+    k[1..].copy_from_slice(&id.to_be_bytes());
+    k
 }
 
 impl Directory {
     /// Loads every registered business from the registry tree.
     pub fn load(store: &StateStore) -> Result<Directory, StateError> {
         let mut map = BTreeMap::new();
+        let mut ranks = BTreeMap::new();
         for kv in store.registry().iter() {
-            let (_, v) = kv?;
-            let biz = decode(&v)?;
-            map.insert(biz.id, biz);
+            let (k, v) = kv?;
+            if k.len() == 5 && k[0] == RANK_TAG {
+                let def: RankDef = decode(&v)?;
+                ranks.insert(def.id, Arc::new(def));
+            } else {
+                let biz: Business = decode(&v)?;
+                map.insert(biz.id, biz);
+            }
         }
-        Ok(Directory { inner: Arc::new(RwLock::new(map)) })
+        Ok(Directory { inner: Arc::new(RwLock::new(map)), ranks: Arc::new(RwLock::new(ranks)) })
+    }
+
+    fn ranks_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<RankId, Arc<RankDef>>> {
+        self.ranks.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A ranking definition; shared, since every scoring event consults it.
+    pub fn rank(&self, id: RankId) -> Option<Arc<RankDef>> {
+        self.ranks_read().get(&id).cloned()
+    }
+
+    pub fn ranks(&self) -> Vec<RankDef> {
+        self.ranks_read().values().map(|d| (**d).clone()).collect()
+    }
+
+    /// Applies a ranking create. The id is the creator's: it is what scoring
+    /// calls name, so it is never reassigned.
+    pub fn apply_create_rank(
+        &self,
+        def: &RankDef,
+        ws: &mut WriteSet,
+    ) -> Result<RankDef, WireError> {
+        def.validate()?;
+        let mut map = self.ranks.write().unwrap_or_else(|e| e.into_inner());
+        if map.contains_key(&def.id) {
+            return Err(WireError::bad_request(format!("ranking {} already exists", def.id)));
+        }
+        ws.put_registry(&rank_key(def.id), &encode(def)?);
+        map.insert(def.id, Arc::new(def.clone()));
+        Ok(def.clone())
+    }
+
+    /// Replaces a ranking's mutable settings; structure stays as created.
+    pub fn apply_update_rank(
+        &self,
+        u: &UpdateRank,
+        ws: &mut WriteSet,
+    ) -> Result<RankDef, WireError> {
+        let mut map = self.ranks.write().unwrap_or_else(|e| e.into_inner());
+        let Some(old) = map.get(&u.id) else {
+            return Err(WireError::not_found(format!("ranking {} does not exist", u.id)));
+        };
+        u.settings.validate(&old.dims)?;
+        let def = RankDef { settings: u.settings.clone(), ..(**old).clone() };
+        ws.put_registry(&rank_key(def.id), &encode(&def)?);
+        map.insert(def.id, Arc::new(def.clone()));
+        Ok(def)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<BizId, Business>> {
@@ -81,13 +148,13 @@ impl Directory {
     }
 }
 
-fn encode(biz: &Business) -> Result<Vec<u8>, WireError> {
+fn encode<T: serde::Serialize>(x: &T) -> Result<Vec<u8>, WireError> {
     let mut v = vec![VALUE_V1];
-    codec::encode_into(biz, &mut v).map_err(|e| WireError::internal(e.to_string()))?;
+    codec::encode_into(x, &mut v).map_err(|e| WireError::internal(e.to_string()))?;
     Ok(v)
 }
 
-fn decode(v: &[u8]) -> Result<Business, StateError> {
+fn decode<T: serde::de::DeserializeOwned>(v: &[u8]) -> Result<T, StateError> {
     let corrupt = |detail: String| StateError::Corrupt { what: "registry", detail };
     match v.split_first() {
         Some((&VALUE_V1, rest)) => codec::from_bytes(rest).map_err(|e| corrupt(e.to_string())),
@@ -115,5 +182,38 @@ mod tests {
         let again = Directory::load(&store).unwrap();
         assert_eq!(again.list().len(), 2);
         assert_eq!(again.get(6).unwrap().name, "comment");
+    }
+
+    #[test]
+    fn rankings_sit_beside_businesses_and_only_settings_change() {
+        use plaudit_proto::rankings::{Aggregation, RankDef, RankSettings, TieMode, UpdateRank};
+        use plaudit_proto::window::{Granularity, UtcOffset};
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let store = StateStore::open(&db).unwrap();
+        let d = Directory::load(&store).unwrap();
+        let mut ws = WriteSet::default();
+        let biz =
+            CreateBiz { id: Some(0x7200_0000 | 7), name: "b".into(), config: BizConfig::default() };
+        d.apply_create(&biz, &mut ws).unwrap();
+        let def = RankDef {
+            id: 7,
+            name: "gifts".into(),
+            dims: vec!["ruid".into()],
+            granularities: vec![Granularity::Day],
+            utc_offset: UtcOffset::UTC,
+            aggregation: Aggregation::Incr,
+            ties: TieMode::LaterFirst,
+            settings: RankSettings::default(),
+        };
+        d.apply_create_rank(&def, &mut ws).unwrap();
+        assert!(d.apply_create_rank(&def, &mut ws).is_err(), "ids are never reused");
+        let settings = RankSettings { cap: 5, ..RankSettings::default() };
+        let u = UpdateRank { id: 7, settings: settings.clone() };
+        assert_eq!(d.apply_update_rank(&u, &mut ws).unwrap().settings, settings);
+        store.commit(ws).unwrap();
+        let again = Directory::load(&store).unwrap();
+        assert_eq!(again.ranks(), vec![RankDef { settings, ..def }]);
+        assert_eq!(again.list().len(), 1, "a business whose id starts with 'r' stays a business");
     }
 }

@@ -21,6 +21,7 @@ pub mod command;
 pub mod directory;
 pub mod entity_actor;
 pub mod likes;
+pub mod rankings;
 pub mod shard;
 pub mod user_actor;
 

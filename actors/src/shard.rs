@@ -395,7 +395,24 @@ impl ShardActor {
                                 Err(e) => CmdResult::Failed(e),
                             };
                     }
-                    Command::CreateBiz(_) | Command::UpdateBiz(_) => {
+                    Command::CreateRank(d) if self.cfg.is_meta => {
+                        *out.last_mut().unwrap_or(&mut CmdResult::Done) =
+                            match self.directory.apply_create_rank(d, &mut ws) {
+                                Ok(d) => CmdResult::Rank(d),
+                                Err(e) => CmdResult::Failed(e),
+                            };
+                    }
+                    Command::UpdateRank(u) if self.cfg.is_meta => {
+                        *out.last_mut().unwrap_or(&mut CmdResult::Done) =
+                            match self.directory.apply_update_rank(u, &mut ws) {
+                                Ok(d) => CmdResult::Rank(d),
+                                Err(e) => CmdResult::Failed(e),
+                            };
+                    }
+                    Command::CreateBiz(_)
+                    | Command::UpdateBiz(_)
+                    | Command::CreateRank(_)
+                    | Command::UpdateRank(_) => {
                         *out.last_mut().unwrap_or(&mut CmdResult::Done) = CmdResult::Failed(
                             WireError::internal("registry command sent to a data shard"),
                         );

@@ -263,7 +263,7 @@ impl Client {
     }
 }
 
-fn unexpected(op: &str, got: &Response) -> ClientError {
+pub(crate) fn unexpected(op: &str, got: &Response) -> ClientError {
     ClientError::Protocol(format!("unexpected {} reply to {op}", variant(got)))
 }
 
@@ -278,5 +278,7 @@ fn variant(r: &Response) -> &'static str {
         Response::Page(_) => "Page",
         Response::Received(_) => "Received",
         Response::Error(_) => "Error",
+        Response::Rank(_) => "Rank",
+        Response::RankList(_) => "RankList",
     }
 }

@@ -13,12 +13,14 @@
 pub mod args;
 pub mod human;
 pub mod json;
+pub mod rank;
 
 pub use args::Cli;
 
 use crate::{Client, ClientError, ClientOptions};
 use args::{ActArgs, BizCommand, Command};
 use plaudit_proto::likes::{EntityCounts, EntityState, LikeReply, Page, ReceivedReply};
+use plaudit_proto::rankings::RankDef;
 use plaudit_proto::{BizConfig, Business, EntityId, LikeAction};
 use std::time::{Duration, Instant};
 
@@ -41,9 +43,11 @@ pub enum Output {
     Likers(Page),
     Received(ReceivedReply),
     Pong { addr: String, rtt: Duration },
+    Rank { verb: BizVerb, def: RankDef },
+    RankList(Vec<RankDef>),
 }
 
-/// Which business command produced a `Output::Biz`.
+/// Which registry command produced an `Output::Biz` or `Output::Rank`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BizVerb {
     Created,
@@ -154,6 +158,7 @@ pub async fn run(cli: &Cli) -> Result<Output, Failure> {
 pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientError> {
     Ok(match cmd {
         Command::Biz(b) => execute_biz(client, b).await?,
+        Command::Rank(r) => execute_rank(client, r).await?,
         Command::Like(a) => act(client, LikeAction::Like, a).await?,
         Command::Unlike(a) => act(client, LikeAction::Unlike, a).await?,
         Command::Dislike(a) => act(client, LikeAction::Dislike, a).await?,
@@ -203,6 +208,27 @@ async fn execute_biz(client: &Client, cmd: &BizCommand) -> Result<Output, Client
                 args::apply_update(current.config, *dislike, *user_list_memory, *liker_list_memory);
             let biz = client.update_biz(*id, config).await?;
             Output::Biz { verb: BizVerb::Updated, biz }
+        }
+    })
+}
+
+async fn execute_rank(client: &Client, cmd: &rank::RankCommand) -> Result<Output, ClientError> {
+    use rank::RankCommand;
+    Ok(match cmd {
+        RankCommand::Create { .. } => {
+            // `definition` is Some for every Create: it only destructures it.
+            let def = rank::definition(cmd)
+                .ok_or_else(|| ClientError::Protocol("rank create without a definition".into()))?;
+            Output::Rank { verb: BizVerb::Created, def: client.create_rank(def).await? }
+        }
+        RankCommand::Get { id } => {
+            Output::Rank { verb: BizVerb::Shown, def: client.get_rank(*id).await? }
+        }
+        RankCommand::List => Output::RankList(client.list_ranks().await?),
+        RankCommand::Update { id, .. } => {
+            let current = client.get_rank(*id).await?;
+            let settings = rank::updated_settings(current.settings, cmd);
+            Output::Rank { verb: BizVerb::Updated, def: client.update_rank(*id, settings).await? }
         }
     })
 }

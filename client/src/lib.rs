@@ -33,6 +33,7 @@ pub mod cli;
 mod connection;
 mod error;
 mod pool;
+mod rankings;
 
 pub use api::{Client, ClientOptions};
 pub use error::ClientError;

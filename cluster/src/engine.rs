@@ -159,6 +159,17 @@ impl Engine {
                 self.meta.read_barrier().await?;
                 Ok(Response::BizList(self.directory.list()))
             }
+            Request::CreateRank(d) => rank_result(self.meta.propose(Command::CreateRank(d)).await?),
+            Request::UpdateRank(u) => rank_result(self.meta.propose(Command::UpdateRank(u)).await?),
+            Request::GetRank(id) => {
+                self.meta.read_barrier().await?;
+                let def = self.directory.rank(id).ok_or_else(|| unknown_rank(id))?;
+                Ok(Response::Rank((*def).clone()))
+            }
+            Request::ListRanks => {
+                self.meta.read_barrier().await?;
+                Ok(Response::RankList(self.directory.ranks()))
+            }
             Request::Like(r) => {
                 let dislikes_allowed = self.require_business(r.biz)?;
                 if r.action.is_dislike() && !dislikes_allowed {
@@ -302,6 +313,18 @@ impl Engine {
 
 fn unknown_business(biz: BizId) -> WireError {
     WireError::not_found(format!("business {biz} does not exist"))
+}
+
+fn unknown_rank(id: plaudit_proto::rankings::RankId) -> WireError {
+    WireError::not_found(format!("ranking {id} does not exist"))
+}
+
+fn rank_result(r: CmdResult) -> Result<Response, WireError> {
+    match r {
+        CmdResult::Rank(d) => Ok(Response::Rank(d)),
+        CmdResult::Failed(e) => Err(e),
+        other => Err(internal(format!("unexpected result {other:?}"))),
+    }
 }
 
 fn biz_result(r: CmdResult) -> Result<Response, WireError> {

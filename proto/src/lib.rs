@@ -16,7 +16,8 @@
 //! - `ids`: the id types shared by every crate;
 //! - `error`: `ErrorCode` and `WireError`, what every failure becomes at the edge;
 //! - `limits`: the bounds every request is checked against;
-//! - `business`, `likes`: one file per command family, types plus validation;
+//! - `business`, `likes`, `rankings`: one file per command family, types plus validation;
+//! - `window`: natural time windows and sub-board `type_id`s;
 //! - `message`: the `Request` / `Response` enums and the `Envelope`;
 //! - `codec`: bincode encode/decode of anything serde;
 //! - `frame`: async length-prefixed frame reading and writing;
@@ -30,7 +31,9 @@ pub mod ids;
 pub mod likes;
 pub mod limits;
 pub mod message;
+pub mod rankings;
 pub mod routing;
+pub mod window;
 
 pub use business::{BizConfig, Business};
 pub use error::{ErrorCode, WireError};

@@ -10,6 +10,7 @@ use crate::likes::{
     CountsRequest, EntityCounts, EntityState, LikeReply, LikeRequest, LikersRequest, Page,
     ReceivedReply, ReceivedRequest, StatusRequest, UserLikesRequest,
 };
+use crate::rankings::{RankDef, RankId, UpdateRank};
 use serde::{Deserialize, Serialize};
 
 /// A request body with the id the reply will carry.
@@ -32,6 +33,10 @@ pub enum Request {
     UserLikes(UserLikesRequest),
     Likers(LikersRequest),
     Received(ReceivedRequest),
+    CreateRank(RankDef),
+    GetRank(RankId),
+    ListRanks,
+    UpdateRank(UpdateRank),
 }
 
 impl Request {
@@ -49,6 +54,10 @@ impl Request {
             Request::UserLikes(_) => "user_likes",
             Request::Likers(_) => "likers",
             Request::Received(_) => "received",
+            Request::CreateRank(_) => "rank_create",
+            Request::GetRank(_) => "rank_get",
+            Request::ListRanks => "rank_list",
+            Request::UpdateRank(_) => "rank_update",
         }
     }
 
@@ -56,6 +65,8 @@ impl Request {
     pub fn validate(&self) -> Result<(), WireError> {
         match self {
             Request::Ping | Request::GetBiz(_) | Request::ListBiz => Ok(()),
+            Request::CreateRank(d) => d.validate(),
+            Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
             Request::CreateBiz(r) => r.validate(),
             Request::UpdateBiz(r) => r.validate(),
             Request::Like(_) | Request::Received(_) => Ok(()),
@@ -70,6 +81,10 @@ impl Request {
     pub fn biz(&self) -> Option<BizId> {
         match self {
             Request::Ping | Request::ListBiz | Request::CreateBiz(_) => None,
+            Request::CreateRank(_)
+            | Request::GetRank(_)
+            | Request::ListRanks
+            | Request::UpdateRank(_) => None,
             Request::GetBiz(id) => Some(*id),
             Request::UpdateBiz(r) => Some(r.id),
             Request::Like(r) => Some(r.biz),
@@ -94,4 +109,6 @@ pub enum Response {
     Page(Page),
     Received(ReceivedReply),
     Error(WireError),
+    Rank(RankDef),
+    RankList(Vec<RankDef>),
 }

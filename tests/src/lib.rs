@@ -57,6 +57,20 @@ pub fn node_bin() -> PathBuf {
     );
 }
 
+/// The `plaudit` CLI binary, found like `node_bin` (or `$PLAUDIT_CLI_BIN`).
+pub fn cli_bin() -> PathBuf {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().and_then(Path::parent).map(|d| d.join("plaudit")));
+    if let Some(p) = beside.filter(|p| p.is_file()) {
+        return p;
+    }
+    match std::env::var_os("PLAUDIT_CLI_BIN").map(PathBuf::from) {
+        Some(p) if p.is_file() => p,
+        _ => panic!("plaudit (the CLI) not found; run `cargo build --bins` first"),
+    }
+}
+
 /// A free port on 127.0.0.1: bind :0, read it, drop the listener.
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
@@ -195,6 +209,25 @@ impl Node {
     }
 
     /// Whether `/readyz` answers 200 now.
+    /// Runs `plaudit --json ARGS` against this node and parses its one
+    /// JSON object (errors included: they are objects too).
+    pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = std::process::Command::new(cli_bin())
+            .arg("--addr")
+            .arg(self.addr())
+            .arg("--json")
+            .args(args)
+            .output()
+            .expect("run the plaudit CLI");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            self.fail(&format!(
+                "plaudit {args:?} printed no JSON ({e}): stdout {stdout:?}, stderr {:?}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        })
+    }
+
     pub fn is_ready(&self) -> bool {
         matches!(self.admin_get("/readyz"), Ok((200, _)))
     }

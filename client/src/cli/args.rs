@@ -35,6 +35,9 @@ pub enum Command {
     /// Manage businesses (tenants): create, get, list, update.
     #[command(subcommand)]
     Biz(BizCommand),
+    /// Manage ranking definitions: create, get, list, update.
+    #[command(subcommand)]
+    Rank(super::rank::RankCommand),
     /// Like an entity as a user.
     Like(ActArgs),
     /// Withdraw a user's like of an entity.

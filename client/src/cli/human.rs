@@ -113,6 +113,16 @@ pub fn output(o: &Output) -> String {
         Output::Pong { addr, rtt } => {
             format!("pong from {addr} in {:.1} ms\n", rtt.as_secs_f64() * 1000.0)
         }
+        Output::Rank { verb, def } => {
+            let head = match verb {
+                BizVerb::Created => format!("created ranking {}\n", def.id),
+                BizVerb::Updated => format!("updated ranking {}\n", def.id),
+                BizVerb::Shown => String::new(),
+            };
+            head + &super::rank::table(std::slice::from_ref(def))
+        }
+        Output::RankList(list) if list.is_empty() => "no rankings\n".to_string(),
+        Output::RankList(list) => super::rank::table(list),
     }
 }
 

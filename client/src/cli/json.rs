@@ -119,6 +119,8 @@ pub fn output(o: &Output) -> String {
         }
         Output::Received(r) => to_string(&Received { user: r.user, likes: r.likes }),
         Output::Pong { .. } => to_string(&Pong { ok: true }),
+        Output::Rank { def, .. } => to_string(&super::rank::to_json(def)),
+        Output::RankList(list) => super::rank::list_json(list),
     }
 }
 
@@ -143,6 +145,10 @@ fn count(c: &EntityCounts) -> Count {
 
 fn page_of<T>(page: &Page, item: impl Fn(&plaudit_proto::likes::ListItem) -> T) -> PageOf<'_, T> {
     PageOf { items: page.items.iter().map(item).collect(), next: page.next.as_deref() }
+}
+
+pub(crate) fn encode<T: Serialize>(v: &T) -> String {
+    to_string(v)
 }
 
 fn to_string<T: Serialize>(v: &T) -> String {

@@ -1,0 +1,14 @@
+//! Ranking cores: the natural time windows an event lands in, the ordered
+//! board of one sub-board, and its bounded memory of recent event ids.
+//!
+//! - `window` (from proto): granularities in a fixed UTC offset, window starts, `type_id`s;
+//! - `order`: an order-statistic list (rank and position in O(log n));
+//! - `board`: a sub-board: aggregation, tie-break modes, length cap;
+//! - `dedup`: the bounded set of recently applied event ids.
+
+pub mod board;
+pub mod dedup;
+pub mod order;
+
+/// Windows and type ids are part of the wire contract; they live in proto.
+pub use plaudit_proto::window;

@@ -1,0 +1,252 @@
+//! One sub-board: members with exact integer scores, kept in rank order.
+//!
+//! Ordering is a single ascending key per member, `(score desc, tie, member
+//! asc)`, encoded as three `u64`s so that comparisons are integer compares
+//! and never floating point (the Redis "integer + time fraction" trick loses
+//! precision once scores pass 2^53). The tie component depends on the mode:
+//!
+//! | mode | tie key | meaning |
+//! | --- | --- | --- |
+//! | `earlier_first` | `stamp` | reached the score first ranks higher |
+//! | `later_first` | `!stamp` | reached the score last ranks higher |
+//! | `custom` | `!sub` | higher sub-score ranks higher |
+//!
+//! A stamp is the board's own counter, bumped on every change. It comes from
+//! the order in which changes are applied, which is the Raft log order, so
+//! every replica computes the same stamps; event timestamps would not do (many
+//! events share a second, and late events would reorder the past).
+//!
+//! Pure: no IO. Changes are collected as a dirty set so that a batch with
+//! many events for one member writes that member once.
+
+use crate::rankings::order::OrderList;
+use plaudit_proto::rankings::{Aggregation, ItemId, TieMode};
+use std::collections::{HashMap, HashSet};
+
+/// A member's stored value: its score and the raw tie value (a stamp, or
+/// the sub-score in `custom` mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub score: i64,
+    pub tie: u64,
+}
+
+/// The position of a member in rank order: smaller ranks higher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BoardKey {
+    score: u64,
+    tie: u64,
+    item: ItemId,
+}
+
+/// How a board orders and combines scores (from the ranking definition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    pub aggregation: Aggregation,
+    pub ties: TieMode,
+    pub cap: usize,
+}
+
+/// One row of a query result; `rank` starts at 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ranked {
+    pub rank: u64,
+    pub item: ItemId,
+    pub score: i64,
+    /// The sub-score, in `custom` mode.
+    pub sub: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BoardError {
+    #[error("score of item {item} would overflow: {current} + {delta}")]
+    Overflow { item: ItemId, current: i64, delta: i64 },
+}
+
+pub struct Board {
+    rules: Rules,
+    members: HashMap<ItemId, Member>,
+    order: OrderList<BoardKey>,
+    /// The next stamp to hand out; stored with the board.
+    next_stamp: u64,
+    /// Members changed or removed since the last `take_dirty`.
+    dirty: HashSet<ItemId>,
+}
+
+/// Scores map to keys so that a higher score is a smaller key: flipping the
+/// sign bit makes `i64` order equal `u64` order, and `!` reverses it.
+fn score_key(score: i64) -> u64 {
+    !((score as u64) ^ (1 << 63))
+}
+
+impl Board {
+    pub fn new(rules: Rules) -> Board {
+        Board {
+            rules,
+            members: HashMap::new(),
+            order: OrderList::new(),
+            next_stamp: 1,
+            dirty: HashSet::new(),
+        }
+    }
+
+    /// Rebuilds a board from stored members (any order) and its stored stamp.
+    pub fn from_loaded(rules: Rules, loaded: Vec<(ItemId, Member)>, next_stamp: u64) -> Board {
+        let mut b = Board::new(rules);
+        let mut keys: Vec<BoardKey> = loaded.iter().map(|(i, m)| b.key(*i, *m)).collect();
+        keys.sort_unstable();
+        b.order = OrderList::from_sorted(keys);
+        b.members = loaded.into_iter().collect();
+        b.next_stamp = next_stamp.max(1);
+        // A cap lowered while the board was stored takes effect on load.
+        b.enforce_cap();
+        b
+    }
+
+    pub fn rules(&self) -> Rules {
+        self.rules
+    }
+
+    /// Settings that may change at run time (the cap); ordering rules are fixed.
+    pub fn set_cap(&mut self, cap: usize) {
+        self.rules.cap = cap;
+        self.enforce_cap();
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    pub fn next_stamp(&self) -> u64 {
+        self.next_stamp
+    }
+
+    fn key(&self, item: ItemId, m: Member) -> BoardKey {
+        let tie = match self.rules.ties {
+            TieMode::EarlierFirst => m.tie,
+            TieMode::LaterFirst | TieMode::Custom => !m.tie,
+        };
+        BoardKey { score: score_key(m.score), tie, item }
+    }
+
+    /// Applies one event's score; returns the member's score afterwards (it
+    /// may have been pushed out by the cap at once). Fails without changing
+    /// anything if an increment would overflow.
+    pub fn apply(&mut self, item: ItemId, score: i64, sub: Option<u32>) -> Result<i64, BoardError> {
+        let old = self.members.get(&item).copied();
+        let custom = self.rules.ties == TieMode::Custom;
+        // In custom mode the tie value is the sub-score: an event without one
+        // keeps the member's. Otherwise it is a stamp, taken below.
+        let new_sub = match (custom, sub, old) {
+            (false, _, _) => 0,
+            (true, Some(s), _) => u64::from(s),
+            (true, None, Some(o)) => o.tie,
+            (true, None, None) => 0,
+        };
+        // What "higher" compares: the sub-score only matters in custom mode.
+        let rank_value = |m: Member| (m.score, if custom { m.tie } else { 0 });
+        let new_score = match (self.rules.aggregation, old) {
+            (_, None) | (Aggregation::Set, Some(_)) => score,
+            (Aggregation::Incr, Some(o)) => o
+                .score
+                .checked_add(score)
+                .ok_or(BoardError::Overflow { item, current: o.score, delta: score })?,
+            (Aggregation::Best, Some(o)) => {
+                if (score, new_sub) <= rank_value(o) {
+                    return Ok(o.score);
+                }
+                score
+            }
+        };
+        if let Some(o) = old {
+            if (new_score, new_sub) == rank_value(o) {
+                return Ok(o.score); // nothing moved: keep the time it was reached
+            }
+        }
+        let tie = if custom {
+            new_sub
+        } else {
+            let stamp = self.next_stamp;
+            self.next_stamp += 1;
+            stamp
+        };
+        let member = Member { score: new_score, tie };
+        if let Some(o) = old {
+            self.order.remove(&self.key(item, o));
+        }
+        self.order.insert(self.key(item, member));
+        self.members.insert(item, member);
+        self.dirty.insert(item);
+        self.enforce_cap();
+        Ok(new_score)
+    }
+
+    /// Drops members below the cap, lowest first.
+    fn enforce_cap(&mut self) {
+        while self.order.len() > self.rules.cap {
+            let Some(k) = self.order.pop_last() else { break };
+            self.members.remove(&k.item);
+            self.dirty.insert(k.item);
+        }
+    }
+
+    /// Members changed since the last call: `Some` to store, `None` to delete.
+    pub fn take_dirty(&mut self) -> Vec<(ItemId, Option<Member>)> {
+        let mut out: Vec<_> =
+            self.dirty.drain().map(|i| (i, self.members.get(&i).copied())).collect();
+        // Deterministic write order makes stored state independent of hashing.
+        out.sort_unstable_by_key(|(i, _)| *i);
+        out
+    }
+
+    pub fn score(&self, item: ItemId) -> Option<i64> {
+        self.members.get(&item).map(|m| m.score)
+    }
+
+    fn ranked(&self, pos: usize, k: &BoardKey) -> Ranked {
+        let m = self.members.get(&k.item).copied().unwrap_or(Member { score: 0, tie: 0 });
+        let sub = (self.rules.ties == TieMode::Custom).then_some(m.tie as u32);
+        Ranked { rank: pos as u64 + 1, item: k.item, score: m.score, sub }
+    }
+
+    /// The member's row, if it is on the board. O(log n).
+    pub fn rank_of(&self, item: ItemId) -> Option<Ranked> {
+        let m = *self.members.get(&item)?;
+        let k = self.key(item, m);
+        let pos = self.order.rank(&k)?;
+        Some(self.ranked(pos, &k))
+    }
+
+    /// `limit` rows from 0-based `offset`.
+    pub fn top(&self, offset: usize, limit: usize) -> Vec<Ranked> {
+        self.order
+            .iter_from(offset)
+            .take(limit)
+            .enumerate()
+            .map(|(i, k)| self.ranked(offset + i, k))
+            .collect()
+    }
+
+    /// Up to `k` rows above the member, the member, and up to `k` below.
+    pub fn around(&self, item: ItemId, k: usize) -> Vec<Ranked> {
+        let Some(r) = self.rank_of(item) else { return Vec::new() };
+        let pos = r.rank as usize - 1;
+        let from = pos.saturating_sub(k);
+        self.top(from, pos - from + 1 + k)
+    }
+
+    /// Estimated memory held by this board, for metrics and the benchmark.
+    pub fn heap_bytes(&self) -> usize {
+        // hashbrown: one (key, value) slot plus one control byte per bucket,
+        // and buckets are 8/7 of the capacity it reports.
+        let slot = std::mem::size_of::<(ItemId, Member)>() + 1;
+        self.order.heap_bytes() + self.members.capacity() * 8 / 7 * slot
+    }
+}
+
+#[cfg(test)]
+mod tests;
