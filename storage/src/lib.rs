@@ -13,9 +13,11 @@
 //! - `keys`: the big-endian key layouts of applied state;
 //! - `state`: `StateStore` (reads) and `WriteSet` (atomic multi-tree commits).
 
+pub mod boards;
 pub mod group_commit;
 pub mod keys;
 pub mod log_store;
 pub mod state;
 
+pub use boards::BoardMeta;
 pub use state::{CountsRec, StateError, StateStore, WriteSet};

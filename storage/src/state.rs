@@ -1,5 +1,6 @@
-//! The applied state of every shard, in sled: one tree per business (so a
-//! business's data is isolated and can be dropped whole), one meta tree per
+//! The applied state of every shard, in sled: one tree per business and one
+//! per ranking (so a tenant's or a ranking's data is isolated and can be
+//! dropped whole; `boards.rs` has the ranking layout), one meta tree per
 //! shard (applied log id, membership, inbox and outbox), and the registry.
 //!
 //! Writes of one applied Raft batch are collected in a `WriteSet`, which
@@ -76,6 +77,8 @@ fn tagged(tag: u8, shard: u32) -> Vec<u8> {
 pub struct StateStore {
     db: sled::Db,
     bizs: Arc<RwLock<HashMap<BizId, Tree>>>,
+    /// One tree per ranking (`rank/{id}`): its sub-boards on every shard.
+    ranks: Arc<RwLock<HashMap<u32, Tree>>>,
     shards: Arc<RwLock<HashMap<u32, Tree>>>,
     registry: Tree,
     /// Redo records of commits in progress, one key per committer.
@@ -133,6 +136,7 @@ impl StateStore {
         let store = StateStore {
             db: db.clone(),
             bizs: Arc::default(),
+            ranks: Arc::default(),
             shards: Arc::default(),
             registry: db.open_tree("registry")?,
             redo: db.open_tree("redo")?,
@@ -165,6 +169,7 @@ impl StateStore {
             TreeRef::Biz(b) => self.biz_tree(b),
             TreeRef::Shard(s) => self.shard_tree(s),
             TreeRef::Registry => Ok(self.registry.clone()),
+            TreeRef::Rank(r) => self.rank_tree(r),
         }
     }
 
@@ -200,6 +205,25 @@ impl StateStore {
             .tree_names()
             .iter()
             .filter_map(|n| std::str::from_utf8(n).ok()?.strip_prefix("biz/")?.parse().ok())
+            .collect()
+    }
+
+    /// The tree of one ranking, opened on first use.
+    pub fn rank_tree(&self, rank: u32) -> Result<Tree> {
+        if let Some(t) = self.ranks.read().unwrap_or_else(|e| e.into_inner()).get(&rank) {
+            return Ok(t.clone());
+        }
+        let tree = self.db.open_tree(format!("rank/{rank}"))?;
+        self.ranks.write().unwrap_or_else(|e| e.into_inner()).insert(rank, tree.clone());
+        Ok(tree)
+    }
+
+    /// Every ranking tree that exists on disk, by id.
+    pub fn rank_ids_on_disk(&self) -> Vec<u32> {
+        self.db
+            .tree_names()
+            .iter()
+            .filter_map(|n| std::str::from_utf8(n).ok()?.strip_prefix("rank/")?.parse().ok())
             .collect()
     }
 
@@ -405,6 +429,13 @@ impl StateStore {
                 out.push((format!("biz/{biz}"), k.to_vec(), v.to_vec()));
             }
         }
+        for rank in self.rank_ids_on_disk() {
+            let tree = self.rank_tree(rank)?;
+            for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
+                let (k, v) = kv?;
+                out.push((format!("rank/{rank}"), k.to_vec(), v.to_vec()));
+            }
+        }
         for kv in self.shard_tree(shard)?.iter() {
             let (k, v) = kv?;
             if k.as_ref() != meta::SNAPSHOT {
@@ -435,6 +466,12 @@ impl StateStore {
                 tree.remove(kv?.0)?;
             }
         }
+        for rank in self.rank_ids_on_disk() {
+            let tree = self.rank_tree(rank)?;
+            for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
+                tree.remove(kv?.0)?;
+            }
+        }
         self.shard_tree(shard)?.clear()?;
         let meta_name = format!("shard/{shard}/meta");
         for (name, k, v) in items {
@@ -442,6 +479,8 @@ impl StateStore {
                 self.shard_tree(shard)?.insert(k, v)?;
             } else if let Some(biz) = name.strip_prefix("biz/").and_then(|b| b.parse().ok()) {
                 self.biz_tree(biz)?.insert(k, v)?;
+            } else if let Some(r) = name.strip_prefix("rank/").and_then(|r| r.parse().ok()) {
+                self.rank_tree(r)?.insert(k, v)?;
             }
         }
         Ok(())
@@ -464,7 +503,7 @@ fn push_outbox(out: &mut Vec<OutboxRun>, k: &[u8], v: Vec<u8>, limit: usize) -> 
     Ok(())
 }
 
-fn corrupt(what: &'static str, bytes: &[u8]) -> StateError {
+pub(crate) fn corrupt(what: &'static str, bytes: &[u8]) -> StateError {
     StateError::Corrupt { what, detail: format!("{bytes:?}") }
 }
 
@@ -512,10 +551,12 @@ fn u64_value(x: u64) -> [u8; 9] {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-enum TreeRef {
+pub(crate) enum TreeRef {
     Biz(BizId),
     Shard(u32),
     Registry,
+    /// Appended: redo records name trees by variant index.
+    Rank(u32),
 }
 
 /// One absolute change: applying it twice is the same as once.
@@ -547,11 +588,11 @@ impl WriteSet {
         WriteSet { owner, ops: Vec::new(), counts: Vec::new() }
     }
 
-    fn put(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>, value: &[u8]) {
+    pub(crate) fn put(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>, value: &[u8]) {
         self.ops.push(Op { tree, key: key.into(), value: Some(value.to_vec()) });
     }
 
-    fn del(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>) {
+    pub(crate) fn del(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>) {
         self.ops.push(Op { tree, key: key.into(), value: None });
     }
 

@@ -1,0 +1,274 @@
+//! Stored sub-boards: one sled tree per ranking (`rank/{id}`), so a ranking's
+//! data is isolated and can be dropped whole, with every key starting with
+//! the shard id like the business trees (snapshots scan one shard's slice).
+//!
+//! | kind | key | value |
+//! | --- | --- | --- |
+//! | member | `shard, 1, type_key, item` | `v1, score i64, tie u64` |
+//! | board | `shard, 2, type_key` | `v1, size u64, next_stamp u64, next_events u64` |
+//! | event ids | `shard, 3, type_key, seq` | `v1, [event id u64]...` |
+//!
+//! `type_key` is the sub-board's binary type id (granularity, window start,
+//! dimension values), fixed-length within one ranking because a ranking's
+//! dimension count never changes; that is what lets a member key end in the
+//! item id and still be parsed. Event ids are written as one record per
+//! applied batch per board, not one key per event: a hot board applies
+//! hundreds of events per batch.
+
+use crate::keys::{read_u64, VALUE_V1};
+use crate::state::{corrupt, Result, StateStore, TreeRef, WriteSet};
+
+pub const KIND_MEMBER: u8 = 1;
+pub const KIND_BOARD: u8 = 2;
+pub const KIND_EVENTS: u8 = 3;
+
+/// A sub-board's stored header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BoardMeta {
+    pub size: u64,
+    /// The next tie stamp the board hands out.
+    pub next_stamp: u64,
+    /// The seq of the next event-id record.
+    pub next_events: u64,
+}
+
+fn key(shard: u32, kind: u8, type_key: &[u8], tail: Option<u64>) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + 1 + type_key.len() + 8);
+    k.extend_from_slice(&shard.to_be_bytes());
+    k.push(kind);
+    k.extend_from_slice(type_key);
+    if let Some(t) = tail {
+        k.extend_from_slice(&t.to_be_bytes());
+    }
+    k
+}
+
+fn i64_at(bytes: &[u8], at: usize) -> Option<i64> {
+    read_u64(bytes, at).map(|u| u as i64)
+}
+
+impl StateStore {
+    /// Every member of a sub-board: `(item, score, tie)`, in item order.
+    pub fn board_members(
+        &self,
+        rank: u32,
+        shard: u32,
+        type_key: &[u8],
+    ) -> Result<Vec<(u64, i64, u64)>> {
+        let tree = self.rank_tree(rank)?;
+        let prefix = key(shard, KIND_MEMBER, type_key, None);
+        let mut out = Vec::new();
+        for kv in tree.scan_prefix(&prefix) {
+            let (k, v) = kv?;
+            let item = read_u64(&k, prefix.len()).filter(|_| k.len() == prefix.len() + 8);
+            let value = match v.as_ref() {
+                [VALUE_V1, rest @ ..] if rest.len() == 16 => i64_at(rest, 0).zip(read_u64(rest, 8)),
+                _ => None,
+            };
+            match (item, value) {
+                (Some(item), Some((score, tie))) => out.push((item, score, tie)),
+                _ => return Err(corrupt("board member", &k)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A sub-board's header; `None` if the board does not exist.
+    pub fn board_meta(&self, rank: u32, shard: u32, type_key: &[u8]) -> Result<Option<BoardMeta>> {
+        let tree = self.rank_tree(rank)?;
+        match tree.get(key(shard, KIND_BOARD, type_key, None))? {
+            None => Ok(None),
+            Some(v) => decode_meta(&v).map(Some),
+        }
+    }
+
+    /// The sub-boards of a ranking on one shard, in type-key order, strictly
+    /// after `after`: `(type_key, header)`.
+    pub fn boards_on_shard(
+        &self,
+        rank: u32,
+        shard: u32,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, BoardMeta)>> {
+        let tree = self.rank_tree(rank)?;
+        let prefix = key(shard, KIND_BOARD, &[], None);
+        let start = match after {
+            // The smallest key after `after`'s own: append a zero byte.
+            Some(a) => {
+                let mut k = key(shard, KIND_BOARD, a, None);
+                k.push(0);
+                k
+            }
+            None => prefix.clone(),
+        };
+        let mut out = Vec::new();
+        for kv in tree.range(start..) {
+            let (k, v) = kv?;
+            if !k.starts_with(&prefix) || out.len() == limit {
+                break;
+            }
+            out.push((k[prefix.len()..].to_vec(), decode_meta(&v)?));
+        }
+        Ok(out)
+    }
+
+    /// The stored event-id records of a sub-board, oldest first: `(seq, ids)`.
+    pub fn board_events(
+        &self,
+        rank: u32,
+        shard: u32,
+        type_key: &[u8],
+    ) -> Result<Vec<(u64, Vec<u64>)>> {
+        let tree = self.rank_tree(rank)?;
+        let prefix = key(shard, KIND_EVENTS, type_key, None);
+        let mut out = Vec::new();
+        for kv in tree.scan_prefix(&prefix) {
+            let (k, v) = kv?;
+            let seq = read_u64(&k, prefix.len()).ok_or_else(|| corrupt("board events", &k))?;
+            let ids = match v.split_first() {
+                Some((&VALUE_V1, rest)) if rest.len() % 8 == 0 => {
+                    (0..rest.len() / 8).filter_map(|i| read_u64(rest, i * 8)).collect()
+                }
+                _ => return Err(corrupt("board events", &v)),
+            };
+            out.push((seq, ids));
+        }
+        Ok(out)
+    }
+}
+
+fn decode_meta(v: &[u8]) -> Result<BoardMeta> {
+    match v {
+        [VALUE_V1, rest @ ..] if rest.len() == 24 => Ok(BoardMeta {
+            size: read_u64(rest, 0).unwrap_or(0),
+            next_stamp: read_u64(rest, 8).unwrap_or(0),
+            next_events: read_u64(rest, 16).unwrap_or(0),
+        }),
+        _ => Err(corrupt("board meta", v)),
+    }
+}
+
+impl WriteSet {
+    pub fn put_board_member(
+        &mut self,
+        rank: u32,
+        shard: u32,
+        type_key: &[u8],
+        item: u64,
+        score: i64,
+        tie: u64,
+    ) {
+        let mut v = [0u8; 17];
+        v[0] = VALUE_V1;
+        v[1..9].copy_from_slice(&score.to_be_bytes());
+        v[9..17].copy_from_slice(&tie.to_be_bytes());
+        self.put(TreeRef::Rank(rank), key(shard, KIND_MEMBER, type_key, Some(item)), &v);
+    }
+
+    pub fn del_board_member(&mut self, rank: u32, shard: u32, type_key: &[u8], item: u64) {
+        self.del(TreeRef::Rank(rank), key(shard, KIND_MEMBER, type_key, Some(item)));
+    }
+
+    pub fn put_board_meta(&mut self, rank: u32, shard: u32, type_key: &[u8], m: BoardMeta) {
+        let mut v = [0u8; 25];
+        v[0] = VALUE_V1;
+        v[1..9].copy_from_slice(&m.size.to_be_bytes());
+        v[9..17].copy_from_slice(&m.next_stamp.to_be_bytes());
+        v[17..25].copy_from_slice(&m.next_events.to_be_bytes());
+        self.put(TreeRef::Rank(rank), key(shard, KIND_BOARD, type_key, None), &v);
+    }
+
+    pub fn del_board_meta(&mut self, rank: u32, shard: u32, type_key: &[u8]) {
+        self.del(TreeRef::Rank(rank), key(shard, KIND_BOARD, type_key, None));
+    }
+
+    pub fn put_board_events(
+        &mut self,
+        rank: u32,
+        shard: u32,
+        type_key: &[u8],
+        seq: u64,
+        ids: &[u64],
+    ) {
+        let mut v = Vec::with_capacity(1 + ids.len() * 8);
+        v.push(VALUE_V1);
+        for id in ids {
+            v.extend_from_slice(&id.to_be_bytes());
+        }
+        self.put(TreeRef::Rank(rank), key(shard, KIND_EVENTS, type_key, Some(seq)), &v);
+    }
+
+    pub fn del_board_events(&mut self, rank: u32, shard: u32, type_key: &[u8], seq: u64) {
+        self.del(TreeRef::Rank(rank), key(shard, KIND_EVENTS, type_key, Some(seq)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, StateStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let s = StateStore::open(&db).unwrap();
+        (dir, s)
+    }
+
+    const DAY: &[u8] = &[2, 0x80, 0, 0, 0, 0x66, 0x1c, 0x1d, 0x80, 0, 0, 0, 0, 6, 0x8e, 0x77, 0x44];
+    const MONTH: &[u8] =
+        &[4, 0x80, 0, 0, 0, 0x66, 0x0a, 0x0a, 0x00, 0, 0, 0, 0, 6, 0x8e, 0x77, 0x44];
+
+    #[test]
+    fn members_headers_and_events_round_trip_per_board() {
+        let (_d, s) = store();
+        let mut ws = WriteSet::new(3);
+        ws.put_board_member(7, 3, DAY, 10, -5, 1);
+        ws.put_board_member(7, 3, DAY, 11, i64::MAX, 2);
+        ws.put_board_member(7, 3, MONTH, 10, 9, 1);
+        ws.put_board_meta(7, 3, DAY, BoardMeta { size: 2, next_stamp: 3, next_events: 2 });
+        ws.put_board_meta(7, 3, MONTH, BoardMeta { size: 1, next_stamp: 2, next_events: 1 });
+        ws.put_board_events(7, 3, DAY, 1, &[100, 101]);
+        ws.put_board_member(8, 3, DAY, 10, 1, 1); // another ranking: isolated
+        s.commit(ws).unwrap();
+
+        assert_eq!(s.board_members(7, 3, DAY).unwrap(), vec![(10, -5, 1), (11, i64::MAX, 2)]);
+        assert_eq!(s.board_members(7, 3, MONTH).unwrap(), vec![(10, 9, 1)]);
+        assert_eq!(s.board_members(7, 4, DAY).unwrap(), vec![], "another shard's slice");
+        assert_eq!(s.board_members(8, 3, DAY).unwrap(), vec![(10, 1, 1)]);
+        assert_eq!(s.board_meta(7, 3, DAY).unwrap().map(|m| m.size), Some(2));
+        assert_eq!(s.board_events(7, 3, DAY).unwrap(), vec![(1, vec![100, 101])]);
+        assert_eq!(s.board_events(7, 3, MONTH).unwrap(), vec![]);
+
+        let all = s.boards_on_shard(7, 3, None, 10).unwrap();
+        assert_eq!(all.iter().map(|(k, _)| k.as_slice()).collect::<Vec<_>>(), vec![DAY, MONTH]);
+        let after = s.boards_on_shard(7, 3, Some(DAY), 10).unwrap();
+        assert_eq!(after.len(), 1);
+        assert_eq!(s.boards_on_shard(7, 3, None, 1).unwrap().len(), 1);
+
+        let mut ws = WriteSet::new(3);
+        ws.del_board_member(7, 3, DAY, 10);
+        ws.del_board_events(7, 3, DAY, 1);
+        ws.del_board_meta(7, 3, MONTH);
+        s.commit(ws).unwrap();
+        assert_eq!(s.board_members(7, 3, DAY).unwrap(), vec![(11, i64::MAX, 2)]);
+        assert_eq!(s.board_events(7, 3, DAY).unwrap(), vec![]);
+        assert_eq!(s.board_meta(7, 3, MONTH).unwrap(), None);
+    }
+
+    #[test]
+    fn snapshots_carry_ranking_trees() {
+        let (_d, s) = store();
+        let mut ws = WriteSet::new(1);
+        ws.put_board_member(7, 1, DAY, 10, 42, 1);
+        ws.put_board_member(7, 2, DAY, 10, 43, 1);
+        s.commit(ws).unwrap();
+        let items = s.export_shard(1).unwrap();
+        assert!(items.iter().any(|(t, _, _)| t == "rank/7"));
+        s.import_shard(1, Vec::new()).unwrap();
+        assert_eq!(s.board_members(7, 1, DAY).unwrap(), vec![]);
+        assert_eq!(s.board_members(7, 2, DAY).unwrap(), vec![(10, 43, 1)], "other shards stay");
+        s.import_shard(1, items).unwrap();
+        assert_eq!(s.board_members(7, 1, DAY).unwrap(), vec![(10, 42, 1)]);
+    }
+}
