@@ -4,11 +4,13 @@
 //! - `window` (from proto): granularities in a fixed UTC offset, window starts, `type_id`s;
 //! - `order`: an order-statistic list (rank and position in O(log n));
 //! - `board`: a sub-board: aggregation, tie-break modes, length cap;
-//! - `dedup`: the bounded set of recently applied event ids.
+//! - `dedup`: the bounded set of recently applied event ids;
+//! - `route`: an event's admission (dimensions, filters) and its sub-boards.
 
 pub mod board;
 pub mod dedup;
 pub mod order;
+pub mod route;
 
 /// Windows and type ids are part of the wire contract; they live in proto.
 pub use plaudit_proto::window;

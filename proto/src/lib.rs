@@ -16,7 +16,7 @@
 //! - `ids`: the id types shared by every crate;
 //! - `error`: `ErrorCode` and `WireError`, what every failure becomes at the edge;
 //! - `limits`: the bounds every request is checked against;
-//! - `business`, `likes`, `rankings`: one file per command family, types plus validation;
+//! - `business`, `likes`, `rankings`, `scoring`: one file per command family, types plus validation;
 //! - `window`: natural time windows and sub-board `type_id`s;
 //! - `message`: the `Request` / `Response` enums and the `Envelope`;
 //! - `codec`: bincode encode/decode of anything serde;
@@ -33,6 +33,7 @@ pub mod limits;
 pub mod message;
 pub mod rankings;
 pub mod routing;
+pub mod scoring;
 pub mod window;
 
 pub use business::{BizConfig, Business};

@@ -1,0 +1,216 @@
+//! Where an event goes: checks it against its ranking (dimensions present,
+//! filters), and names every sub-board it touches, one per granularity, each
+//! marked expired if its window is older than the ranking keeps. Also turns a
+//! query's board reference into the same `TypeId`. Pure: the caller passes
+//! the clock.
+
+use plaudit_proto::rankings::RankDef;
+use plaudit_proto::scoring::{BoardRef, ScoreRequest};
+use plaudit_proto::window::{window_back, window_start, Granularity, TypeId};
+use plaudit_proto::WireError;
+
+/// The sub-boards an admitted event lands on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub type_id: TypeId,
+    /// Older than `retention` windows: reported as filtered, never stored.
+    pub expired: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    Boards(Vec<Target>),
+    /// A filter refused the event (the reason is for logs and metrics).
+    Filtered(&'static str),
+}
+
+/// Dimension values in the ranking's order; every dimension exactly once.
+pub fn dim_values(def: &RankDef, given: &[(String, u64)]) -> Result<Vec<u64>, WireError> {
+    let mut out: Vec<Option<u64>> = vec![None; def.dims.len()];
+    for (name, v) in given {
+        let Some(i) = def.dim_index(name) else {
+            return Err(WireError::bad_request(format!(
+                "ranking {} has no dimension {name:?} (it has {:?})",
+                def.id, def.dims
+            )));
+        };
+        if out[i].replace(*v).is_some() {
+            return Err(WireError::bad_request(format!("dimension {name:?} given twice")));
+        }
+    }
+    out.iter()
+        .zip(&def.dims)
+        .map(|(v, name)| {
+            v.ok_or_else(|| WireError::bad_request(format!("dimension {name:?} is missing")))
+        })
+        .collect()
+}
+
+/// Is a window starting at `start` still kept at `now` (both epoch seconds)?
+pub fn is_kept(def: &RankDef, gran: Granularity, start: i64, now: i64) -> bool {
+    let current = window_start(gran, def.utc_offset, now);
+    start >= window_back(gran, def.utc_offset, current, def.settings.retention)
+}
+
+/// Checks one event and names its sub-boards.
+pub fn admit(def: &RankDef, ev: &ScoreRequest, now: i64) -> Result<Admission, WireError> {
+    let dims = dim_values(def, &ev.dims)?;
+    let f = &def.settings.filters;
+    for (name, filter) in &f.dims {
+        let admitted = def.dim_index(name).is_some_and(|i| filter.admits(dims[i]));
+        if !admitted {
+            return Ok(Admission::Filtered("dimension"));
+        }
+    }
+    if f.items.as_ref().is_some_and(|filter| !filter.admits(ev.item)) {
+        return Ok(Admission::Filtered("item"));
+    }
+    if f.score_range.is_some_and(|(lo, hi)| ev.score < lo || ev.score > hi) {
+        return Ok(Admission::Filtered("score range"));
+    }
+    let targets = def
+        .granularities
+        .iter()
+        .map(|&gran| {
+            let start = window_start(gran, def.utc_offset, ev.ts);
+            let type_id = TypeId { gran, start, dims: dims.clone() };
+            Target { type_id, expired: !is_kept(def, gran, start, now) }
+        })
+        .collect();
+    Ok(Admission::Boards(targets))
+}
+
+/// The sub-board a query names, checked against the ranking.
+pub fn board_of(def: &RankDef, board: &BoardRef) -> Result<TypeId, WireError> {
+    let t = match board {
+        BoardRef::TypeId(s) => TypeId::parse(s)
+            .ok_or_else(|| WireError::bad_request(format!("{s:?} is not a type_id")))?,
+        BoardRef::At { dims, granularity, ts } => TypeId {
+            gran: *granularity,
+            start: window_start(*granularity, def.utc_offset, *ts),
+            dims: dim_values(def, dims)?,
+        },
+    };
+    if !def.granularities.contains(&t.gran) {
+        return Err(WireError::bad_request(format!(
+            "ranking {} has no {} boards",
+            def.id,
+            t.gran.as_str()
+        )));
+    }
+    if t.dims.len() != def.dims.len() {
+        return Err(WireError::bad_request(format!(
+            "ranking {} boards have {} dimension values, not {}",
+            def.id,
+            def.dims.len(),
+            t.dims.len()
+        )));
+    }
+    if window_start(t.gran, def.utc_offset, t.start) != t.start {
+        return Err(WireError::bad_request(format!("{} does not start a window", t.start)));
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plaudit_proto::rankings::{Aggregation, RankSettings, TieMode, ValueFilter};
+    use plaudit_proto::window::UtcOffset;
+
+    const TS: i64 = 1713165315; // 2024-04-15 15:15:15 at +08:00
+
+    fn def() -> RankDef {
+        RankDef {
+            id: 1,
+            name: "gifts".into(),
+            dims: vec!["ruid".into()],
+            granularities: vec![Granularity::Month, Granularity::Day],
+            utc_offset: UtcOffset::parse("+08:00").unwrap(),
+            aggregation: Aggregation::Incr,
+            ties: TieMode::EarlierFirst,
+            settings: RankSettings { retention: 2, ..RankSettings::default() },
+        }
+    }
+
+    fn event(dims: &[(&str, u64)]) -> ScoreRequest {
+        ScoreRequest {
+            rank: 1,
+            item: 5,
+            score: 10,
+            sub: None,
+            dims: dims.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+            ts: TS,
+            event_id: 1,
+        }
+    }
+
+    fn names(a: Admission) -> Vec<(String, bool)> {
+        match a {
+            Admission::Boards(ts) => {
+                ts.into_iter().map(|t| (t.type_id.format(), t.expired)).collect()
+            }
+            Admission::Filtered(why) => panic!("filtered: {why}"),
+        }
+    }
+
+    #[test]
+    fn the_worked_example_lands_in_its_month_and_day() {
+        let got = names(admit(&def(), &event(&[("ruid", 110000260)]), TS).unwrap());
+        assert_eq!(
+            got,
+            vec![
+                ("month:1711900800_110000260".to_string(), false),
+                ("day:1713110400_110000260".to_string(), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn windows_older_than_the_retention_are_expired() {
+        let d = def();
+        let ev = ScoreRequest { ts: TS - 3 * 86_400, ..event(&[("ruid", 1)]) };
+        // Three days back: the day window is beyond 2 kept, the month is current.
+        let expired: Vec<bool> =
+            names(admit(&d, &ev, TS).unwrap()).into_iter().map(|n| n.1).collect();
+        assert_eq!(expired, vec![false, true]);
+        let two_days = ScoreRequest { ts: TS - 2 * 86_400, ..ev };
+        let expired: Vec<bool> =
+            names(admit(&d, &two_days, TS).unwrap()).into_iter().map(|n| n.1).collect();
+        assert_eq!(expired, vec![false, false]);
+    }
+
+    #[test]
+    fn dimensions_must_match_the_definition() {
+        let d = def();
+        for bad in [vec![], vec![("room", 1)], vec![("ruid", 1), ("ruid", 2)]] {
+            assert!(admit(&d, &event(&bad), TS).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn filters_refuse_events() {
+        let mut d = def();
+        d.settings.filters.dims = vec![("ruid".into(), ValueFilter::Deny(vec![9]))];
+        d.settings.filters.items = Some(ValueFilter::Allow(vec![5]));
+        d.settings.filters.score_range = Some((1, 100));
+        assert!(matches!(admit(&d, &event(&[("ruid", 1)]), TS), Ok(Admission::Boards(_))));
+        let filtered = |ev: ScoreRequest| matches!(admit(&d, &ev, TS), Ok(Admission::Filtered(_)));
+        assert!(filtered(event(&[("ruid", 9)])));
+        assert!(filtered(ScoreRequest { item: 6, ..event(&[("ruid", 1)]) }));
+        assert!(filtered(ScoreRequest { score: 101, ..event(&[("ruid", 1)]) }));
+        assert!(filtered(ScoreRequest { score: 0, ..event(&[("ruid", 1)]) }));
+    }
+
+    #[test]
+    fn board_references_resolve_to_the_same_board() {
+        let d = def();
+        let by_name = board_of(&d, &BoardRef::TypeId("day:1713110400_7".into())).unwrap();
+        let dims = vec![("ruid".to_string(), 7)];
+        let at = BoardRef::At { dims, granularity: Granularity::Day, ts: TS };
+        assert_eq!(board_of(&d, &at).unwrap(), by_name);
+        for bad in ["week:1712505600_7", "day:1713110400", "day:1713110401_7", "nonsense"] {
+            assert!(board_of(&d, &BoardRef::TypeId(bad.into())).is_err(), "{bad}");
+        }
+    }
+}
