@@ -58,6 +58,15 @@ p user-likes --biz 1 --user 7
 p likers --biz 1 --entity 1001
 p received --biz 1 --user 42
 p --json counts --biz 1 1001 1002
+# Rankings: a gift leaderboard per streamer, daily and monthly, at +08:00.
+p rank create --id 1 --name gifts --dims ruid --granularity day,month --utc-offset +08:00
+p score --rank 1 --item 501 --score 30 --dim ruid=42 --event-id 1
+p score --rank 1 --item 502 --score 50 --dim ruid=42 --event-id 2
+p score --rank 1 --item 501 --score 30 --dim ruid=42 --event-id 3
+p score --rank 1 --item 501 --score 30 --dim ruid=42 --event-id 3
+p top --rank 1 --dim ruid=42 --granularity day
+p rank-of --rank 1 --dim ruid=42 --granularity month --item 502
+p boards --rank 1
 echo "$ plaudit like --biz 99 --entity 1 --user 1   # unknown business"
 "$bin/plaudit" --addr "$LISTEN" like --biz 99 --entity 1 --user 1 2>&1 || true
 echo

@@ -3,7 +3,8 @@
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::likes::{LikeReply, LikeRequest};
-use plaudit_proto::rankings::{RankDef, UpdateRank};
+use plaudit_proto::rankings::{ItemId, RankDef, RankId, UpdateRank};
+use plaudit_proto::scoring::Outcome;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId, WireError};
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +37,20 @@ pub enum Command {
     UpdateBiz(UpdateBiz),
     CreateRank(RankDef),
     UpdateRank(UpdateRank),
+    /// One scoring event on one sub-board (an event touching several
+    /// sub-boards is one command per board, each on the board's shard).
+    Score(ScoreCmd),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScoreCmd {
+    pub rank: RankId,
+    /// The sub-board's binary type id (`TypeId::to_key`).
+    pub type_key: Vec<u8>,
+    pub item: ItemId,
+    pub score: i64,
+    pub sub: Option<u32>,
+    pub event_id: u64,
 }
 
 /// A derived change travelling through an outbox.
@@ -67,6 +82,11 @@ pub enum CmdResult {
     Like(LikeReply),
     Biz(Business),
     Rank(RankDef),
+    /// A scoring event's outcome on its board and the member's score after it.
+    Scored {
+        outcome: Outcome,
+        score: Option<i64>,
+    },
     Done,
     Failed(WireError),
 }

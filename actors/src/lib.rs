@@ -17,6 +17,7 @@
 //! `entity_actor`, `shard`.
 
 pub mod active;
+pub mod board_actor;
 pub mod command;
 pub mod directory;
 pub mod entity_actor;

@@ -14,13 +14,17 @@
 //! state between batches, so passivating one never loses anything.
 
 use crate::active::ActiveSet;
-use crate::command::{Batch, CmdResult, Command, Delta, EntityDelta};
+use crate::board_actor::{BoardActor, BoardArgs, BoardMsg, QueryOut};
+use crate::command::{Batch, CmdResult, Command, Delta, EntityDelta, ScoreCmd};
 use crate::directory::Directory;
 use crate::entity_actor::{EntityActor, EntityArgs, EntityMsg};
 use crate::likes::entity::LikerChange;
+use crate::rankings::board::Rules;
 use crate::user_actor::{UserActor, UserArgs, UserMsg, UserOp, UserOut};
 use plaudit_proto::likes::{ListItem, PageCursor};
+use plaudit_proto::rankings::RankId;
 use plaudit_proto::routing::shard_of;
+use plaudit_proto::scoring::BoardQuery;
 use plaudit_proto::{codec, BizId, EntityId, ShardId, UserId, WireError};
 use plaudit_storage::{StateStore, WriteSet};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -59,6 +63,13 @@ pub enum ShardMsg {
         limit: usize,
         reply: RpcReplyPort<PageResult>,
     },
+    /// A query on one sub-board (activated from storage if needed).
+    BoardQuery {
+        rank: RankId,
+        type_key: Vec<u8>,
+        query: BoardQuery,
+        reply: RpcReplyPort<Result<QueryOut, String>>,
+    },
     /// Passivate actors idle for longer than the configured period.
     Sweep,
     /// Drop every child and cached counter (after a snapshot replaced the state).
@@ -80,6 +91,7 @@ pub struct ShardConfig {
 pub struct ShardGauges {
     pub active_users: AtomicUsize,
     pub active_entities: AtomicUsize,
+    pub active_boards: AtomicUsize,
     pub applied_batches: AtomicUsize,
 }
 
@@ -95,11 +107,15 @@ pub struct ShardActor {
 pub struct ShardState {
     users: ActiveSet<(BizId, UserId), ActorRef<UserMsg>>,
     entities: ActiveSet<(BizId, EntityId), ActorRef<EntityMsg>>,
+    boards: ActiveSet<BoardKey, ActorRef<BoardMsg>>,
     /// Highest applied seq per source shard (loaded lazily).
     inbox: HashMap<ShardId, u64>,
     /// Next outbox seq per target shard (loaded lazily).
     outbox_next: HashMap<ShardId, u64>,
 }
+
+/// A sub-board: its ranking and binary type id.
+type BoardKey = (RankId, Vec<u8>);
 
 /// Commands of one batch grouped by the actor that owns them, in order of
 /// first appearance so that result processing is deterministic.
@@ -112,12 +128,12 @@ struct Grouped<K, Op> {
 /// work (deltas) whose result nobody waits for.
 type Slot = Option<(usize, usize)>;
 
-impl<K: std::hash::Hash + Eq + Copy, Op> Grouped<K, Op> {
+impl<K: std::hash::Hash + Eq + Clone, Op> Grouped<K, Op> {
     fn new() -> Self {
         Grouped { index: HashMap::new(), groups: Vec::new() }
     }
     fn push(&mut self, k: K, op: Op, slot: Slot) {
-        let i = *self.index.entry(k).or_insert_with(|| {
+        let i = *self.index.entry(k.clone()).or_insert_with(|| {
             self.groups.push((k, Vec::new(), Vec::new()));
             self.groups.len() - 1
         });
@@ -141,6 +157,7 @@ impl Actor for ShardActor {
         Ok(ShardState {
             users: ActiveSet::default(),
             entities: ActiveSet::default(),
+            boards: ActiveSet::default(),
             inbox: HashMap::new(),
             outbox_next: HashMap::new(),
         })
@@ -181,6 +198,26 @@ impl Actor for ShardActor {
                     }
                 }
             }
+            ShardMsg::BoardQuery { rank, type_key, query, reply } => {
+                match self.board(&myself, state, rank, type_key).await {
+                    Ok(a) => {
+                        let (tx, rx) = oneshot::channel();
+                        if a.cast(BoardMsg::Query(query, tx.into())).is_err() {
+                            let _ = reply.send(Err("board actor stopped".into()));
+                        } else {
+                            // Answer off the shard's mailbox: a large top-N
+                            // must not hold up applies.
+                            tokio::spawn(async move {
+                                let res = rx.await.map_err(|_| "board actor dropped a query");
+                                let _ = reply.send(res.map_err(str::to_string));
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
             ShardMsg::Sweep => {
                 let cutoff = Instant::now().checked_sub(self.cfg.actor_idle);
                 if let Some(cutoff) = cutoff {
@@ -189,6 +226,9 @@ impl Actor for ShardActor {
                     }
                     for a in state.entities.evict_idle(cutoff) {
                         let _ = a.cast(EntityMsg::Passivate);
+                    }
+                    for a in state.boards.evict_idle(cutoff) {
+                        let _ = a.cast(BoardMsg::Passivate);
                     }
                 }
                 self.publish(state);
@@ -218,8 +258,10 @@ impl Actor for ShardActor {
             _ => None,
         };
         if let Some(id) = who {
-            if state.users.remove_where(|a| a.get_id() == id).is_none() {
-                state.entities.remove_where(|a| a.get_id() == id);
+            if state.users.remove_where(|a| a.get_id() == id).is_none()
+                && state.entities.remove_where(|a| a.get_id() == id).is_none()
+            {
+                state.boards.remove_where(|a| a.get_id() == id);
             }
         }
         Ok(())
@@ -280,11 +322,46 @@ impl ShardActor {
         Ok(a)
     }
 
+    /// The rules of a ranking's boards, from its current definition.
+    fn rules(&self, rank: RankId) -> Result<Rules, String> {
+        let def = self.directory.rank(rank).ok_or_else(|| format!("ranking {rank} is unknown"))?;
+        Ok(Rules { aggregation: def.aggregation, ties: def.ties, cap: def.settings.cap as usize })
+    }
+
+    async fn board(
+        &self,
+        myself: &ActorRef<ShardMsg>,
+        state: &mut ShardState,
+        rank: RankId,
+        type_key: Vec<u8>,
+    ) -> Result<ActorRef<BoardMsg>, String> {
+        let now = Instant::now();
+        let key = (rank, type_key);
+        if let Some(a) = state.boards.touch(&key, now) {
+            return Ok(a);
+        }
+        let args = BoardArgs {
+            rank,
+            type_key: key.1.clone(),
+            shard: self.cfg.shard,
+            rules: self.rules(rank)?,
+        };
+        let actor = BoardActor { store: self.store.clone() };
+        let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
+            .await
+            .map_err(|e| format!("activating a board of ranking {rank}: {e}"))?;
+        state.boards.insert(key, a.clone(), now);
+        Ok(a)
+    }
+
     fn reset(&self, state: &mut ShardState) {
         for a in state.users.drain() {
             a.stop(None);
         }
         for a in state.entities.drain() {
+            a.stop(None);
+        }
+        for a in state.boards.drain() {
             a.stop(None);
         }
         state.inbox.clear();
@@ -295,6 +372,7 @@ impl ShardActor {
     fn publish(&self, state: &ShardState) {
         self.gauges.active_users.store(state.users.len(), Ordering::Relaxed);
         self.gauges.active_entities.store(state.entities.len(), Ordering::Relaxed);
+        self.gauges.active_boards.store(state.boards.len(), Ordering::Relaxed);
     }
 
     fn inbox_seq(&self, state: &mut ShardState, source: ShardId) -> Result<u64, String> {
@@ -334,6 +412,7 @@ impl ShardActor {
         let mut ws = WriteSet::new(shard);
         let mut users: Grouped<(BizId, UserId), UserOp> = Grouped::new();
         let mut ents: Grouped<(BizId, EntityId), EntityDelta> = Grouped::new();
+        let mut boards: Grouped<BoardKey, ScoreCmd> = Grouped::new();
 
         for (ei, entry) in entries.iter().enumerate() {
             if let Some(m) = &entry.membership {
@@ -377,6 +456,9 @@ impl ShardActor {
                             state.inbox.insert(*source, seen);
                             ws.put_inbox_seq(shard, *source, seen);
                         }
+                    }
+                    Command::Score(c) => {
+                        boards.push((c.rank, c.type_key.clone()), c.clone(), Some((ei, ci)))
                     }
                     Command::Ack { target, seqs } => {
                         ws.ack_outbox(shard, *target, seqs.iter().copied())
@@ -439,6 +521,27 @@ impl ShardActor {
             ent_waits.push((key, rx));
         }
 
+        let mut board_waits = Vec::with_capacity(boards.groups.len());
+        for (key, cmds, slots) in boards.groups {
+            let rank = key.0;
+            // A ranking unknown here fails its events (the router checks
+            // first, so only a race with a future delete could get here).
+            let rules = match self.rules(rank) {
+                Ok(r) => r,
+                Err(e) => {
+                    for (ei, ci) in slots.into_iter().flatten() {
+                        results[ei][ci] = CmdResult::Failed(WireError::not_found(e.clone()));
+                    }
+                    continue;
+                }
+            };
+            let actor = self.board(myself, state, rank, key.1.clone()).await?;
+            let (tx, rx) = oneshot::channel();
+            let msg = BoardMsg::Apply { cmds, cap: rules.cap, reply: tx.into() };
+            actor.cast(msg).map_err(|e| e.to_string())?;
+            board_waits.push((key, slots, rx));
+        }
+
         // Deltas per target shard; one outbox record per target per batch.
         let mut outbox: BTreeMap<ShardId, Vec<Delta>> = BTreeMap::new();
         for ((biz, user), slots, rx) in user_waits {
@@ -483,6 +586,32 @@ impl ShardActor {
             }
         }
 
+        for ((rank, type_key), slots, rx) in board_waits {
+            let (outs, w) =
+                rx.await.map_err(|_| format!("a board of ranking {rank} died while applying"))?;
+            for (slot, o) in slots.into_iter().zip(outs) {
+                if let Some((ei, ci)) = slot {
+                    results[ei][ci] = match o {
+                        Ok((outcome, score)) => CmdResult::Scored { outcome, score },
+                        Err(e) => CmdResult::Failed(e),
+                    };
+                }
+            }
+            for (item, m) in w.members {
+                match m {
+                    Some(m) => ws.put_board_member(rank, shard, &type_key, item, m.score, m.tie),
+                    None => ws.del_board_member(rank, shard, &type_key, item),
+                }
+            }
+            ws.put_board_meta(rank, shard, &type_key, w.meta);
+            if let Some((seq, ids)) = &w.events {
+                ws.put_board_events(rank, shard, &type_key, *seq, ids);
+            }
+            for seq in w.drop_events {
+                ws.del_board_events(rank, shard, &type_key, seq);
+            }
+        }
+
         let outbox_grew = !outbox.is_empty();
         for (target, deltas) in &outbox {
             self.push_outbox(state, &mut ws, *target, deltas)?;
@@ -499,6 +628,9 @@ impl ShardActor {
         }
         for a in state.entities.evict_over(self.cfg.actor_budget) {
             let _ = a.cast(EntityMsg::Passivate);
+        }
+        for a in state.boards.evict_over(self.cfg.actor_budget) {
+            let _ = a.cast(BoardMsg::Passivate);
         }
         self.gauges.applied_batches.fetch_add(entries.len(), Ordering::Relaxed);
         self.publish(state);
@@ -549,6 +681,15 @@ impl ShardHandle {
         limit: usize,
     ) -> PageResult {
         self.ask(|reply| ShardMsg::LikerPage { biz, entity, after, limit, reply }).await?
+    }
+
+    pub async fn board_query(
+        &self,
+        rank: RankId,
+        type_key: Vec<u8>,
+        query: BoardQuery,
+    ) -> Result<QueryOut, String> {
+        self.ask(|reply| ShardMsg::BoardQuery { rank, type_key, query, reply }).await?
     }
 
     pub async fn reset(&self) -> Result<(), String> {

@@ -280,5 +280,8 @@ fn variant(r: &Response) -> &'static str {
         Response::Error(_) => "Error",
         Response::Rank(_) => "Rank",
         Response::RankList(_) => "RankList",
+        Response::Score(_) => "Score",
+        Response::Query(_) => "Query",
+        Response::Boards(_) => "Boards",
     }
 }

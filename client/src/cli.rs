@@ -11,6 +11,7 @@
 //! - `human`: aligned tables and sentences, for people.
 
 pub mod args;
+pub mod board;
 pub mod human;
 pub mod json;
 pub mod rank;
@@ -21,6 +22,7 @@ use crate::{Client, ClientError, ClientOptions};
 use args::{ActArgs, BizCommand, Command};
 use plaudit_proto::likes::{EntityCounts, EntityState, LikeReply, Page, ReceivedReply};
 use plaudit_proto::rankings::RankDef;
+use plaudit_proto::scoring::{BoardQuery, BoardsPage, RankedItem, ScoreReply};
 use plaudit_proto::{BizConfig, Business, EntityId, LikeAction};
 use std::time::{Duration, Instant};
 
@@ -34,17 +36,42 @@ pub const EXIT_UNAVAILABLE: u8 = 3;
 /// What a command produced, before it is rendered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
-    Biz { verb: BizVerb, biz: Business },
+    Biz {
+        verb: BizVerb,
+        biz: Business,
+    },
     BizList(Vec<Business>),
-    Act { action: LikeAction, entity: EntityId, reply: LikeReply },
+    Act {
+        action: LikeAction,
+        entity: EntityId,
+        reply: LikeReply,
+    },
     Status(Vec<EntityState>),
     Counts(Vec<EntityCounts>),
     UserLikes(Page),
     Likers(Page),
     Received(ReceivedReply),
-    Pong { addr: String, rtt: Duration },
-    Rank { verb: BizVerb, def: RankDef },
+    Pong {
+        addr: String,
+        rtt: Duration,
+    },
+    Rank {
+        verb: BizVerb,
+        def: RankDef,
+    },
     RankList(Vec<RankDef>),
+    Score(ScoreReply),
+    /// Rows of one sub-board (`top`, `around`).
+    Items {
+        type_id: String,
+        items: Vec<RankedItem>,
+    },
+    RankOf {
+        item: u64,
+        row: Option<RankedItem>,
+    },
+    Size(u64),
+    Boards(BoardsPage),
 }
 
 /// Which registry command produced an `Output::Biz` or `Output::Rank`.
@@ -159,6 +186,24 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
     Ok(match cmd {
         Command::Biz(b) => execute_biz(client, b).await?,
         Command::Rank(r) => execute_rank(client, r).await?,
+        Command::Score(a) => Output::Score(client.score(a.request()).await?),
+        Command::Top { rank, board, offset, limit } => {
+            let q = BoardQuery::Top { offset: *offset, limit: *limit };
+            board::items(client.query(*rank, board.to_ref(), q).await?)?
+        }
+        Command::RankOf { rank, board, item } => {
+            board::rank_of(client, *rank, board, *item).await?
+        }
+        Command::Around { rank, board, item, k } => {
+            let q = BoardQuery::Around { item: *item, k: *k };
+            board::items(client.query(*rank, board.to_ref(), q).await?)?
+        }
+        Command::BoardSize { rank, board } => {
+            Output::Size(client.board_size(*rank, board.to_ref()).await?)
+        }
+        Command::Boards { rank, limit, cursor } => {
+            Output::Boards(client.boards(*rank, cursor.as_deref(), *limit).await?)
+        }
         Command::Like(a) => act(client, LikeAction::Like, a).await?,
         Command::Unlike(a) => act(client, LikeAction::Unlike, a).await?,
         Command::Dislike(a) => act(client, LikeAction::Dislike, a).await?,

@@ -1,8 +1,13 @@
-//! Ranking calls of `Client`: definitions (create, get, list, update).
+//! Ranking calls of `Client`: definitions (create, get, list, update),
+//! scoring events, queries on one sub-board, and the list of sub-boards.
 
 use crate::api::{unexpected, Client};
 use crate::error::ClientError;
-use plaudit_proto::rankings::{RankDef, RankId, RankSettings, UpdateRank};
+use plaudit_proto::rankings::{ItemId, RankDef, RankId, RankSettings, UpdateRank};
+use plaudit_proto::scoring::{
+    BoardQuery, BoardRef, BoardsPage, BoardsRequest, QueryReply, QueryRequest, RankedItem,
+    ScoreReply, ScoreRequest,
+};
 use plaudit_proto::{Request, Response};
 
 impl Client {
@@ -30,6 +35,104 @@ impl Client {
         settings: RankSettings,
     ) -> Result<RankDef, ClientError> {
         self.expect_rank("rank_update", Request::UpdateRank(UpdateRank { id, settings })).await
+    }
+
+    /// Scores one event on every sub-board it lands on; repeating the same
+    /// `event_id` reports `duplicate` and changes nothing.
+    pub async fn score(&self, event: ScoreRequest) -> Result<ScoreReply, ClientError> {
+        match self.request(Request::Score(event)).await? {
+            Response::Score(r) => Ok(r),
+            other => Err(unexpected("score", &other)),
+        }
+    }
+
+    /// Any query on one sub-board.
+    pub async fn query(
+        &self,
+        rank: RankId,
+        board: BoardRef,
+        query: BoardQuery,
+    ) -> Result<QueryReply, ClientError> {
+        match self.request(Request::Query(QueryRequest { rank, board, query })).await? {
+            Response::Query(r) => Ok(r),
+            other => Err(unexpected("query", &other)),
+        }
+    }
+
+    /// `limit` rows from 0-based `offset`, best first.
+    pub async fn top(
+        &self,
+        rank: RankId,
+        board: BoardRef,
+        offset: u32,
+        limit: u32,
+    ) -> Result<Vec<RankedItem>, ClientError> {
+        match self.query(rank, board, BoardQuery::Top { offset, limit }).await? {
+            QueryReply::Items { items, .. } => Ok(items),
+            _ => Err(ClientError::Protocol("unexpected reply to top".into())),
+        }
+    }
+
+    /// The member's row, or `None` if it is not on the board.
+    pub async fn rank_of(
+        &self,
+        rank: RankId,
+        board: BoardRef,
+        item: ItemId,
+    ) -> Result<Option<RankedItem>, ClientError> {
+        match self.query(rank, board, BoardQuery::RankOf { item }).await? {
+            QueryReply::RankOf { row, .. } => Ok(row),
+            _ => Err(ClientError::Protocol("unexpected reply to rank_of".into())),
+        }
+    }
+
+    /// Up to `k` rows above the member, its own, and up to `k` below.
+    pub async fn around(
+        &self,
+        rank: RankId,
+        board: BoardRef,
+        item: ItemId,
+        k: u32,
+    ) -> Result<Vec<RankedItem>, ClientError> {
+        match self.query(rank, board, BoardQuery::Around { item, k }).await? {
+            QueryReply::Items { items, .. } => Ok(items),
+            _ => Err(ClientError::Protocol("unexpected reply to around".into())),
+        }
+    }
+
+    /// Scores of up to 500 members, in request order (`None`: not on the board).
+    pub async fn scores(
+        &self,
+        rank: RankId,
+        board: BoardRef,
+        items: &[ItemId],
+    ) -> Result<Vec<(ItemId, Option<i64>)>, ClientError> {
+        let q = BoardQuery::Scores { items: items.to_vec() };
+        match self.query(rank, board, q).await? {
+            QueryReply::Scores(s) => Ok(s),
+            _ => Err(ClientError::Protocol("unexpected reply to scores".into())),
+        }
+    }
+
+    pub async fn board_size(&self, rank: RankId, board: BoardRef) -> Result<u64, ClientError> {
+        match self.query(rank, board, BoardQuery::Size).await? {
+            QueryReply::Size(n) => Ok(n),
+            _ => Err(ClientError::Protocol("unexpected reply to board_size".into())),
+        }
+    }
+
+    /// One page of a ranking's sub-boards; pass `next` back as `cursor`.
+    pub async fn boards(
+        &self,
+        rank: RankId,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<BoardsPage, ClientError> {
+        let req = BoardsRequest { rank, cursor: cursor.map(str::to_string), limit };
+        match self.request(Request::Boards(req)).await? {
+            Response::Boards(p) => Ok(p),
+            other => Err(unexpected("boards", &other)),
+        }
     }
 
     async fn expect_rank(&self, op: &str, req: Request) -> Result<RankDef, ClientError> {

@@ -37,12 +37,12 @@ pub struct EngineConfig {
 }
 
 pub struct Engine {
-    cfg: EngineConfig,
+    pub(crate) cfg: EngineConfig,
     db: sled::Db,
     commit: GroupCommit,
-    store: StateStore,
-    directory: Directory,
-    groups: Arc<Vec<Arc<Group>>>,
+    pub(crate) store: StateStore,
+    pub(crate) directory: Directory,
+    pub(crate) groups: Arc<Vec<Arc<Group>>>,
     meta: Arc<Group>,
     /// Delivery workers, taken (and awaited) by `shutdown`.
     workers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -53,12 +53,15 @@ pub struct ShardStats {
     pub shard: u32,
     pub active_users: usize,
     pub active_entities: usize,
+    pub active_boards: usize,
+    /// Scoring events shed under overload since start.
+    pub shed_events: u64,
     pub outbox_len: usize,
     pub apply_lag: u64,
     pub is_leader: bool,
 }
 
-fn internal(e: impl std::fmt::Display) -> WireError {
+pub(crate) fn internal(e: impl std::fmt::Display) -> WireError {
     WireError::internal(e.to_string())
 }
 
@@ -170,6 +173,9 @@ impl Engine {
                 self.meta.read_barrier().await?;
                 Ok(Response::RankList(self.directory.ranks()))
             }
+            Request::Score(r) => self.score(r).await,
+            Request::Query(q) => self.query(q).await,
+            Request::Boards(b) => self.boards(b).await,
             Request::Like(r) => {
                 let dislikes_allowed = self.require_business(r.biz)?;
                 if r.action.is_dislike() && !dislikes_allowed {
@@ -269,6 +275,8 @@ impl Engine {
                     shard: g.id,
                     active_users: g.handle.gauges.active_users.load(Ordering::Relaxed),
                     active_entities: g.handle.gauges.active_entities.load(Ordering::Relaxed),
+                    active_boards: g.handle.gauges.active_boards.load(Ordering::Relaxed),
+                    shed_events: g.shed.load(Ordering::Relaxed),
                     outbox_len: self.store.outbox_len(g.id).unwrap_or(0),
                     apply_lag: last.saturating_sub(applied),
                     is_leader: m.current_leader == Some(m.id),
@@ -315,7 +323,7 @@ fn unknown_business(biz: BizId) -> WireError {
     WireError::not_found(format!("business {biz} does not exist"))
 }
 
-fn unknown_rank(id: plaudit_proto::rankings::RankId) -> WireError {
+pub(crate) fn unknown_rank(id: plaudit_proto::rankings::RankId) -> WireError {
     WireError::not_found(format!("ranking {id} does not exist"))
 }
 

@@ -26,7 +26,7 @@ use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::log_store::SledLogStore;
 use plaudit_storage::StateStore;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -59,6 +59,8 @@ pub struct Group {
     reads: mpsc::Sender<ReadWaiter>,
     /// This node leads and is the only voter (kept current from Raft metrics).
     sole_voter: Arc<AtomicBool>,
+    /// Scoring events refused by `should_shed`, for metrics.
+    pub shed: AtomicU64,
 }
 
 impl Group {
@@ -98,7 +100,15 @@ impl Group {
         tokio::spawn(read_loop(id, raft.clone(), rrx));
         let sole_voter = Arc::new(AtomicBool::new(false));
         tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone()));
-        Ok(Group { id, raft, handle, proposals: ptx, reads: rtx, sole_voter })
+        Ok(Group {
+            id,
+            raft,
+            handle,
+            proposals: ptx,
+            reads: rtx,
+            sole_voter,
+            shed: AtomicU64::new(0),
+        })
     }
 
     /// Waits until this node leads the group (a single member elects itself
@@ -122,6 +132,22 @@ impl Group {
             mpsc::error::TrySendError::Closed(_) => stopped(self.id),
         })?;
         rx.await.map_err(|_| stopped(self.id))?
+    }
+
+    /// Whether an event of `priority` (0..=`max`) should be shed now. Each
+    /// class has a fill level of the proposal queue above which it is
+    /// refused: the lowest class at 1/(max+2) full, the highest only when
+    /// the queue is nearly full, so low-priority traffic gives way first.
+    /// Counts what it sheds.
+    pub fn should_shed(&self, priority: u8, max: u8) -> bool {
+        let cap = self.proposals.max_capacity();
+        let used = cap - self.proposals.capacity();
+        // used / cap > (p + 1) / (max + 2), in integers.
+        let shed = used * (usize::from(max) + 2) > (usize::from(priority) + 1) * cap;
+        if shed {
+            self.shed.fetch_add(1, Ordering::Relaxed);
+        }
+        shed
     }
 
     /// Returns once this node's state machine reflects every write committed

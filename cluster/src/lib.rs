@@ -18,6 +18,7 @@ pub mod engine;
 pub mod group;
 pub mod network;
 pub mod outbox;
+mod rankings;
 pub mod state_machine;
 pub mod types;
 

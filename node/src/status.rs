@@ -40,6 +40,18 @@ impl AdminSource for NodeStatus {
                 labels: vec![("shard", s.shard.to_string()), ("kind", "entity".into())],
                 value: s.active_entities as f64,
             });
+            gauges.push(Gauge {
+                name: "plaudit_active_actors",
+                help: "Active virtual actors per shard and kind.",
+                labels: vec![("shard", s.shard.to_string()), ("kind", "board".into())],
+                value: s.active_boards as f64,
+            });
+            gauges.push(shard_gauge(
+                "plaudit_rank_events_shed_total",
+                "Scoring events shed under overload (lowest priority classes first), per shard.",
+                s.shard,
+                s.shed_events as f64,
+            ));
             gauges.push(shard_gauge(
                 "plaudit_outbox_backlog",
                 "Derived deltas waiting for delivery, per source shard.",

@@ -11,6 +11,9 @@ use crate::likes::{
     ReceivedReply, ReceivedRequest, StatusRequest, UserLikesRequest,
 };
 use crate::rankings::{RankDef, RankId, UpdateRank};
+use crate::scoring::{
+    BoardsPage, BoardsRequest, QueryReply, QueryRequest, ScoreReply, ScoreRequest,
+};
 use serde::{Deserialize, Serialize};
 
 /// A request body with the id the reply will carry.
@@ -37,6 +40,9 @@ pub enum Request {
     GetRank(RankId),
     ListRanks,
     UpdateRank(UpdateRank),
+    Score(ScoreRequest),
+    Query(QueryRequest),
+    Boards(BoardsRequest),
 }
 
 impl Request {
@@ -58,6 +64,15 @@ impl Request {
             Request::GetRank(_) => "rank_get",
             Request::ListRanks => "rank_list",
             Request::UpdateRank(_) => "rank_update",
+            Request::Score(_) => "score",
+            Request::Query(q) => match q.query {
+                crate::scoring::BoardQuery::Top { .. } => "top",
+                crate::scoring::BoardQuery::RankOf { .. } => "rank_of",
+                crate::scoring::BoardQuery::Around { .. } => "around",
+                crate::scoring::BoardQuery::Scores { .. } => "scores",
+                crate::scoring::BoardQuery::Size => "board_size",
+            },
+            Request::Boards(_) => "boards",
         }
     }
 
@@ -67,6 +82,9 @@ impl Request {
             Request::Ping | Request::GetBiz(_) | Request::ListBiz => Ok(()),
             Request::CreateRank(d) => d.validate(),
             Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
+            Request::Score(r) => r.validate(),
+            Request::Query(r) => r.validate(),
+            Request::Boards(r) => r.validate(),
             Request::CreateBiz(r) => r.validate(),
             Request::UpdateBiz(r) => r.validate(),
             Request::Like(_) | Request::Received(_) => Ok(()),
@@ -84,7 +102,10 @@ impl Request {
             Request::CreateRank(_)
             | Request::GetRank(_)
             | Request::ListRanks
-            | Request::UpdateRank(_) => None,
+            | Request::UpdateRank(_)
+            | Request::Score(_)
+            | Request::Query(_)
+            | Request::Boards(_) => None,
             Request::GetBiz(id) => Some(*id),
             Request::UpdateBiz(r) => Some(r.id),
             Request::Like(r) => Some(r.biz),
@@ -111,4 +132,7 @@ pub enum Response {
     Error(WireError),
     Rank(RankDef),
     RankList(Vec<RankDef>),
+    Score(ScoreReply),
+    Query(QueryReply),
+    Boards(BoardsPage),
 }

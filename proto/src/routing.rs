@@ -18,6 +18,13 @@ pub fn shard_of(biz: BizId, id: u64, shards: u32) -> ShardId {
     ((u128::from(h) * u128::from(shards.max(1))) >> 64) as ShardId
 }
 
+/// The shard of a ranking sub-board, by its binary type id: the boards of
+/// one ranking spread over the shards like entities do.
+pub fn board_shard(rank: u32, type_key: &[u8], shards: u32) -> ShardId {
+    let h = type_key.iter().fold(0u64, |h, &b| mix(h ^ u64::from(b)));
+    shard_of(rank, h, shards)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

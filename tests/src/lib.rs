@@ -208,7 +208,6 @@ impl Node {
         http_get(self.admin, path)
     }
 
-    /// Whether `/readyz` answers 200 now.
     /// Runs `plaudit --json ARGS` against this node and parses its one
     /// JSON object (errors included: they are objects too).
     pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
@@ -228,6 +227,7 @@ impl Node {
         })
     }
 
+    /// Whether `/readyz` answers 200 now.
     pub fn is_ready(&self) -> bool {
         matches!(self.admin_get("/readyz"), Ok((200, _)))
     }

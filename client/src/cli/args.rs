@@ -100,6 +100,67 @@ pub enum Command {
     },
     /// Check that the node answers.
     Ping,
+    /// Score one event on every sub-board of its ranking it lands on.
+    Score(super::board::ScoreArgs),
+    /// Show the top of a sub-board.
+    Top {
+        /// Ranking id.
+        #[arg(long)]
+        rank: u32,
+        #[command(flatten)]
+        board: super::board::BoardArgs,
+        /// Rows to skip.
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
+        /// Rows to show (1 to 1000).
+        #[arg(long, default_value_t = 10)]
+        limit: u32,
+    },
+    /// Show a member's rank and score on a sub-board.
+    RankOf {
+        /// Ranking id.
+        #[arg(long)]
+        rank: u32,
+        #[command(flatten)]
+        board: super::board::BoardArgs,
+        /// Member id.
+        #[arg(long)]
+        item: u64,
+    },
+    /// Show the members ranked around a member.
+    Around {
+        /// Ranking id.
+        #[arg(long)]
+        rank: u32,
+        #[command(flatten)]
+        board: super::board::BoardArgs,
+        /// Member id.
+        #[arg(long)]
+        item: u64,
+        /// Rows above and below (at most 100).
+        #[arg(long, default_value_t = 5)]
+        k: u32,
+    },
+    /// Show how many members a sub-board has.
+    BoardSize {
+        /// Ranking id.
+        #[arg(long)]
+        rank: u32,
+        #[command(flatten)]
+        board: super::board::BoardArgs,
+    },
+    /// List the sub-boards of a ranking, one page at a time.
+    Boards {
+        /// Ranking id.
+        #[arg(long)]
+        rank: u32,
+        /// Boards per page (1 to 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Continue after a previous page: the `next` cursor it printed.
+        #[arg(long, value_name = "C")]
+        cursor: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -121,6 +121,11 @@ pub fn output(o: &Output) -> String {
         Output::Pong { .. } => to_string(&Pong { ok: true }),
         Output::Rank { def, .. } => to_string(&super::rank::to_json(def)),
         Output::RankList(list) => super::rank::list_json(list),
+        Output::Score(r) => super::board::score_json(r),
+        Output::Items { type_id, items } => super::board::items_json(type_id, items),
+        Output::RankOf { item, row } => super::board::rank_of_json(*item, row),
+        Output::Size(n) => super::board::size_json(*n),
+        Output::Boards(p) => super::board::boards_json(p),
     }
 }
 

@@ -1,0 +1,181 @@
+//! The virtual actor of one sub-board: hosts a `Board` and its
+//! `EventMemory`, loaded from the ranking's tree on activation, applies the
+//! scoring events of a batch in log order and hands back what to store.
+
+use crate::command::ScoreCmd;
+use crate::rankings::board::{Board, Member, Ranked, Rules};
+use crate::rankings::dedup::EventMemory;
+use plaudit_proto::rankings::{ItemId, RankId};
+use plaudit_proto::scoring::{BoardQuery, Outcome, RankedItem};
+use plaudit_proto::WireError;
+use plaudit_storage::{BoardMeta, StateStore};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::collections::VecDeque;
+
+/// Event ids a sub-board remembers. A retry arriving after this many newer
+/// events on the same board is applied again; 10k covers seconds of a hot
+/// board and costs ~160 KiB only on boards that busy.
+pub const EVENT_MEMORY: usize = 10_000;
+
+/// What one batch changed, for the shard to store.
+#[derive(Debug, Default)]
+pub struct BoardWrites {
+    pub members: Vec<(ItemId, Option<Member>)>,
+    pub meta: BoardMeta,
+    /// A new event-id record `(seq, ids)`, if any event was applied.
+    pub events: Option<(u64, Vec<u64>)>,
+    /// Event-id records no longer needed to cover the memory bound.
+    pub drop_events: Vec<u64>,
+}
+
+pub type ApplyReply = (Vec<Result<(Outcome, Option<i64>), WireError>>, BoardWrites);
+
+/// The answer to a query on one board.
+#[derive(Debug, Clone)]
+pub enum QueryOut {
+    Items(Vec<RankedItem>),
+    RankOf(Option<RankedItem>),
+    Scores(Vec<(ItemId, Option<i64>)>),
+    Size(u64),
+}
+
+pub enum BoardMsg {
+    /// Events in log order, with the ranking's current cap (it may be
+    /// updated while the board is active).
+    Apply {
+        cmds: Vec<ScoreCmd>,
+        cap: usize,
+        reply: RpcReplyPort<ApplyReply>,
+    },
+    Query(BoardQuery, RpcReplyPort<QueryOut>),
+    Passivate,
+}
+
+pub struct BoardArgs {
+    pub rank: RankId,
+    pub type_key: Vec<u8>,
+    pub shard: u32,
+    pub rules: Rules,
+}
+
+pub struct BoardActor {
+    pub store: StateStore,
+}
+
+pub struct BoardState {
+    core: Board,
+    events: EventMemory,
+    /// Stored event-id records, oldest first: `(seq, ids in it)`.
+    records: VecDeque<(u64, usize)>,
+    next_events: u64,
+}
+
+fn row(r: Ranked) -> RankedItem {
+    RankedItem { rank: r.rank, item: r.item, score: r.score, sub: r.sub }
+}
+
+impl BoardState {
+    fn meta(&self) -> BoardMeta {
+        BoardMeta {
+            size: self.core.len() as u64,
+            next_stamp: self.core.next_stamp(),
+            next_events: self.next_events,
+        }
+    }
+}
+
+impl Actor for BoardActor {
+    type Msg = BoardMsg;
+    type State = BoardState;
+    type Arguments = BoardArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<BoardMsg>,
+        args: BoardArgs,
+    ) -> Result<BoardState, ActorProcessingErr> {
+        let meta =
+            self.store.board_meta(args.rank, args.shard, &args.type_key)?.unwrap_or_default();
+        let loaded = self.store.board_members(args.rank, args.shard, &args.type_key)?;
+        let members =
+            loaded.into_iter().map(|(i, score, tie)| (i, Member { score, tie })).collect();
+        // A cap lowered while stored drops members on load; the next batch's
+        // writes carry the deletions.
+        let core = Board::from_loaded(args.rules, members, meta.next_stamp);
+        let stored = self.store.board_events(args.rank, args.shard, &args.type_key)?;
+        let records = stored.iter().map(|(seq, ids)| (*seq, ids.len())).collect();
+        let events =
+            EventMemory::from_loaded(stored.into_iter().flat_map(|(_, ids)| ids), EVENT_MEMORY);
+        Ok(BoardState { core, events, records, next_events: meta.next_events.max(1) })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<BoardMsg>,
+        msg: BoardMsg,
+        state: &mut BoardState,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            BoardMsg::Apply { cmds, cap, reply } => {
+                if cap != state.core.rules().cap {
+                    state.core.set_cap(cap);
+                }
+                let mut results = Vec::with_capacity(cmds.len());
+                let mut applied_ids = Vec::new();
+                for c in &cmds {
+                    if state.events.contains(c.event_id) {
+                        results.push(Ok((Outcome::Duplicate, state.core.score(c.item))));
+                        continue;
+                    }
+                    match state.core.apply(c.item, c.score, c.sub) {
+                        Ok(_) => {
+                            state.events.insert(c.event_id);
+                            applied_ids.push(c.event_id);
+                            results.push(Ok((Outcome::Applied, state.core.score(c.item))));
+                        }
+                        Err(e) => results.push(Err(WireError::bad_request(e.to_string()))),
+                    }
+                }
+                let mut w = BoardWrites::default();
+                if !applied_ids.is_empty() {
+                    let seq = state.next_events;
+                    state.next_events += 1;
+                    state.records.push_back((seq, applied_ids.len()));
+                    w.events = Some((seq, applied_ids));
+                    // Keep the fewest records that still cover the memory bound.
+                    let mut total: usize = state.records.iter().map(|r| r.1).sum();
+                    while let Some(&(old, n)) = state.records.front() {
+                        if total - n < EVENT_MEMORY {
+                            break;
+                        }
+                        total -= n;
+                        state.records.pop_front();
+                        w.drop_events.push(old);
+                    }
+                }
+                w.members = state.core.take_dirty();
+                w.meta = state.meta();
+                let _ = reply.send((results, w));
+            }
+            BoardMsg::Query(q, reply) => {
+                let b = &state.core;
+                let out = match q {
+                    BoardQuery::Top { offset, limit } => QueryOut::Items(
+                        b.top(offset as usize, limit as usize).into_iter().map(row).collect(),
+                    ),
+                    BoardQuery::RankOf { item } => QueryOut::RankOf(b.rank_of(item).map(row)),
+                    BoardQuery::Around { item, k } => {
+                        QueryOut::Items(b.around(item, k as usize).into_iter().map(row).collect())
+                    }
+                    BoardQuery::Scores { items } => {
+                        QueryOut::Scores(items.iter().map(|&i| (i, b.score(i))).collect())
+                    }
+                    BoardQuery::Size => QueryOut::Size(b.len() as u64),
+                };
+                let _ = reply.send(out);
+            }
+            BoardMsg::Passivate => myself.stop(None),
+        }
+        Ok(())
+    }
+}
