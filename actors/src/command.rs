@@ -40,6 +40,12 @@ pub enum Command {
     /// One scoring event on one sub-board (an event touching several
     /// sub-boards is one command per board, each on the board's shard).
     Score(ScoreCmd),
+    /// Deletes a sub-board whose window has expired (proposed by the
+    /// retention sweep on the board's shard).
+    DropBoard {
+        rank: RankId,
+        type_key: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

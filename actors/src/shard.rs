@@ -354,6 +354,21 @@ impl ShardActor {
         Ok(a)
     }
 
+    /// Deletes every stored key of a sub-board.
+    fn drop_board(&self, ws: &mut WriteSet, rank: RankId, type_key: &[u8]) -> Result<(), String> {
+        let shard = self.cfg.shard;
+        let members = self.store.board_members(rank, shard, type_key).map_err(|e| e.to_string())?;
+        for (item, _, _) in members {
+            ws.del_board_member(rank, shard, type_key, item);
+        }
+        let events = self.store.board_events(rank, shard, type_key).map_err(|e| e.to_string())?;
+        for (seq, _) in events {
+            ws.del_board_events(rank, shard, type_key, seq);
+        }
+        ws.del_board_meta(rank, shard, type_key);
+        Ok(())
+    }
+
     fn reset(&self, state: &mut ShardState) {
         for a in state.users.drain() {
             a.stop(None);
@@ -413,6 +428,7 @@ impl ShardActor {
         let mut users: Grouped<(BizId, UserId), UserOp> = Grouped::new();
         let mut ents: Grouped<(BizId, EntityId), EntityDelta> = Grouped::new();
         let mut boards: Grouped<BoardKey, ScoreCmd> = Grouped::new();
+        let mut drops: Vec<BoardKey> = Vec::new();
 
         for (ei, entry) in entries.iter().enumerate() {
             if let Some(m) = &entry.membership {
@@ -459,6 +475,9 @@ impl ShardActor {
                     }
                     Command::Score(c) => {
                         boards.push((c.rank, c.type_key.clone()), c.clone(), Some((ei, ci)))
+                    }
+                    Command::DropBoard { rank, type_key } => {
+                        drops.push((*rank, type_key.clone()));
                     }
                     Command::Ack { target, seqs } => {
                         ws.ack_outbox(shard, *target, seqs.iter().copied())
@@ -610,6 +629,16 @@ impl ShardActor {
             for seq in w.drop_events {
                 ws.del_board_events(rank, shard, &type_key, seq);
             }
+        }
+
+        // Deletions go last, after any write of this batch (a board is only
+        // dropped once its window expired, and the edge refuses new events
+        // for it, so the two meet only in a race that the next sweep cleans).
+        for key in drops {
+            if let Some(a) = state.boards.remove(&key) {
+                a.stop(None);
+            }
+            self.drop_board(&mut ws, key.0, &key.1)?;
         }
 
         let outbox_grew = !outbox.is_empty();

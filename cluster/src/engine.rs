@@ -32,6 +32,8 @@ pub struct EngineConfig {
     pub group: GroupConfig,
     pub actor_budget: usize,
     pub actor_idle: Duration,
+    /// How often expired sub-boards are looked for and deleted.
+    pub retention_sweep: Duration,
     pub outbox_batch: usize,
     pub sled_cache_bytes: u64,
 }
@@ -121,6 +123,12 @@ impl Engine {
             };
             workers.push(tokio::spawn(d.run()));
         }
+        workers.push(tokio::spawn(crate::retention::run(
+            groups.clone(),
+            store.clone(),
+            directory.clone(),
+            cfg.retention_sweep,
+        )));
         let workers = std::sync::Mutex::new(workers);
         Ok(Engine { cfg, db, commit, store, directory, groups, meta, workers })
     }

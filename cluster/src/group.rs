@@ -134,6 +134,12 @@ impl Group {
         rx.await.map_err(|_| stopped(self.id))?
     }
 
+    /// Whether this node currently leads the group.
+    pub fn is_leader(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.current_leader == Some(m.id)
+    }
+
     /// Whether an event of `priority` (0..=`max`) should be shed now. Each
     /// class has a fill level of the proposal queue above which it is
     /// refused: the lowest class at 1/(max+2) full, the highest only when

@@ -19,6 +19,7 @@ pub mod group;
 pub mod network;
 pub mod outbox;
 mod rankings;
+pub mod retention;
 pub mod state_machine;
 pub mod types;
 

@@ -232,6 +232,7 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
         },
         actor_budget,
         actor_idle,
+        retention_sweep: Duration::from_secs(60),
         outbox_batch: 4096,
         sled_cache_bytes: 16 * 1024 * 1024,
     }

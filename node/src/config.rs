@@ -43,6 +43,9 @@ pub const DEFAULT_MAX_PROPOSALS_IN_FLIGHT: usize = 1;
 /// Per kind (users, entities) and shard: 1024 x 2 x 16 shards bounds a node at
 /// about 32k active actors (measured ~400 MiB RSS with the 256 MiB sled cache).
 pub const DEFAULT_ACTOR_BUDGET_PER_SHARD: usize = 1024;
+/// Expired sub-boards are looked for once a minute: a window ends at most
+/// once an hour, so a minute's delay costs little storage.
+pub const DEFAULT_RETENTION_SWEEP_SECS: u64 = 60;
 pub const DEFAULT_ACTOR_IDLE_SECS: u64 = 120;
 pub const DEFAULT_SLED_CACHE_MB: u64 = 256;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5000;
@@ -88,6 +91,8 @@ pub struct Config {
     pub actor_budget_per_shard: usize,
     /// Seconds an actor may stay idle before it is passivated.
     pub actor_idle_secs: u64,
+    /// Seconds between sweeps that delete sub-boards older than their ranking's retention.
+    pub retention_sweep_secs: u64,
     /// sled's page cache, in MiB.
     pub sled_cache_mb: u64,
     /// How long a client request may take before it fails with `Timeout`, in ms.
@@ -127,6 +132,7 @@ impl Default for Config {
             max_proposals_in_flight: DEFAULT_MAX_PROPOSALS_IN_FLIGHT,
             actor_budget_per_shard: DEFAULT_ACTOR_BUDGET_PER_SHARD,
             actor_idle_secs: DEFAULT_ACTOR_IDLE_SECS,
+            retention_sweep_secs: DEFAULT_RETENTION_SWEEP_SECS,
             sled_cache_mb: DEFAULT_SLED_CACHE_MB,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             shutdown_grace_ms: DEFAULT_SHUTDOWN_GRACE_MS,
@@ -239,6 +245,7 @@ impl Config {
             ("max_proposals_in_flight", self.max_proposals_in_flight as u64),
             ("actor_budget_per_shard", self.actor_budget_per_shard as u64),
             ("actor_idle_secs", self.actor_idle_secs),
+            ("retention_sweep_secs", self.retention_sweep_secs),
             ("sled_cache_mb", self.sled_cache_mb),
             ("request_timeout_ms", self.request_timeout_ms),
             ("shutdown_grace_ms", self.shutdown_grace_ms),
@@ -297,6 +304,7 @@ impl Config {
             "max_proposals_in_flight" => self.max_proposals_in_flight = parse(value)?,
             "actor_budget_per_shard" => self.actor_budget_per_shard = parse(value)?,
             "actor_idle_secs" => self.actor_idle_secs = parse(value)?,
+            "retention_sweep_secs" => self.retention_sweep_secs = parse(value)?,
             "sled_cache_mb" => self.sled_cache_mb = parse(value)?,
             "request_timeout_ms" => self.request_timeout_ms = parse(value)?,
             "shutdown_grace_ms" => self.shutdown_grace_ms = parse(value)?,
@@ -440,6 +448,7 @@ mod tests {
             max_proposals_in_flight: 8,
             actor_budget_per_shard: 9,
             actor_idle_secs: 10,
+            retention_sweep_secs: 19,
             sled_cache_mb: 11,
             request_timeout_ms: 12,
             shutdown_grace_ms: 13,

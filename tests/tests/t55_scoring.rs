@@ -314,3 +314,48 @@ async fn the_cli_scores_and_queries_with_the_documented_shapes() {
     let err = node.cli_json(&["top", "--rank", "6", "--type-id", "total:0"]);
     assert_eq!(err["error"]["code"], "NotFound");
 }
+
+#[tokio::test]
+async fn retention_deletes_expired_sub_boards() {
+    let mut node = Node::builder().env("PLAUDIT_RETENTION_SWEEP_SECS", 1).start();
+    let c = node.client().await;
+    c.create_rank(def(3)).await.unwrap();
+    let t = now();
+    for (i, ts) in [t, t - DAY, t - 2 * DAY].into_iter().enumerate() {
+        let got = outcomes(&c, event(3, 1, 5, ts, i as u64)).await;
+        assert_eq!(got[0].1, Outcome::Applied, "{got:?}");
+    }
+    let names = |c: Client| async move {
+        let page = c.boards(3, None, 100).await.unwrap();
+        page.boards.into_iter().map(|b| b.type_id).collect::<Vec<_>>()
+    };
+    let old =
+        [board(Granularity::Day, t - DAY).format(), board(Granularity::Day, t - 2 * DAY).format()];
+    let listed = names(c.clone()).await;
+    assert!(old.iter().all(|o| listed.contains(o)), "{listed:?}");
+
+    // Keep only the current window from now on: the sweep deletes the rest.
+    let settings = RankSettings { retention: 0, ..def(3).settings };
+    c.update_rank(3, settings).await.unwrap();
+    let c2 = c.clone();
+    plaudit_tests::wait_until(std::time::Duration::from_secs(20), "expired boards deleted", || {
+        let c = c2.clone();
+        let old = old.clone();
+        async move {
+            let listed = names(c).await;
+            !old.iter().any(|o| listed.contains(o))
+        }
+    })
+    .await;
+    let listed = names(c.clone()).await;
+    assert!(listed.contains(&board(Granularity::Day, t).format()), "today stays: {listed:?}");
+    assert!(listed.contains(&board(Granularity::Month, t).format()), "{listed:?}");
+    assert_eq!(c.board_size(3, BoardRef::TypeId(old[0].clone())).await.unwrap(), 0);
+
+    drop(c);
+    node.kill9();
+    node.restart();
+    let c = node.client().await;
+    let listed = names(c.clone()).await;
+    assert!(!old.iter().any(|o| listed.contains(o)), "deleted for good: {listed:?}");
+}
