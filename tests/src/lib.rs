@@ -40,34 +40,27 @@ const LOG_TAIL_LINES: usize = 60;
 /// (`target/debug/deps/<test>` -> `target/debug/plaudit-node`), else
 /// `$PLAUDIT_NODE_BIN`.
 pub fn node_bin() -> PathBuf {
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().and_then(Path::parent).map(|d| d.join("plaudit-node")));
-    if let Some(p) = beside.filter(|p| p.is_file()) {
-        return p;
-    }
-    if let Some(p) = std::env::var_os("PLAUDIT_NODE_BIN").map(PathBuf::from) {
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!(
-        "plaudit-node not found next to the test executable nor in $PLAUDIT_NODE_BIN; \
-         run `cargo build --bins` first"
-    );
+    bin("plaudit-node", "PLAUDIT_NODE_BIN")
 }
 
 /// The `plaudit` CLI binary, found like `node_bin` (or `$PLAUDIT_CLI_BIN`).
 pub fn cli_bin() -> PathBuf {
+    bin("plaudit", "PLAUDIT_CLI_BIN")
+}
+
+fn bin(name: &str, env: &str) -> PathBuf {
     let beside = std::env::current_exe()
         .ok()
-        .and_then(|exe| exe.parent().and_then(Path::parent).map(|d| d.join("plaudit")));
+        .and_then(|exe| exe.parent().and_then(Path::parent).map(|d| d.join(name)));
     if let Some(p) = beside.filter(|p| p.is_file()) {
         return p;
     }
-    match std::env::var_os("PLAUDIT_CLI_BIN").map(PathBuf::from) {
+    match std::env::var_os(env).map(PathBuf::from) {
         Some(p) if p.is_file() => p,
-        _ => panic!("plaudit (the CLI) not found; run `cargo build --bins` first"),
+        _ => panic!(
+            "{name} not found next to the test executable nor in ${env}; \
+             run `cargo build --bins` first"
+        ),
     }
 }
 
@@ -228,6 +221,11 @@ impl Node {
     }
 
     /// Whether `/readyz` answers 200 now.
+    /// `cli_json` with the arguments written as one line (split on spaces).
+    pub fn cli(&self, line: &str) -> serde_json::Value {
+        self.cli_json(&line.split_whitespace().collect::<Vec<_>>())
+    }
+
     pub fn is_ready(&self) -> bool {
         matches!(self.admin_get("/readyz"), Ok((200, _)))
     }

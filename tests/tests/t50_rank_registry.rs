@@ -83,22 +83,10 @@ async fn rankings_are_created_listed_updated_and_survive_a_restart() {
 #[tokio::test]
 async fn the_cli_creates_shows_and_updates_rankings() {
     let node = Node::start();
-    let created = node.cli_json(&[
-        "rank",
-        "create",
-        "--id",
-        "4",
-        "--name",
-        "streamers",
-        "--dims",
-        "ruid",
-        "--granularity",
-        "day,month",
-        "--utc-offset",
-        "+08:00",
-        "--cap",
-        "50",
-    ]);
+    let created = node.cli(
+        "rank create --id 4 --name streamers --dims ruid --granularity day,month \
+         --utc-offset +08:00 --cap 50",
+    );
     assert_eq!(created["id"], 4);
     assert_eq!(created["granularities"], serde_json::json!(["day", "month"]));
     assert_eq!(created["utc_offset"], "+08:00");
@@ -106,14 +94,13 @@ async fn the_cli_creates_shows_and_updates_rankings() {
     assert_eq!(created["ties"], "earlier_first");
     assert_eq!(created["cap"], 50);
 
-    let updated =
-        node.cli_json(&["rank", "update", "4", "--deny", "ruid=9,10", "--retention", "2"]);
+    let updated = node.cli("rank update 4 --deny ruid=9,10 --retention 2");
     assert_eq!(updated["retention"], 2);
     assert_eq!(updated["cap"], 50, "untouched settings keep their values");
     assert_eq!(updated["filters"]["deny"], serde_json::json!([["ruid", [9, 10]]]));
 
-    let listed = node.cli_json(&["rank", "list"]);
+    let listed = node.cli("rank list");
     assert_eq!(listed["rankings"].as_array().map(Vec::len), Some(1));
-    let missing = node.cli_json(&["rank", "get", "77"]);
+    let missing = node.cli("rank get 77");
     assert_eq!(missing["error"]["code"], "NotFound");
 }

@@ -222,39 +222,14 @@ async fn every_acknowledged_event_counts_exactly_once_after_a_sigkill() {
 #[tokio::test]
 async fn the_cli_scores_and_queries_with_the_documented_shapes() {
     let node = Node::start();
-    let created = node.cli_json(&[
-        "rank",
-        "create",
-        "--id",
-        "5",
-        "--name",
-        "streamers",
-        "--dims",
-        "ruid",
-        "--granularity",
-        "day,month",
-        "--utc-offset",
-        "+08:00",
-        "--retention",
-        "10000",
-    ]);
+    let created = node.cli(
+        "rank create --id 5 --name streamers --dims ruid --granularity day,month \
+         --utc-offset +08:00 --retention 10000",
+    );
     assert_eq!(created["id"], 5, "{created}");
     let score = |item: &str, score: &str, id: &str| {
-        node.cli_json(&[
-            "score",
-            "--rank",
-            "5",
-            "--item",
-            item,
-            "--score",
-            score,
-            "--dim",
-            "ruid=110000260",
-            "--ts",
-            "1713165315",
-            "--event-id",
-            id,
-        ])
+        let ev = "--dim ruid=110000260 --ts 1713165315";
+        node.cli(&format!("score --rank 5 --item {item} --score {score} {ev} --event-id {id}"))
     };
     let first = score("1", "10", "1");
     assert_eq!(
@@ -267,8 +242,8 @@ async fn the_cli_scores_and_queries_with_the_documented_shapes() {
     assert_eq!(score("1", "10", "1")["boards"][0]["outcome"], "duplicate");
     score("2", "20", "2");
 
-    let month = ["--type-id", "month:1711900800_110000260"];
-    let top = node.cli_json(&[&["top", "--rank", "5"][..], &month[..]].concat());
+    let month = "--type-id month:1711900800_110000260";
+    let top = node.cli(&format!("top --rank 5 {month}"));
     assert_eq!(
         top,
         serde_json::json!({"type_id":"month:1711900800_110000260","items":[
@@ -276,34 +251,19 @@ async fn the_cli_scores_and_queries_with_the_documented_shapes() {
             {"rank":2,"item":1,"score":10,"sub":null}
         ]})
     );
-    let by_coords = node.cli_json(&[
-        "top",
-        "--rank",
-        "5",
-        "--dim",
-        "ruid=110000260",
-        "--granularity",
-        "day",
-        "--ts",
-        "1713165315",
-        "--limit",
-        "1",
-    ]);
+    let by_coords =
+        node.cli("top --rank 5 --dim ruid=110000260 --granularity day --ts 1713165315 --limit 1");
     assert_eq!(by_coords["type_id"], "day:1713110400_110000260");
     assert_eq!(by_coords["items"].as_array().map(Vec::len), Some(1));
-    let rank_of =
-        node.cli_json(&[&["rank-of", "--rank", "5", "--item", "1"][..], &month[..]].concat());
+    let rank_of = node.cli(&format!("rank-of --rank 5 --item 1 {month}"));
     assert_eq!(rank_of, serde_json::json!({"item":1,"rank":2,"score":10}));
-    let absent =
-        node.cli_json(&[&["rank-of", "--rank", "5", "--item", "9"][..], &month[..]].concat());
+    let absent = node.cli(&format!("rank-of --rank 5 --item 9 {month}"));
     assert_eq!(absent, serde_json::json!({"item":9,"rank":null,"score":null}));
-    let around = node.cli_json(
-        &[&["around", "--rank", "5", "--item", "1", "--k", "1"][..], &month[..]].concat(),
-    );
+    let around = node.cli(&format!("around --rank 5 --item 1 --k 1 {month}"));
     assert_eq!(around["items"].as_array().map(Vec::len), Some(2));
-    let size = node.cli_json(&[&["board-size", "--rank", "5"][..], &month[..]].concat());
+    let size = node.cli(&format!("board-size --rank 5 {month}"));
     assert_eq!(size, serde_json::json!({"size":2}));
-    let boards = node.cli_json(&["boards", "--rank", "5"]);
+    let boards = node.cli("boards --rank 5");
     assert_eq!(
         boards,
         serde_json::json!({"boards":[
@@ -311,7 +271,7 @@ async fn the_cli_scores_and_queries_with_the_documented_shapes() {
             {"type_id":"month:1711900800_110000260","size":2}
         ],"next":null})
     );
-    let err = node.cli_json(&["top", "--rank", "6", "--type-id", "total:0"]);
+    let err = node.cli("top --rank 6 --type-id total:0");
     assert_eq!(err["error"]["code"], "NotFound");
 }
 
