@@ -19,7 +19,7 @@ use plaudit_proto::scoring::{
     BoardInfo, BoardOutcome, BoardQuery, BoardsPage, BoardsRequest, Outcome, QueryReply,
     QueryRequest, ScoreReply, ScoreRequest,
 };
-use plaudit_proto::window::{window_start, TypeId};
+use plaudit_proto::window::TypeId;
 use plaudit_proto::{Response, WireError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -36,14 +36,14 @@ impl Engine {
             Admission::Boards(t) => t,
             Admission::Filtered(why) => {
                 tracing::debug!(rank = r.rank, why, "event filtered");
+                // Filtered events still name the boards they would have touched.
                 let dims = route::dim_values(&def, &r.dims)?;
-                let boards = def
-                    .granularities
-                    .iter()
-                    .map(|&gran| {
-                        let start = window_start(gran, def.utc_offset, r.ts);
-                        let type_id = TypeId { gran, start, dims: dims.clone() }.format();
-                        BoardOutcome { type_id, outcome: Outcome::Filtered, score: None }
+                let boards = route::targets(&def, dims, r.ts, 0)
+                    .into_iter()
+                    .map(|t| BoardOutcome {
+                        type_id: t.type_id.format(),
+                        outcome: Outcome::Filtered,
+                        score: None,
                     })
                     .collect();
                 return Ok(Response::Score(ScoreReply { boards }));

@@ -52,6 +52,19 @@ pub fn is_kept(def: &RankDef, gran: Granularity, start: i64, now: i64) -> bool {
     start >= window_back(gran, def.utc_offset, current, def.settings.retention)
 }
 
+/// The sub-board of every granularity for an event at `ts` with these
+/// dimension values, each marked expired or not at `now`.
+pub fn targets(def: &RankDef, dims: Vec<u64>, ts: i64, now: i64) -> Vec<Target> {
+    def.granularities
+        .iter()
+        .map(|&gran| {
+            let start = window_start(gran, def.utc_offset, ts);
+            let type_id = TypeId { gran, start, dims: dims.clone() };
+            Target { type_id, expired: !is_kept(def, gran, start, now) }
+        })
+        .collect()
+}
+
 /// Checks one event and names its sub-boards.
 pub fn admit(def: &RankDef, ev: &ScoreRequest, now: i64) -> Result<Admission, WireError> {
     let dims = dim_values(def, &ev.dims)?;
@@ -68,15 +81,7 @@ pub fn admit(def: &RankDef, ev: &ScoreRequest, now: i64) -> Result<Admission, Wi
     if f.score_range.is_some_and(|(lo, hi)| ev.score < lo || ev.score > hi) {
         return Ok(Admission::Filtered("score range"));
     }
-    let targets = def
-        .granularities
-        .iter()
-        .map(|&gran| {
-            let start = window_start(gran, def.utc_offset, ev.ts);
-            let type_id = TypeId { gran, start, dims: dims.clone() };
-            Target { type_id, expired: !is_kept(def, gran, start, now) }
-        })
-        .collect();
+    let targets = targets(def, dims, ev.ts, now);
     Ok(Admission::Boards(targets))
 }
 
