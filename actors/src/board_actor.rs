@@ -5,12 +5,15 @@
 use crate::command::ScoreCmd;
 use crate::rankings::board::{Board, Member, Ranked, Rules};
 use crate::rankings::dedup::EventMemory;
+use crate::shard::ShardGauges;
 use plaudit_proto::rankings::{ItemId, RankId};
 use plaudit_proto::scoring::{BoardQuery, Outcome, RankedItem};
 use plaudit_proto::WireError;
 use plaudit_storage::{BoardMeta, StateStore};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Event ids a sub-board remembers. A retry arriving after this many newer
 /// events on the same board is applied again; 10k covers seconds of a hot
@@ -60,6 +63,9 @@ pub struct BoardArgs {
 
 pub struct BoardActor {
     pub store: StateStore,
+    /// The shard's gauges; this board keeps its share of the member and
+    /// memory totals current.
+    pub gauges: Arc<ShardGauges>,
 }
 
 pub struct BoardState {
@@ -68,13 +74,31 @@ pub struct BoardState {
     /// Stored event-id records, oldest first: `(seq, ids in it)`.
     records: VecDeque<(u64, usize)>,
     next_events: u64,
+    /// `(members, heap bytes)` last added to the shard's gauges.
+    reported: (usize, usize),
 }
 
 fn row(r: Ranked) -> RankedItem {
     RankedItem { rank: r.rank, item: r.item, score: r.score, sub: r.sub }
 }
 
+impl BoardActor {
+    /// Moves the shard's gauges from this board's last report to `now`.
+    fn report(&self, state: &mut BoardState, now: (usize, usize)) {
+        let (old, g) = (state.reported, &self.gauges);
+        g.board_members.fetch_add(now.0, Ordering::Relaxed);
+        g.board_members.fetch_sub(old.0, Ordering::Relaxed);
+        g.board_heap_bytes.fetch_add(now.1, Ordering::Relaxed);
+        g.board_heap_bytes.fetch_sub(old.1, Ordering::Relaxed);
+        state.reported = now;
+    }
+}
+
 impl BoardState {
+    fn size(&self) -> (usize, usize) {
+        (self.core.len(), self.core.heap_bytes())
+    }
+
     fn meta(&self) -> BoardMeta {
         BoardMeta {
             size: self.core.len() as u64,
@@ -106,7 +130,25 @@ impl Actor for BoardActor {
         let records = stored.iter().map(|(seq, ids)| (*seq, ids.len())).collect();
         let events =
             EventMemory::from_loaded(stored.into_iter().flat_map(|(_, ids)| ids), EVENT_MEMORY);
-        Ok(BoardState { core, events, records, next_events: meta.next_events.max(1) })
+        let mut state = BoardState {
+            core,
+            events,
+            records,
+            next_events: meta.next_events.max(1),
+            reported: (0, 0),
+        };
+        let size = state.size();
+        self.report(&mut state, size);
+        Ok(state)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<BoardMsg>,
+        state: &mut BoardState,
+    ) -> Result<(), ActorProcessingErr> {
+        self.report(state, (0, 0));
+        Ok(())
     }
 
     async fn handle(
@@ -156,6 +198,8 @@ impl Actor for BoardActor {
                 w.members = state.core.take_dirty();
                 w.meta = state.meta();
                 let _ = reply.send((results, w));
+                let size = state.size();
+                self.report(state, size);
             }
             BoardMsg::Query(q, reply) => {
                 let b = &state.core;

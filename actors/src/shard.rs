@@ -93,6 +93,9 @@ pub struct ShardGauges {
     pub active_entities: AtomicUsize,
     pub active_boards: AtomicUsize,
     pub applied_batches: AtomicUsize,
+    /// Members on the active boards, and the heap their structures hold.
+    pub board_members: AtomicUsize,
+    pub board_heap_bytes: AtomicUsize,
 }
 
 pub struct ShardActor {
@@ -346,7 +349,7 @@ impl ShardActor {
             shard: self.cfg.shard,
             rules: self.rules(rank)?,
         };
-        let actor = BoardActor { store: self.store.clone() };
+        let actor = BoardActor { store: self.store.clone(), gauges: self.gauges.clone() };
         let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
             .await
             .map_err(|e| format!("activating a board of ranking {rank}: {e}"))?;

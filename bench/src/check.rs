@@ -2,10 +2,22 @@
 //! Redis and checks every key it maintains. A manual test (it needs a running
 //! redis-server), deliberately outside `cargo test`.
 
+use crate::likes::{OpKind, Workload};
 use crate::likes_redis::{self, act_reply, DISLIKE, LIKE, LIST_CAP, UNDISLIKE, UNLIKE};
-use crate::mix_free_workload;
 use crate::redis::{Arg, Conn, Value};
+use crate::zipf::Zipf;
 use anyhow::{bail, ensure};
+
+/// A like-only workload for one business: the script's keys need only `biz`.
+fn mix_free_workload(biz: u32) -> Workload {
+    Workload {
+        biz,
+        users: 1,
+        entities: Zipf::new(1, 0.0).expect("valid"),
+        mix: OpKind::parse_mix("like=1").expect("valid"),
+        owners: false,
+    }
+}
 
 async fn act(
     conn: &mut Conn,

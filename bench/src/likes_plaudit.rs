@@ -3,52 +3,20 @@
 //! client, each awaiting its own call, so N requests are in flight per
 //! connection.
 
+use crate::likes::{Op, Worker, Workload};
+use crate::load::{Phase, Stats, MEASURE, STOP};
+use crate::plaudit::{error_name, retry_setup, Backoff};
 use crate::report::Preload;
-use crate::workload::{Op, Phase, Stats, Worker, Workload, MEASURE, STOP};
 use anyhow::Context;
-use plaudit_client::{Client, ClientError, ClientOptions};
+use plaudit_client::{Client, ClientError};
 use plaudit_proto::likes::LikeReply;
 use plaudit_proto::{BizConfig, ErrorCode, LikeAction, LikeState};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-pub fn error_name(e: &ClientError) -> &'static str {
-    match e {
-        ClientError::Io(_) => "Io",
-        ClientError::Closed => "Closed",
-        ClientError::Protocol(_) => "Protocol",
-        other => other.code().map(ErrorCode::as_str).unwrap_or("Other"),
-    }
-}
-
-pub async fn connect(
-    addr: &str,
-    connections: usize,
-    timeout: Duration,
-) -> anyhow::Result<Vec<Client>> {
-    let mut clients = Vec::with_capacity(connections);
-    for _ in 0..connections {
-        let opts = ClientOptions { pool_size: 1, timeout };
-        clients.push(
-            Client::connect_with(addr, opts)
-                .await
-                .with_context(|| format!("connecting to plaudit at {addr}"))?,
-        );
-    }
-    Ok(clients)
-}
+use std::time::Instant;
 
 /// Makes sure business `biz` exists, creating it with the default config.
-/// Retries for a while: a freshly started node may not serve yet.
 pub async fn ensure_biz(client: &Client, biz: u32) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match try_ensure_biz(client, biz).await {
-            Ok(()) => return Ok(()),
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
-    }
+    retry_setup(|| try_ensure_biz(client, biz)).await
 }
 
 async fn try_ensure_biz(client: &Client, biz: u32) -> anyhow::Result<()> {
@@ -79,24 +47,6 @@ async fn act(
 ) -> Result<LikeReply, ClientError> {
     let owner = wl.owners.then(|| wl.owner_of(entity));
     client.act(wl.biz, entity, user, owner, action).await
-}
-
-/// Backs off after `Overloaded` (and after connection failures, so a dead
-/// node is not spun on); resets after a success.
-#[derive(Default)]
-struct Backoff(u32);
-
-impl Backoff {
-    async fn after(&mut self, r: &Result<(), ClientError>) {
-        match r {
-            Ok(()) => self.0 = 0,
-            Err(e) if e.code() == Some(ErrorCode::Overloaded) || e.is_connection() => {
-                self.0 = (self.0 + 1).min(7);
-                tokio::time::sleep(Duration::from_millis(1 << self.0)).await;
-            }
-            Err(_) => {}
-        }
-    }
 }
 
 /// Writes `quota` new likes from one loop.
@@ -173,7 +123,7 @@ pub async fn run_loop(
     mut worker: Worker,
     phase: Phase,
 ) -> Stats {
-    let mut stats = Stats::default();
+    let mut stats = Stats::new(wl.mix.ops());
     let mut backoff = Backoff::default();
     loop {
         let p = phase.get();
@@ -185,8 +135,8 @@ pub async fn run_loop(
         let r = run_op(&client, &wl, &mut worker, &op).await;
         if p == MEASURE {
             match &r {
-                Ok(()) => stats.ok(op.kind(), started),
-                Err(e) => stats.error(op.kind(), error_name(e)),
+                Ok(()) => stats.ok(op.kind().index(), started),
+                Err(e) => stats.error(op.kind().index(), error_name(e)),
             }
         }
         backoff.after(&r).await;

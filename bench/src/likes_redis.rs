@@ -11,12 +11,13 @@
 //! `HMGET st:{biz}:{user} e1..e20`; counts is 20 pipelined `HMGET cnt:{biz}:{e} l d`
 //! (one op). Pipeline N = N ops written in one batch, then N replies read.
 
+use crate::likes::{Op, Worker, Workload};
 use crate::redis::{Arg, Conn, Value};
+use crate::redis_loop::{error_code, PipelinedOps};
 use crate::report::Preload;
-use crate::workload::{Op, Phase, Stats, Worker, Workload, MEASURE, STOP};
 use anyhow::{bail, Context};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Newest entries kept in each liked / liker zset.
 pub const LIST_CAP: i64 = 1000;
@@ -150,11 +151,6 @@ pub fn act_reply(v: &Value) -> Result<(i64, i64, bool, i64), String> {
         Value::Error(e) => Err(error_code(e)),
         _ => Err("Protocol".into()),
     }
-}
-
-/// The first word of a Redis error (`ERR`, `NOSCRIPT`, `BUSY`, `OOM`, ...).
-fn error_code(e: &str) -> String {
-    e.split_whitespace().next().unwrap_or("ERR").to_string()
 }
 
 fn queue_op(conn: &mut Conn, sha: &str, wl: &Workload, op: &Op, ts: i64) {
@@ -291,72 +287,34 @@ pub async fn preload(
     Ok((out, Preload { records, seconds: (seconds * 1000.0).round() / 1000.0, per_s, errors }))
 }
 
-/// Runs the measured loop on one connection until the phase is `STOP`.
-pub async fn run_worker(
-    addr: String,
-    mut conn: Conn,
-    sha: Arc<str>,
-    wl: Arc<Workload>,
-    mut worker: Worker,
-    pipeline: usize,
-    phase: Phase,
-) -> Stats {
-    let mut stats = Stats::default();
-    let mut batch: Vec<Op> = Vec::with_capacity(pipeline);
-    loop {
-        let p = phase.get();
-        if p == STOP {
-            return stats;
-        }
-        let measuring = p == MEASURE;
-        batch.clear();
-        let ts = now_ms();
-        for _ in 0..pipeline {
-            let op = worker.next_op(&wl);
-            queue_op(&mut conn, &sha, &wl, &op, ts);
-            batch.push(op);
-        }
-        let started = Instant::now();
-        let mut answered = 0;
-        let mut failure = conn.flush().await.err().map(anyhow::Error::from);
-        if failure.is_none() {
-            for op in &batch {
-                match read_op(&mut conn, op, &mut worker).await {
-                    Ok(r) => {
-                        answered += 1;
-                        if measuring {
-                            match r {
-                                Ok(()) => stats.ok(op.kind(), started),
-                                Err(code) => stats.error(op.kind(), &code),
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
-                }
-            }
-        }
-        if let Some(e) = failure {
-            // The connection is unusable: the batch's unanswered ops failed.
-            if measuring {
-                for op in &batch[answered..] {
-                    stats.error(op.kind(), "Io");
-                }
-            }
-            eprintln!("redis connection error: {e:#}; reconnecting");
-            loop {
-                if phase.get() == STOP {
-                    return stats;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                if let Ok(c) = Conn::connect(&addr).await {
-                    conn = c;
-                    break;
-                }
-            }
-        }
+/// The like workload as pipelined Redis commands for `redis_loop::run`.
+pub struct LikeOps {
+    pub sha: Arc<str>,
+    pub wl: Arc<Workload>,
+    pub worker: Worker,
+}
+
+impl PipelinedOps for LikeOps {
+    type Op = Op;
+
+    fn ops(&self) -> usize {
+        self.wl.mix.ops()
+    }
+
+    fn next_op(&mut self) -> Op {
+        self.worker.next_op(&self.wl)
+    }
+
+    fn kind(op: &Op) -> usize {
+        op.kind().index()
+    }
+
+    fn queue(&mut self, conn: &mut Conn, op: &Op) {
+        queue_op(conn, &self.sha, &self.wl, op, now_ms());
+    }
+
+    async fn read(&mut self, conn: &mut Conn, op: &Op) -> anyhow::Result<Result<(), String>> {
+        read_op(conn, op, &mut self.worker).await
     }
 }
 

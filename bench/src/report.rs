@@ -1,6 +1,6 @@
 //! Turning merged statistics into the JSON document and the human table.
 
-use crate::workload::{Mix, OpKind, Stats};
+use crate::load::{Mix, Stats};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::collections::BTreeMap;
 
@@ -14,6 +14,8 @@ pub struct RunInfo {
     /// The measured window, in seconds.
     pub duration_s: f64,
     pub preload: Option<Preload>,
+    /// Workload facts worth keeping with the numbers (e.g. boards, members).
+    pub settings: Vec<(&'static str, serde_json::Value)>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -58,6 +60,7 @@ struct Report<'a> {
     errors: Ordered<&'a BTreeMap<String, u64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     preload: Option<&'a Preload>,
+    settings: Ordered<&'a serde_json::Value>,
 }
 
 fn round1(x: f64) -> f64 {
@@ -68,8 +71,8 @@ fn us(ns: u64) -> f64 {
     round1(ns as f64 / 1000.0)
 }
 
-pub fn summarize(stats: &Stats, kind: OpKind, duration_s: f64) -> OpSummary {
-    let h = stats.hist(kind);
+pub fn summarize(stats: &Stats, op: usize, duration_s: f64) -> OpSummary {
+    let h = stats.hist(op);
     OpSummary {
         ops_per_s: round1(h.count() as f64 / duration_s.max(1e-9)),
         p50_us: us(h.quantile(0.50)),
@@ -84,12 +87,12 @@ fn error_total(stats: &Stats, mix: &Mix) -> u64 {
 
 pub fn json(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
     let ops: Vec<_> =
-        mix.active().map(|k| (k.name(), summarize(stats, k, info.duration_s))).collect();
+        mix.active().map(|k| (mix.name(k), summarize(stats, k, info.duration_s))).collect();
     let total = round1(ops.iter().map(|(_, s)| s.ops_per_s).sum());
     let errors = mix
         .active()
         .filter(|k| !stats.errors(*k).is_empty())
-        .map(|k| (k.name(), stats.errors(k)))
+        .map(|k| (mix.name(k), stats.errors(k)))
         .collect();
     let report = Report {
         total_ops_per_s: total,
@@ -102,8 +105,18 @@ pub fn json(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
         errors_total: error_total(stats, mix),
         errors: Ordered(errors),
         preload: info.preload.as_ref(),
+        settings: Ordered(info.settings.iter().map(|(k, v)| (*k, v)).collect()),
     };
     serde_json::to_string(&report).expect("a report always serializes")
+}
+
+/// Prints the report as JSON or as the human table.
+pub fn print(json_out: bool, info: &RunInfo, mix: &Mix, stats: &Stats) {
+    if json_out {
+        println!("{}", json(info, mix, stats));
+    } else {
+        print!("{}", human(info, mix, stats));
+    }
 }
 
 pub fn human(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
@@ -117,7 +130,7 @@ pub fn human(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
     if let Some(p) = &info.preload {
         let _ = writeln!(
             out,
-            "preload: {} like records in {:.1}s = {:.0} records/s ({} errors)",
+            "preload: {} records in {:.1}s = {:.0} records/s ({} errors)",
             p.records, p.seconds, p.per_s, p.errors
         );
     }
@@ -134,7 +147,7 @@ pub fn human(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
         let _ = writeln!(
             out,
             "{:<8} {:>12.0} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>9}",
-            k.name(),
+            mix.name(k),
             s.ops_per_s,
             round1(stats.hist(k).mean() / 1000.0),
             s.p50_us,
@@ -147,7 +160,7 @@ pub fn human(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
     let _ = writeln!(out, "{:<8} {:>12.0}", "total", total);
     for k in mix.active() {
         for (code, n) in stats.errors(k) {
-            let _ = writeln!(out, "  error {}: {code} x{n}", k.name());
+            let _ = writeln!(out, "  error {}: {code} x{n}", mix.name(k));
         }
     }
     out
@@ -159,13 +172,13 @@ mod tests {
 
     #[test]
     fn json_has_the_promised_shape() {
-        let mix = Mix::parse("like=10,status=45,counts=45").unwrap();
-        let mut stats = Stats::default();
+        let mix = Mix::parse("like=10,status=45,counts=45", &["like", "status", "counts"]).unwrap();
+        let mut stats = Stats::new(mix.ops());
         for i in 0..1000u64 {
-            stats.ok_ns(OpKind::Like, 1000 + i);
-            stats.ok_ns(OpKind::Counts, 5000);
+            stats.ok_ns(0, 1000 + i);
+            stats.ok_ns(2, 5000);
         }
-        stats.error(OpKind::Like, "Overloaded");
+        stats.error(0, "Overloaded");
         let info = RunInfo {
             target: "redis",
             addr: "127.0.0.1:6379".into(),
@@ -173,6 +186,7 @@ mod tests {
             pipeline: 3,
             duration_s: 2.0,
             preload: None,
+            settings: vec![("boards", 3.into())],
         };
         let text = json(&info, &mix, &stats);
         assert!(text.starts_with(r#"{"total_ops_per_s":1000.0,"ops":{"like":{"ops_per_s":500.0"#));
@@ -182,6 +196,7 @@ mod tests {
         assert_eq!(v["ops"]["like"]["p50_us"], 1.5);
         assert_eq!(v["errors"]["like"]["Overloaded"], 1);
         assert_eq!(v["errors_total"], 1);
+        assert_eq!(v["settings"]["boards"], 3);
         assert!(human(&info, &mix, &stats).contains("Overloaded x1"));
     }
 }

@@ -56,6 +56,9 @@ pub struct ShardStats {
     pub active_users: usize,
     pub active_entities: usize,
     pub active_boards: usize,
+    /// Members on active boards, and the heap their structures hold.
+    pub board_members: usize,
+    pub board_heap_bytes: usize,
     /// Scoring events shed under overload since start.
     pub shed_events: u64,
     pub outbox_len: usize,
@@ -284,6 +287,8 @@ impl Engine {
                     active_users: g.handle.gauges.active_users.load(Ordering::Relaxed),
                     active_entities: g.handle.gauges.active_entities.load(Ordering::Relaxed),
                     active_boards: g.handle.gauges.active_boards.load(Ordering::Relaxed),
+                    board_members: g.handle.gauges.board_members.load(Ordering::Relaxed),
+                    board_heap_bytes: g.handle.gauges.board_heap_bytes.load(Ordering::Relaxed),
                     shed_events: g.shed.load(Ordering::Relaxed),
                     outbox_len: self.store.outbox_len(g.id).unwrap_or(0),
                     apply_lag: last.saturating_sub(applied),

@@ -47,6 +47,18 @@ impl AdminSource for NodeStatus {
                 value: s.active_boards as f64,
             });
             gauges.push(shard_gauge(
+                "plaudit_board_members",
+                "Members on the active (in-memory) sub-boards, per shard.",
+                s.shard,
+                s.board_members as f64,
+            ));
+            gauges.push(shard_gauge(
+                "plaudit_board_heap_bytes",
+                "Heap held by the active sub-boards' member maps and order lists, per shard.",
+                s.shard,
+                s.board_heap_bytes as f64,
+            ));
+            gauges.push(shard_gauge(
                 "plaudit_rank_events_shed_total",
                 "Scoring events shed under overload (lowest priority classes first), per shard.",
                 s.shard,

@@ -1,14 +1,15 @@
-//! The like workload shared by both targets: the operation mix, the
-//! per-worker generator (users, Zipf-skewed entities, toggle knowledge) and
-//! the per-worker statistics that are merged at the end.
+//! The like workload shared by both targets: its ops and the per-worker
+//! generator (users, Zipf-skewed entities, toggle knowledge).
 
-use crate::hist::Histogram;
+use crate::args::{LikesArgs, Target};
+use crate::load::{run_phases, Mix, Phase, Stats};
+use crate::report::{self, RunInfo};
 use crate::rng::FastRng;
 use crate::zipf::Zipf;
-use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicU8, Ordering};
+use crate::{likes_plaudit, likes_redis, plaudit, redis, redis_loop};
+use anyhow::Context;
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Entities per `status` / `counts` request (one feed page).
 pub const BATCH: usize = 20;
@@ -22,75 +23,16 @@ pub enum OpKind {
 
 impl OpKind {
     pub const ALL: [OpKind; 3] = [OpKind::Like, OpKind::Status, OpKind::Counts];
+    /// Op names as the mix and the report spell them, in `index` order.
+    pub const NAMES: &'static [&'static str] = &["like", "status", "counts"];
 
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::Like => "like",
-            OpKind::Status => "status",
-            OpKind::Counts => "counts",
-        }
-    }
-
-    fn index(self) -> usize {
+    /// The op's index in `NAMES`, the mix and the stats.
+    pub fn index(self) -> usize {
         self as usize
     }
-}
 
-/// Relative weights of the operations, e.g. `like=10,status=45,counts=45`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mix {
-    weights: [u32; 3],
-    total: u32,
-}
-
-impl Mix {
-    pub fn parse(s: &str) -> Result<Mix, String> {
-        let mut weights = [0u32; 3];
-        let mut seen = [false; 3];
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (name, w) = part
-                .split_once('=')
-                .ok_or_else(|| format!("mix entry {part:?} is not name=weight"))?;
-            let kind = OpKind::ALL
-                .into_iter()
-                .find(|k| k.name() == name.trim())
-                .ok_or_else(|| format!("unknown op {:?} in mix (like, status, counts)", name))?;
-            let w: u32 =
-                w.trim().parse().map_err(|_| format!("bad weight {w:?} for {}", kind.name()))?;
-            if w > 1_000_000 {
-                return Err(format!("weight {w} for {} is too large", kind.name()));
-            }
-            if std::mem::replace(&mut seen[kind.index()], true) {
-                return Err(format!("op {} appears twice in the mix", kind.name()));
-            }
-            weights[kind.index()] = w;
-        }
-        let total = weights.iter().sum();
-        if total == 0 {
-            return Err("the mix needs at least one op with a positive weight".into());
-        }
-        Ok(Mix { weights, total })
-    }
-
-    pub fn weight(&self, kind: OpKind) -> u32 {
-        self.weights[kind.index()]
-    }
-
-    /// The ops with a positive weight, in a fixed order.
-    pub fn active(&self) -> impl Iterator<Item = OpKind> + '_ {
-        OpKind::ALL.into_iter().filter(|k| self.weight(*k) > 0)
-    }
-
-    pub fn pick(&self, rng: &mut FastRng) -> OpKind {
-        let mut x = rng.below(self.total as u64) as u32;
-        for k in OpKind::ALL {
-            let w = self.weights[k.index()];
-            if x < w {
-                return k;
-            }
-            x -= w;
-        }
-        unreachable!("weights sum to total")
+    pub fn parse_mix(s: &str) -> Result<Mix, String> {
+        Mix::parse(s, Self::NAMES)
     }
 }
 
@@ -183,7 +125,7 @@ impl Worker {
     }
 
     pub fn next_op(&mut self, wl: &Workload) -> Op {
-        match wl.mix.pick(&mut self.rng) {
+        match OpKind::ALL[wl.mix.pick(&mut self.rng)] {
             OpKind::Like => {
                 let user = self.user();
                 let entity = wl.entities.sample(&mut self.rng);
@@ -223,113 +165,119 @@ impl Worker {
     }
 }
 
-/// Benchmark phases, advanced by the driver and read by every worker.
-pub const WARMUP: u8 = 0;
-pub const MEASURE: u8 = 1;
-pub const STOP: u8 = 2;
-
-#[derive(Clone)]
-pub struct Phase(Arc<AtomicU8>);
-
-impl Default for Phase {
-    fn default() -> Self {
-        Phase(Arc::new(AtomicU8::new(WARMUP)))
-    }
-}
-
-impl Phase {
-    pub fn get(&self) -> u8 {
-        self.0.load(Ordering::Relaxed)
-    }
-    pub fn set(&self, p: u8) {
-        self.0.store(p, Ordering::Relaxed)
-    }
-}
-
-/// Latencies (in nanoseconds) and error counts per op, for one worker.
-#[derive(Debug, Default, Clone)]
-pub struct Stats {
-    pub hist: [Histogram; 3],
-    pub errors: [BTreeMap<String, u64>; 3],
-}
-
-impl Stats {
-    pub fn ok(&mut self, kind: OpKind, started: Instant) {
-        self.hist[kind.index()].record(started.elapsed().as_nanos() as u64);
-    }
-
-    #[cfg(test)]
-    pub fn ok_ns(&mut self, kind: OpKind, ns: u64) {
-        self.hist[kind.index()].record(ns);
-    }
-
-    pub fn error(&mut self, kind: OpKind, code: &str) {
-        *self.errors[kind.index()].entry(code.to_string()).or_default() += 1;
-    }
-
-    pub fn merge(&mut self, other: &Stats) {
-        for i in 0..3 {
-            self.hist[i].merge(&other.hist[i]);
-            for (code, n) in &other.errors[i] {
-                *self.errors[i].entry(code.clone()).or_default() += n;
+/// Runs the like workload against the chosen target and prints the report.
+pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
+    let c = &args.common;
+    let wl = Arc::new(Workload {
+        biz: args.biz,
+        users: args.users,
+        entities: Zipf::new(args.entities, args.zipf).map_err(anyhow::Error::msg)?,
+        mix: args.mix.clone(),
+        owners: args.owners,
+    });
+    let seed = c.seed();
+    let phase = Phase::default();
+    let (addr, target, preload, stats, duration_s) = match c.target {
+        Target::Redis => {
+            let setup = likes_redis::setup(&c.redis_addr).await?;
+            let sha: Arc<str> = setup.sha.into();
+            let mut conns = Vec::with_capacity(c.connections);
+            for i in 0..c.connections {
+                let conn = redis::Conn::connect(&c.redis_addr).await?;
+                conns.push((conn, Worker::new(i, c.connections, args.users, seed)));
             }
+            let mut preload = None;
+            if args.preload > 0 {
+                c.progress(&format!("preloading {} like records", args.preload));
+                let (done, p) =
+                    likes_redis::preload(conns, sha.clone(), wl.clone(), args.preload, c.pipeline)
+                        .await?;
+                let known: usize = done.iter().map(|(_, w)| w.known_likes()).sum();
+                c.progress(&format!("preload done; workers know {known} liked pairs"));
+                conns = done;
+                preload = Some(p);
+            }
+            c.progress(&format!("warming up {:?}, measuring {:?}", c.warmup, c.duration));
+            let tasks: Vec<_> = conns
+                .into_iter()
+                .map(|(conn, worker)| {
+                    let ops = likes_redis::LikeOps { sha: sha.clone(), wl: wl.clone(), worker };
+                    tokio::spawn(redis_loop::run(
+                        c.redis_addr.clone(),
+                        conn,
+                        ops,
+                        c.pipeline,
+                        phase.clone(),
+                    ))
+                })
+                .collect();
+            let secs = run_phases(&phase, c.warmup, c.duration).await;
+            let mut stats = Stats::new(wl.mix.ops());
+            for t in tasks {
+                stats.merge(&t.await?);
+            }
+            (c.redis_addr.clone(), "redis", preload, stats, secs)
         }
-    }
-
-    pub fn hist(&self, kind: OpKind) -> &Histogram {
-        &self.hist[kind.index()]
-    }
-
-    pub fn errors(&self, kind: OpKind) -> &BTreeMap<String, u64> {
-        &self.errors[kind.index()]
-    }
+        Target::Plaudit => {
+            let clients = plaudit::connect(&c.addr, c.connections, c.timeout).await?;
+            likes_plaudit::ensure_biz(&clients[0], args.biz).await?;
+            let loops = c.connections * c.pipeline;
+            let mut workers: Vec<Worker> =
+                (0..loops).map(|i| Worker::new(i, loops, args.users, seed)).collect();
+            let mut preload = None;
+            if args.preload > 0 {
+                c.progress(&format!("preloading {} like records", args.preload));
+                let (w, p) =
+                    likes_plaudit::preload(&clients, workers, wl.clone(), args.preload).await?;
+                let known: usize = w.iter().map(Worker::known_likes).sum();
+                c.progress(&format!("preload done; workers know {known} liked pairs"));
+                workers = w;
+                preload = Some(p);
+            }
+            c.progress(&format!("warming up {:?}, measuring {:?}", c.warmup, c.duration));
+            let tasks: Vec<_> = workers
+                .into_iter()
+                .enumerate()
+                .map(|(i, worker)| {
+                    let client = clients[i / c.pipeline].clone();
+                    tokio::spawn(likes_plaudit::run_loop(client, wl.clone(), worker, phase.clone()))
+                })
+                .collect();
+            let secs = run_phases(&phase, c.warmup, c.duration).await;
+            let mut stats = Stats::new(wl.mix.ops());
+            for t in tasks {
+                stats.merge(&t.await.context("worker panicked")?);
+            }
+            (c.addr.clone(), "plaudit", preload, stats, secs)
+        }
+    };
+    let info = RunInfo {
+        target,
+        addr,
+        connections: c.connections,
+        pipeline: c.pipeline,
+        duration_s,
+        preload,
+        settings: vec![
+            ("users", args.users.into()),
+            ("entities", args.entities.into()),
+            ("zipf", args.zipf.into()),
+        ],
+    };
+    report::print(c.json, &info, &wl.mix, &stats);
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_mixes() {
-        let m = Mix::parse("like=10,status=45,counts=45").unwrap();
-        assert_eq!(
-            (m.weight(OpKind::Like), m.weight(OpKind::Status), m.weight(OpKind::Counts)),
-            (10, 45, 45)
-        );
-        let m = Mix::parse(" counts = 3 , like=1 ").unwrap();
-        assert_eq!(m.active().collect::<Vec<_>>(), vec![OpKind::Like, OpKind::Counts]);
-        let m = Mix::parse("like=1,status=0").unwrap();
-        assert_eq!(m.active().collect::<Vec<_>>(), vec![OpKind::Like]);
-    }
-
-    #[test]
-    fn rejects_bad_mixes() {
-        for bad in
-            ["", "like", "like=x", "like=-1", "foo=3", "like=0", "like=1,like=2", "like=9999999"]
-        {
-            assert!(Mix::parse(bad).is_err(), "{bad:?} should be rejected");
-        }
-    }
-
-    #[test]
-    fn pick_follows_the_weights() {
-        let m = Mix::parse("like=10,status=30,counts=60").unwrap();
-        let mut rng = FastRng::seed(5);
-        let mut n = [0u32; 3];
-        for _ in 0..100_000 {
-            n[m.pick(&mut rng).index()] += 1;
-        }
-        for (got, want) in n.iter().zip([10_000, 30_000, 60_000]) {
-            assert!((*got as i64 - want).abs() < 1_000, "{n:?}");
-        }
-    }
-
     fn workload(users: u64, entities: u64, mix: &str) -> Workload {
         Workload {
             biz: 1,
             users,
             entities: Zipf::new(entities, 0.99).unwrap(),
-            mix: Mix::parse(mix).unwrap(),
+            mix: OpKind::parse_mix(mix).unwrap(),
             owners: true,
         }
     }
