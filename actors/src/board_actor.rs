@@ -5,13 +5,13 @@
 use crate::command::ScoreCmd;
 use crate::rankings::board::{Board, Member, Ranked, Rules};
 use crate::rankings::dedup::EventMemory;
+use crate::rankings::records::EventRecords;
 use crate::shard::ShardGauges;
 use plaudit_proto::rankings::{ItemId, RankId};
 use plaudit_proto::scoring::{BoardQuery, Outcome, RankedItem};
 use plaudit_proto::WireError;
 use plaudit_storage::{BoardMeta, StateStore};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -25,8 +25,9 @@ pub const EVENT_MEMORY: usize = 10_000;
 pub struct BoardWrites {
     pub members: Vec<(ItemId, Option<Member>)>,
     pub meta: BoardMeta,
-    /// A new event-id record `(seq, ids)`, if any event was applied.
-    pub events: Option<(u64, Vec<u64>)>,
+    /// Event-id records `(seq, ids)` to store: those this batch filled and
+    /// the open one it added to.
+    pub events: Vec<(u64, Vec<u64>)>,
     /// Event-id records no longer needed to cover the memory bound.
     pub drop_events: Vec<u64>,
 }
@@ -71,9 +72,8 @@ pub struct BoardActor {
 pub struct BoardState {
     core: Board,
     events: EventMemory,
-    /// Stored event-id records, oldest first: `(seq, ids in it)`.
-    records: VecDeque<(u64, usize)>,
-    next_events: u64,
+    /// How the remembered ids are stored.
+    records: EventRecords,
     /// `(members, heap bytes)` last added to the shard's gauges.
     reported: (usize, usize),
 }
@@ -103,7 +103,7 @@ impl BoardState {
         BoardMeta {
             size: self.core.len() as u64,
             next_stamp: self.core.next_stamp(),
-            next_events: self.next_events,
+            next_events: self.records.next_seq(),
         }
     }
 }
@@ -127,16 +127,10 @@ impl Actor for BoardActor {
         // writes carry the deletions.
         let core = Board::from_loaded(args.rules, members, meta.next_stamp);
         let stored = self.store.board_events(args.rank, args.shard, &args.type_key)?;
-        let records = stored.iter().map(|(seq, ids)| (*seq, ids.len())).collect();
+        let records = EventRecords::from_loaded(&stored, meta.next_events, EVENT_MEMORY);
         let events =
             EventMemory::from_loaded(stored.into_iter().flat_map(|(_, ids)| ids), EVENT_MEMORY);
-        let mut state = BoardState {
-            core,
-            events,
-            records,
-            next_events: meta.next_events.max(1),
-            reported: (0, 0),
-        };
+        let mut state = BoardState { core, events, records, reported: (0, 0) };
         let size = state.size();
         self.report(&mut state, size);
         Ok(state)
@@ -178,23 +172,12 @@ impl Actor for BoardActor {
                         Err(e) => results.push(Err(WireError::bad_request(e.to_string()))),
                     }
                 }
-                let mut w = BoardWrites::default();
-                if !applied_ids.is_empty() {
-                    let seq = state.next_events;
-                    state.next_events += 1;
-                    state.records.push_back((seq, applied_ids.len()));
-                    w.events = Some((seq, applied_ids));
-                    // Keep the fewest records that still cover the memory bound.
-                    let mut total: usize = state.records.iter().map(|r| r.1).sum();
-                    while let Some(&(old, n)) = state.records.front() {
-                        if total - n < EVENT_MEMORY {
-                            break;
-                        }
-                        total -= n;
-                        state.records.pop_front();
-                        w.drop_events.push(old);
-                    }
-                }
+                let stored = state.records.add(applied_ids);
+                let mut w = BoardWrites {
+                    events: stored.put,
+                    drop_events: stored.drop,
+                    ..Default::default()
+                };
                 w.members = state.core.take_dirty();
                 w.meta = state.meta();
                 let _ = reply.send((results, w));

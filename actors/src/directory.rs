@@ -34,8 +34,7 @@ impl Directory {
     pub fn load(store: &StateStore) -> Result<Directory, StateError> {
         let mut map = BTreeMap::new();
         let mut ranks = BTreeMap::new();
-        for kv in store.registry().iter() {
-            let (k, v) = kv?;
+        for (k, v) in store.registry_entries()? {
             if k.len() == 5 && k[0] == RANK_TAG {
                 let def: RankDef = decode(&v)?;
                 ranks.insert(def.id, Arc::new(def));
@@ -173,12 +172,12 @@ mod tests {
         let db = sled::open(dir.path()).unwrap();
         let store = StateStore::open(&db).unwrap();
         let d = Directory::load(&store).unwrap();
-        let mut ws = WriteSet::default();
+        let mut ws = WriteSet::new(16);
         let c = |id, name: &str| CreateBiz { id, name: name.into(), config: BizConfig::default() };
         assert_eq!(d.apply_create(&c(Some(5), "video"), &mut ws).unwrap().id, 5);
         assert_eq!(d.apply_create(&c(None, "comment"), &mut ws).unwrap().id, 6);
         assert!(d.apply_create(&c(Some(5), "dup"), &mut ws).is_err());
-        store.commit(ws).unwrap();
+        store.stage(ws);
         let again = Directory::load(&store).unwrap();
         assert_eq!(again.list().len(), 2);
         assert_eq!(again.get(6).unwrap().name, "comment");
@@ -192,7 +191,7 @@ mod tests {
         let db = sled::open(dir.path()).unwrap();
         let store = StateStore::open(&db).unwrap();
         let d = Directory::load(&store).unwrap();
-        let mut ws = WriteSet::default();
+        let mut ws = WriteSet::new(16);
         let biz =
             CreateBiz { id: Some(0x7200_0000 | 7), name: "b".into(), config: BizConfig::default() };
         d.apply_create(&biz, &mut ws).unwrap();
@@ -211,7 +210,7 @@ mod tests {
         let settings = RankSettings { cap: 5, ..RankSettings::default() };
         let u = UpdateRank { id: 7, settings: settings.clone() };
         assert_eq!(d.apply_update_rank(&u, &mut ws).unwrap().settings, settings);
-        store.commit(ws).unwrap();
+        store.stage(ws);
         let again = Directory::load(&store).unwrap();
         assert_eq!(again.ranks(), vec![RankDef { settings, ..def }]);
         assert_eq!(again.list().len(), 1, "a business whose id starts with 'r' stays a business");

@@ -5,11 +5,13 @@
 //! - `order`: an order-statistic list (rank and position in O(log n));
 //! - `board`: a sub-board: aggregation, tie-break modes, length cap;
 //! - `dedup`: the bounded set of recently applied event ids;
+//! - `records`: how that set is stored (open, rewritten, then dropped records);
 //! - `route`: an event's admission (dimensions, filters) and its sub-boards.
 
 pub mod board;
 pub mod dedup;
 pub mod order;
+pub mod records;
 pub mod route;
 
 /// Windows and type ids are part of the wire contract; they live in proto.

@@ -1,12 +1,14 @@
 //! The shard actor: applies committed Raft batches of one shard by casting
 //! each command to the virtual actor that owns its key, waits for the whole
-//! batch, and commits every change together with the applied log id.
+//! batch, and stages every change together with the applied log id (the
+//! store checkpoints staged writes into sled when they are due).
 //!
 //! ```text
 //! Apply([entries]) ─┬─> UserActor (biz, mid)      ─┐ concurrent across actors,
 //!                   ├─> UserActor (biz, mid')     ─┤ serial per actor,
 //!                   └─> EntityActor (biz, entity) ─┘ one message per actor per batch
-//!        results, in log order ─> WriteSet + outbox deltas + applied id ─> one sled commit
+//!        results, in log order ─> WriteSet + outbox deltas + applied id ─> staged
+//!        (visible to reads at once; written to sled by a checkpoint when due)
 //! ```
 //!
 //! Supervision: children are linked; one that dies is dropped from the active
@@ -72,6 +74,8 @@ pub enum ShardMsg {
     },
     /// Passivate actors idle for longer than the configured period.
     Sweep,
+    /// Checkpoint staged state that has grown old (an idle shard's last writes).
+    CheckpointTick,
     /// Drop every child and cached counter (after a snapshot replaced the state).
     Reset(RpcReplyPort<()>),
 }
@@ -115,10 +119,19 @@ pub struct ShardState {
     inbox: HashMap<ShardId, u64>,
     /// Next outbox seq per target shard (loaded lazily).
     outbox_next: HashMap<ShardId, u64>,
+    /// The checkpoint running on the blocking pool, if any.
+    checkpointing: Option<tokio::task::JoinHandle<Result<(), String>>>,
 }
 
 /// A sub-board: its ranking and binary type id.
 type BoardKey = (RankId, Vec<u8>);
+
+/// Where a derived delta sits in its outbox record: like deltas in the
+/// order of their commands, then owner deltas in the order of the delivered
+/// deltas that caused them.
+type OutboxOrder = (u8, usize);
+const LIKE_DELTA: u8 = 0;
+const OWNER_DELTA: u8 = 1;
 
 /// Commands of one batch grouped by the actor that owns them, in order of
 /// first appearance so that result processing is deterministic.
@@ -157,12 +170,15 @@ impl Actor for ShardActor {
     ) -> Result<ShardState, ActorProcessingErr> {
         let period = (self.cfg.actor_idle / 4).max(Duration::from_millis(100));
         myself.send_interval(period, || ShardMsg::Sweep);
+        let period = (self.store.checkpoint_policy().max_age / 2).max(Duration::from_millis(10));
+        myself.send_interval(period, || ShardMsg::CheckpointTick);
         Ok(ShardState {
             users: ActiveSet::default(),
             entities: ActiveSet::default(),
             boards: ActiveSet::default(),
             inbox: HashMap::new(),
             outbox_next: HashMap::new(),
+            checkpointing: None,
         })
     }
 
@@ -221,6 +237,11 @@ impl Actor for ShardActor {
                     }
                 }
             }
+            ShardMsg::CheckpointTick => {
+                if let Err(e) = self.checkpoint_if_due(state).await {
+                    tracing::warn!(shard = self.cfg.shard, error = %e, "checkpoint failed");
+                }
+            }
             ShardMsg::Sweep => {
                 let cutoff = Instant::now().checked_sub(self.cfg.actor_idle);
                 if let Some(cutoff) = cutoff {
@@ -240,6 +261,22 @@ impl Actor for ShardActor {
                 self.reset(state);
                 let _ = reply.send(());
             }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<ShardMsg>,
+        state: &mut ShardState,
+    ) -> Result<(), ActorProcessingErr> {
+        // Not needed for safety (the log replays whatever is lost), but it
+        // makes the next start fast.
+        if let Some(task) = state.checkpointing.take() {
+            let _ = task.await;
+        }
+        if let Err(e) = self.store.checkpoint(self.cfg.shard) {
+            tracing::warn!(shard = self.cfg.shard, error = %e, "final checkpoint failed");
         }
         Ok(())
     }
@@ -372,6 +409,45 @@ impl ShardActor {
         Ok(())
     }
 
+    /// Starts a checkpoint of this shard's staged state on the blocking pool
+    /// when one is due and none is running: applying goes on meanwhile (new
+    /// writes are staged beside the layer being written). A failed
+    /// checkpoint is logged and retried when due again (its writes stay
+    /// readable); only when the staged state reaches its hard limit does
+    /// this wait, and fail, since then storage is broken and memory must
+    /// not grow without bound.
+    async fn checkpoint_if_due(&self, state: &mut ShardState) -> Result<(), String> {
+        let shard = self.cfg.shard;
+        if let Some(task) = state.checkpointing.take() {
+            let must_wait = self.store.over_hard_limit(shard);
+            if !task.is_finished() && !must_wait {
+                state.checkpointing = Some(task);
+                return Ok(());
+            }
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(shard, error = %e, "checkpoint failed; retrying later")
+                }
+                Err(e) => tracing::warn!(shard, error = %e, "checkpoint task failed"),
+            }
+        }
+        if self.store.over_hard_limit(shard) {
+            // Synchronously: one more try, and the caller fails if it fails.
+            return self
+                .store
+                .checkpoint(shard)
+                .map_err(|e| format!("checkpoints of shard {shard} keep failing: {e}"));
+        }
+        if self.store.checkpoint_due(shard) {
+            let store = self.store.clone();
+            state.checkpointing = Some(tokio::task::spawn_blocking(move || {
+                store.checkpoint(shard).map_err(|e| e.to_string())
+            }));
+        }
+        Ok(())
+    }
+
     fn reset(&self, state: &mut ShardState) {
         for a in state.users.drain() {
             a.stop(None);
@@ -442,6 +518,8 @@ impl ShardActor {
                 continue;
             };
             let mut out = Vec::with_capacity(batch.cmds.len());
+            // Delivered deltas of this entry, numbered in command order.
+            let mut delivered = 0;
             for (ci, cmd) in batch.cmds.iter().enumerate() {
                 out.push(CmdResult::Done);
                 match cmd {
@@ -465,7 +543,11 @@ impl ShardActor {
                             }
                             seen = seen.max(*seq);
                             match *d {
-                                Delta::Entity(ed) => ents.push((ed.biz, ed.entity), ed, None),
+                                Delta::Entity(ed) => {
+                                    // The slot only orders what this delta emits.
+                                    ents.push((ed.biz, ed.entity), ed, Some((ei, delivered)));
+                                    delivered += 1;
+                                }
                                 Delta::Received { biz, owner, d_likes } => {
                                     users.push((biz, owner), UserOp::Received(d_likes), None)
                                 }
@@ -536,11 +618,11 @@ impl ShardActor {
             user_waits.push((key, slots, rx));
         }
         let mut ent_waits = Vec::with_capacity(ents.groups.len());
-        for (key, deltas, _) in ents.groups {
+        for (key, deltas, slots) in ents.groups {
             let actor = self.entity(myself, state, key.0, key.1).await?;
             let (tx, rx) = oneshot::channel();
             actor.cast(EntityMsg::Apply(deltas, tx.into())).map_err(|e| e.to_string())?;
-            ent_waits.push((key, rx));
+            ent_waits.push((key, slots, rx));
         }
 
         let mut board_waits = Vec::with_capacity(boards.groups.len());
@@ -564,16 +646,21 @@ impl ShardActor {
             board_waits.push((key, slots, rx));
         }
 
-        // Deltas per target shard; one outbox record per target per batch.
-        let mut outbox: BTreeMap<ShardId, Vec<Delta>> = BTreeMap::new();
+        // Derived deltas, one outbox record per (log entry, target), each in
+        // command order. A record is then a function of its entry alone: a
+        // replay after a crash (which may group entries into apply calls
+        // differently, and which targets may have seen before) rebuilds the
+        // same records under the same seqs, and targets dedup by seq.
+        let mut outbox: BTreeMap<(usize, ShardId), Vec<(OutboxOrder, Delta)>> = BTreeMap::new();
         for ((biz, user), slots, rx) in user_waits {
             let outs = rx.await.map_err(|_| format!("user actor {user} died while applying"))??;
             for (slot, o) in slots.into_iter().zip(outs) {
                 match o {
                     UserOut::Like(applied) => {
-                        if let Some((ei, ci)) = slot {
-                            results[ei][ci] = CmdResult::Like(applied.reply);
-                        }
+                        let Some((ei, ci)) = slot else {
+                            return Err(format!("a like of user {user} lost its log position"));
+                        };
+                        results[ei][ci] = CmdResult::Like(applied.reply);
                         if let Some(c) = applied.change {
                             ws.put_state(biz, shard, user, c.entity, c.state, c.mtime);
                             if let Some(m) = c.list_del {
@@ -583,18 +670,22 @@ impl ShardActor {
                                 ws.add_user_item(biz, shard, user, m, c.entity);
                             }
                             let target = shard_of(biz, c.entity, self.cfg.shard_count);
-                            outbox.entry(target).or_default().push(Delta::Entity(c.delta));
+                            let order = (LIKE_DELTA, ci);
+                            outbox
+                                .entry((ei, target))
+                                .or_default()
+                                .push((order, Delta::Entity(c.delta)));
                         }
                     }
                     UserOut::Received(total) => ws.put_received(biz, shard, user, total),
                 }
             }
         }
-        for ((biz, entity), rx) in ent_waits {
+        for ((biz, entity), slots, rx) in ent_waits {
             let (counts, effects) =
                 rx.await.map_err(|_| format!("entity actor {entity} died while applying"))?;
             ws.put_counts(biz, shard, entity, counts);
-            for fx in effects {
+            for (slot, fx) in slots.into_iter().zip(effects) {
                 for ch in fx.likers {
                     match ch {
                         LikerChange::Add(i) => ws.add_liker(biz, shard, entity, i.mtime, i.id),
@@ -602,8 +693,12 @@ impl ShardActor {
                     }
                 }
                 if let Some((owner, d_likes)) = fx.owner_delta {
+                    let Some((ei, k)) = slot else {
+                        return Err(format!("a delta of entity {entity} lost its log position"));
+                    };
                     let target = shard_of(biz, owner, self.cfg.shard_count);
-                    outbox.entry(target).or_default().push(Delta::Received { biz, owner, d_likes });
+                    let d = Delta::Received { biz, owner, d_likes };
+                    outbox.entry((ei, target)).or_default().push(((OWNER_DELTA, k), d));
                 }
             }
         }
@@ -626,7 +721,7 @@ impl ShardActor {
                 }
             }
             ws.put_board_meta(rank, shard, &type_key, w.meta);
-            if let Some((seq, ids)) = &w.events {
+            for (seq, ids) in &w.events {
                 ws.put_board_events(rank, shard, &type_key, *seq, ids);
             }
             for seq in w.drop_events {
@@ -645,13 +740,25 @@ impl ShardActor {
         }
 
         let outbox_grew = !outbox.is_empty();
-        for (target, deltas) in &outbox {
-            self.push_outbox(state, &mut ws, *target, deltas)?;
+        for ((_, target), mut deltas) in outbox {
+            deltas.sort_by_key(|(order, _)| *order);
+            let deltas: Vec<Delta> = deltas.into_iter().map(|(_, d)| d).collect();
+            self.push_outbox(state, &mut ws, target, &deltas)?;
         }
         if let Some(last) = entries.last() {
             ws.put_applied(shard, &last.log_id);
         }
-        self.store.commit(ws).map_err(|e| e.to_string())?;
+        self.store.stage(ws);
+        if self.cfg.is_meta {
+            // Data shards apply events against the registry (a ranking's
+            // rules), and after a crash they replay their logs before this
+            // group replays its own. Registry writes therefore reach sled at
+            // once: sled keeps its writes in order, so any later entry a data
+            // shard made durable carries them. They are rare; this is cheap.
+            self.store.checkpoint(shard).map_err(|e| e.to_string())?;
+        } else {
+            self.checkpoint_if_due(state).await?;
+        }
         if outbox_grew {
             self.outbox_ready.notify_one();
         }

@@ -34,6 +34,8 @@ pub struct EngineConfig {
     pub actor_idle: Duration,
     /// How often expired sub-boards are looked for and deleted.
     pub retention_sweep: Duration,
+    /// When staged applied state is written to sled.
+    pub checkpoint: plaudit_storage::CheckpointPolicy,
     pub outbox_batch: usize,
     pub sled_cache_bytes: u64,
 }
@@ -80,7 +82,7 @@ impl Engine {
             .flush_every_ms(None)
             .open()?;
         let commit = GroupCommit::start(db.clone(), &cfg.data_dir.join("sled"))?;
-        let store = StateStore::open(&db)?;
+        let store = StateStore::open_with(&db, cfg.checkpoint)?;
         let directory = Directory::load(&store)?;
 
         let mut groups = Vec::with_capacity(cfg.shards as usize);

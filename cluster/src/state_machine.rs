@@ -1,9 +1,10 @@
 //! openraft's state machine for one group: hands committed entries to the
 //! shard actor and serves snapshots from the shard's stored state.
 //!
-//! The applied log id is stored by the shard actor in the same sled commit as
-//! the state it describes, so `applied_state` after a crash names exactly what
-//! storage holds and openraft replays the rest from the durable log.
+//! The applied log id is staged by the shard actor in the same write set as
+//! the state it describes, and a checkpoint writes both to sled together, so
+//! `applied_state` after a crash names exactly what storage holds and
+//! openraft replays the rest from the durable log.
 
 use crate::types::{LogId, StorageError, StoredMembership, TypeConfig};
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -58,7 +59,9 @@ impl ShardStateMachine {
     /// Exports the shard at its current applied position. Runs inside the
     /// state machine task, between applies, so the export is consistent.
     async fn export(&self) -> Result<StoredSnapshot, StorageError> {
-        // The log is purged up to the snapshot: make the state it replaces durable first.
+        // The log is purged up to the snapshot: write the staged state to
+        // sled and make it durable first.
+        self.store.checkpoint(self.shard).map_err(|e| sm_err(ErrorVerb::Write, e))?;
         self.commit.flush().await.map_err(|e| sm_err(ErrorVerb::Write, e))?;
         let (last_log_id, last_membership) = self.applied()?;
         let items = self.store.export_shard(self.shard).map_err(|e| sm_err(ErrorVerb::Read, e))?;
@@ -157,7 +160,10 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             self.shard,
             &codec::to_bytes(&meta.last_membership).map_err(|e| sm_err(ErrorVerb::Write, e))?,
         );
-        self.store.commit(ws).map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        self.store.stage(ws);
+        // The imported keys are in sled already; their applied id must be
+        // too, or a crash would replay the log over the snapshot's state.
+        self.store.checkpoint(self.shard).map_err(|e| sm_err(ErrorVerb::Write, e))?;
         self.store
             .put_snapshot_meta(self.shard, &bytes)
             .map_err(|e| sm_err(ErrorVerb::Write, e))?;

@@ -233,6 +233,11 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
         actor_budget,
         actor_idle,
         retention_sweep: Duration::from_secs(60),
+        // Small, so checkpoints interleave with applies and reads all the time.
+        checkpoint: plaudit_storage::CheckpointPolicy {
+            max_keys: 64,
+            max_age: Duration::from_millis(20),
+        },
         outbox_batch: 4096,
         sled_cache_bytes: 16 * 1024 * 1024,
     }

@@ -54,6 +54,12 @@ pub const DEFAULT_RAFT_HEARTBEAT_MS: u64 = 250;
 pub const DEFAULT_RAFT_ELECTION_MIN_MS: u64 = 1000;
 pub const DEFAULT_RAFT_ELECTION_MAX_MS: u64 = 2000;
 pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 50_000;
+/// Applied state is written behind: a shard's staged writes go to sled once
+/// this many distinct keys are staged or the oldest is this old. Keys
+/// written again before then reach sled once; a crash replays the log since
+/// the last checkpoint, so these bound the replay and the memory they hold.
+pub const DEFAULT_CHECKPOINT_KEYS: usize = 32_768;
+pub const DEFAULT_CHECKPOINT_MS: u64 = 1000;
 pub const DEFAULT_OUTBOX_BATCH: usize = 4096;
 /// openraft logs every election and replication change at info; keep its
 /// lifecycle noise out of the node log unless asked for.
@@ -110,6 +116,11 @@ pub struct Config {
     pub raft_election_max_ms: u64,
     /// A shard takes a snapshot (and may purge its log) after this many entries.
     pub snapshot_every_entries: u64,
+    /// A shard writes its staged (applied, not yet stored) state to sled once
+    /// this many distinct keys are staged.
+    pub checkpoint_keys: usize,
+    /// ... or once the oldest staged write is this old, in ms.
+    pub checkpoint_ms: u64,
     /// Most outbox deltas delivered to another shard in one Raft entry.
     pub outbox_batch: usize,
     /// Log filter, a `tracing` `EnvFilter` directive such as
@@ -140,6 +151,8 @@ impl Default for Config {
             raft_election_min_ms: DEFAULT_RAFT_ELECTION_MIN_MS,
             raft_election_max_ms: DEFAULT_RAFT_ELECTION_MAX_MS,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
+            checkpoint_keys: DEFAULT_CHECKPOINT_KEYS,
+            checkpoint_ms: DEFAULT_CHECKPOINT_MS,
             outbox_batch: DEFAULT_OUTBOX_BATCH,
             log: DEFAULT_LOG.to_string(),
         }
@@ -251,6 +264,8 @@ impl Config {
             ("shutdown_grace_ms", self.shutdown_grace_ms),
             ("raft_heartbeat_ms", self.raft_heartbeat_ms),
             ("snapshot_every_entries", self.snapshot_every_entries),
+            ("checkpoint_keys", self.checkpoint_keys as u64),
+            ("checkpoint_ms", self.checkpoint_ms),
             ("outbox_batch", self.outbox_batch as u64),
         ];
         for (name, value) in non_zero {
@@ -283,6 +298,14 @@ impl Config {
         Duration::from_millis(self.shutdown_grace_ms)
     }
 
+    /// The checkpoint fields as the store takes them.
+    pub fn checkpoint_policy(&self) -> plaudit_storage::CheckpointPolicy {
+        plaudit_storage::CheckpointPolicy {
+            max_keys: self.checkpoint_keys,
+            max_age: Duration::from_millis(self.checkpoint_ms),
+        }
+    }
+
     /// `actor_idle_secs` as a `Duration`.
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
@@ -312,6 +335,8 @@ impl Config {
             "raft_election_min_ms" => self.raft_election_min_ms = parse(value)?,
             "raft_election_max_ms" => self.raft_election_max_ms = parse(value)?,
             "snapshot_every_entries" => self.snapshot_every_entries = parse(value)?,
+            "checkpoint_keys" => self.checkpoint_keys = parse(value)?,
+            "checkpoint_ms" => self.checkpoint_ms = parse(value)?,
             "outbox_batch" => self.outbox_batch = parse(value)?,
             "log" => self.log = value.to_string(),
             _ => {}
@@ -456,6 +481,8 @@ mod tests {
             raft_election_min_ms: 15,
             raft_election_max_ms: 16,
             snapshot_every_entries: 17,
+            checkpoint_keys: 20,
+            checkpoint_ms: 21,
             outbox_batch: 18,
             log: "debug".to_string(),
         };

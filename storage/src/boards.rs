@@ -16,7 +16,9 @@
 //! hundreds of events per batch.
 
 use crate::keys::{read_u64, VALUE_V1};
+use crate::pending::prefix_range;
 use crate::state::{corrupt, Result, StateStore, TreeRef, WriteSet};
+use std::ops::Bound;
 
 pub const KIND_MEMBER: u8 = 1;
 pub const KIND_BOARD: u8 = 2;
@@ -55,28 +57,26 @@ impl StateStore {
         shard: u32,
         type_key: &[u8],
     ) -> Result<Vec<(u64, i64, u64)>> {
-        let tree = self.rank_tree(rank)?;
         let prefix = key(shard, KIND_MEMBER, type_key, None);
         let mut out = Vec::new();
-        for kv in tree.scan_prefix(&prefix) {
-            let (k, v) = kv?;
-            let item = read_u64(&k, prefix.len()).filter(|_| k.len() == prefix.len() + 8);
-            let value = match v.as_ref() {
+        self.scan(shard, TreeRef::Rank(rank), prefix_range(&prefix), false, |k, v| {
+            let item = read_u64(k, prefix.len()).filter(|_| k.len() == prefix.len() + 8);
+            let value = match v {
                 [VALUE_V1, rest @ ..] if rest.len() == 16 => i64_at(rest, 0).zip(read_u64(rest, 8)),
                 _ => None,
             };
             match (item, value) {
                 (Some(item), Some((score, tie))) => out.push((item, score, tie)),
-                _ => return Err(corrupt("board member", &k)),
+                _ => return Err(corrupt("board member", k)),
             }
-        }
+            Ok(true)
+        })?;
         Ok(out)
     }
 
     /// A sub-board's header; `None` if the board does not exist.
     pub fn board_meta(&self, rank: u32, shard: u32, type_key: &[u8]) -> Result<Option<BoardMeta>> {
-        let tree = self.rank_tree(rank)?;
-        match tree.get(key(shard, KIND_BOARD, type_key, None))? {
+        match self.get(shard, TreeRef::Rank(rank), &key(shard, KIND_BOARD, type_key, None))? {
             None => Ok(None),
             Some(v) => decode_meta(&v).map(Some),
         }
@@ -91,25 +91,20 @@ impl StateStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, BoardMeta)>> {
-        let tree = self.rank_tree(rank)?;
         let prefix = key(shard, KIND_BOARD, &[], None);
         let start = match after {
-            // The smallest key after `after`'s own: append a zero byte.
-            Some(a) => {
-                let mut k = key(shard, KIND_BOARD, a, None);
-                k.push(0);
-                k
-            }
-            None => prefix.clone(),
+            Some(a) => Bound::Excluded(key(shard, KIND_BOARD, a, None)),
+            None => Bound::Included(prefix.clone()),
         };
         let mut out = Vec::new();
-        for kv in tree.range(start..) {
-            let (k, v) = kv?;
-            if !k.starts_with(&prefix) || out.len() == limit {
-                break;
-            }
-            out.push((k[prefix.len()..].to_vec(), decode_meta(&v)?));
+        if limit == 0 {
+            return Ok(out);
         }
+        let range = (start, prefix_range(&prefix).1);
+        self.scan(shard, TreeRef::Rank(rank), range, false, |k, v| {
+            out.push((k[prefix.len()..].to_vec(), decode_meta(v)?));
+            Ok(out.len() < limit)
+        })?;
         Ok(out)
     }
 
@@ -120,20 +115,19 @@ impl StateStore {
         shard: u32,
         type_key: &[u8],
     ) -> Result<Vec<(u64, Vec<u64>)>> {
-        let tree = self.rank_tree(rank)?;
         let prefix = key(shard, KIND_EVENTS, type_key, None);
         let mut out = Vec::new();
-        for kv in tree.scan_prefix(&prefix) {
-            let (k, v) = kv?;
-            let seq = read_u64(&k, prefix.len()).ok_or_else(|| corrupt("board events", &k))?;
+        self.scan(shard, TreeRef::Rank(rank), prefix_range(&prefix), false, |k, v| {
+            let seq = read_u64(k, prefix.len()).ok_or_else(|| corrupt("board events", k))?;
             let ids = match v.split_first() {
                 Some((&VALUE_V1, rest)) if rest.len() % 8 == 0 => {
                     (0..rest.len() / 8).filter_map(|i| read_u64(rest, i * 8)).collect()
                 }
-                _ => return Err(corrupt("board events", &v)),
+                _ => return Err(corrupt("board events", v)),
             };
             out.push((seq, ids));
-        }
+            Ok(true)
+        })?;
         Ok(out)
     }
 }
@@ -230,7 +224,7 @@ mod tests {
         ws.put_board_meta(7, 3, MONTH, BoardMeta { size: 1, next_stamp: 2, next_events: 1 });
         ws.put_board_events(7, 3, DAY, 1, &[100, 101]);
         ws.put_board_member(8, 3, DAY, 10, 1, 1); // another ranking: isolated
-        s.commit(ws).unwrap();
+        s.stage(ws);
 
         assert_eq!(s.board_members(7, 3, DAY).unwrap(), vec![(10, -5, 1), (11, i64::MAX, 2)]);
         assert_eq!(s.board_members(7, 3, MONTH).unwrap(), vec![(10, 9, 1)]);
@@ -250,7 +244,7 @@ mod tests {
         ws.del_board_member(7, 3, DAY, 10);
         ws.del_board_events(7, 3, DAY, 1);
         ws.del_board_meta(7, 3, MONTH);
-        s.commit(ws).unwrap();
+        s.stage(ws);
         assert_eq!(s.board_members(7, 3, DAY).unwrap(), vec![(11, i64::MAX, 2)]);
         assert_eq!(s.board_events(7, 3, DAY).unwrap(), vec![]);
         assert_eq!(s.board_meta(7, 3, MONTH).unwrap(), None);
@@ -261,8 +255,10 @@ mod tests {
         let (_d, s) = store();
         let mut ws = WriteSet::new(1);
         ws.put_board_member(7, 1, DAY, 10, 42, 1);
+        s.stage(ws);
+        let mut ws = WriteSet::new(2);
         ws.put_board_member(7, 2, DAY, 10, 43, 1);
-        s.commit(ws).unwrap();
+        s.stage(ws);
         let items = s.export_shard(1).unwrap();
         assert!(items.iter().any(|(t, _, _)| t == "rank/7"));
         s.import_shard(1, Vec::new()).unwrap();

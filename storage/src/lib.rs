@@ -11,13 +11,17 @@
 //! - `group_commit`: the flusher thread that turns many `append`s into one fsync;
 //! - `log_store`: openraft `RaftLogStorage` over sled, generic over the type config;
 //! - `keys`: the big-endian key layouts of applied state;
-//! - `state`: `StateStore` (reads) and `WriteSet` (atomic multi-tree commits).
+//! - `state`: `StateStore` (reads, staging, checkpoints) and `WriteSet`
+//!   (one applied batch's writes across trees);
+//! - `pending`: the per-shard overlay of staged writes not yet in sled;
+//! - `boards`: the key layout of ranking sub-boards.
 
 pub mod boards;
 pub mod group_commit;
 pub mod keys;
 pub mod log_store;
+mod pending;
 pub mod state;
 
 pub use boards::BoardMeta;
-pub use state::{CountsRec, StateError, StateStore, WriteSet};
+pub use state::{CheckpointPolicy, CountsRec, StateError, StateStore, WriteSet};

@@ -4,14 +4,19 @@
 //! shard (applied log id, membership, inbox and outbox), and the registry.
 //!
 //! Writes of one applied Raft batch are collected in a `WriteSet`, which
-//! also records the applied log id, and committed atomically: the whole set
-//! is first written as one redo record, then applied key by key, then the
-//! record is removed. sled recovers a prefix of its writes after a crash, so
-//! either the record survives (and `open` re-applies it: every op is an
-//! absolute put or remove, so applying twice is harmless) or none of the set's
-//! keys changed. The stored state therefore always corresponds to exactly one
-//! applied index. These writes need no fsync of their own: the Raft log is
-//! durable, and everything after the stored applied id is replayed.
+//! also records the applied log id, and *staged* (`stage`): they go into the
+//! shard's in-memory overlay (`pending.rs`), where every read sees them at
+//! once. A *checkpoint* (`checkpoint`, when the overlay is old or large, and
+//! before a snapshot or shutdown) writes the overlay to sled atomically: the
+//! whole set is first written as one redo record, then applied key by key,
+//! then the record is removed. sled recovers a prefix of its writes after a
+//! crash, so either the record survives (and `open` re-applies it: every op
+//! is an absolute put or remove, so applying twice is harmless) or none of
+//! the set's keys changed. The stored state therefore always corresponds to
+//! exactly one applied index, the one in the same checkpoint. None of this
+//! needs an fsync of its own: the Raft log is durable and is not purged past
+//! a checkpoint, and after a crash openraft replays everything after the
+//! stored applied id, staging again what the lost overlay held.
 //!
 //! Why not sled's `Batch` or transactions: in sled 0.34 the first one used
 //! switches the whole process to a global RwLock, whose read side `flush()`
@@ -20,14 +25,17 @@
 //! node at a few thousand likes per second with both cores idle.
 
 use crate::keys::{self, read_u64, VALUE_V1};
+use crate::pending::{prefix_range, Entries, KeyRange, Layers, OpRef, Overlay};
 use plaudit_proto::codec;
 use plaudit_proto::likes::{ListItem, PageCursor};
 use plaudit_proto::{BizId, EntityId, LikeState, Millis, UserId};
 use serde::{Deserialize, Serialize};
 use sled::Tree;
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -72,6 +80,44 @@ fn tagged(tag: u8, shard: u32) -> Vec<u8> {
     k
 }
 
+/// When a shard's staged writes are checkpointed into sled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointPolicy {
+    /// Once this many distinct keys are staged.
+    pub max_keys: usize,
+    /// Once the oldest staged write is this old.
+    pub max_age: Duration,
+}
+
+impl CheckpointPolicy {
+    pub const DEFAULT_MAX_KEYS: usize = 32_768;
+    pub const DEFAULT_MAX_AGE: Duration = Duration::from_millis(1000);
+    /// A shard whose checkpoints keep failing stops applying once this many
+    /// times `max_keys` are staged, rather than growing without bound.
+    pub const HARD_LIMIT_FACTOR: usize = 8;
+}
+
+impl Default for CheckpointPolicy {
+    fn default() -> Self {
+        CheckpointPolicy { max_keys: Self::DEFAULT_MAX_KEYS, max_age: Self::DEFAULT_MAX_AGE }
+    }
+}
+
+/// One shard's staged writes, and the lock that serialises its checkpoints.
+#[derive(Default)]
+struct PendingSlot {
+    layers: Mutex<Layers>,
+    checkpoint: Mutex<()>,
+}
+
+impl PendingSlot {
+    fn layers(&self) -> MutexGuard<'_, Layers> {
+        // Only map operations run under the lock; a poisoned lock still
+        // holds consistent maps.
+        self.layers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Handle to all applied state of a node. Cheap to clone.
 #[derive(Clone)]
 pub struct StateStore {
@@ -81,10 +127,16 @@ pub struct StateStore {
     ranks: Arc<RwLock<HashMap<u32, Tree>>>,
     shards: Arc<RwLock<HashMap<u32, Tree>>>,
     registry: Tree,
-    /// Redo records of commits in progress, one key per committer.
+    /// Redo records of checkpoints in progress, one key per shard.
     redo: Tree,
     counts_cache: Arc<CountsCache>,
+    /// Staged writes per shard (the write-behind overlay).
+    pending: Arc<RwLock<HashMap<u32, Arc<PendingSlot>>>>,
+    policy: CheckpointPolicy,
 }
+
+/// A stored or staged value.
+pub type Value = Vec<u8>;
 
 /// Counts are the hottest read (every feed item asks for them) and a few
 /// entities take most of it, so they are cached in memory. Commits write
@@ -132,7 +184,12 @@ impl CountsCache {
 }
 
 impl StateStore {
+    /// Opens with the default checkpoint policy.
     pub fn open(db: &sled::Db) -> Result<StateStore> {
+        StateStore::open_with(db, CheckpointPolicy::default())
+    }
+
+    pub fn open_with(db: &sled::Db, policy: CheckpointPolicy) -> Result<StateStore> {
         let store = StateStore {
             db: db.clone(),
             bizs: Arc::default(),
@@ -141,9 +198,161 @@ impl StateStore {
             registry: db.open_tree("registry")?,
             redo: db.open_tree("redo")?,
             counts_cache: Arc::new(CountsCache::new()),
+            pending: Arc::default(),
+            policy,
         };
         store.recover()?;
         Ok(store)
+    }
+
+    fn slot(&self, shard: u32) -> Arc<PendingSlot> {
+        if let Some(s) = self.pending.read().unwrap_or_else(|e| e.into_inner()).get(&shard) {
+            return s.clone();
+        }
+        let mut all = self.pending.write().unwrap_or_else(|e| e.into_inner());
+        all.entry(shard).or_default().clone()
+    }
+
+    /// The value of `key` in `tree` as applied on `shard`: staged, else stored.
+    pub(crate) fn get(&self, shard: u32, tree: TreeRef, key: &[u8]) -> Result<Option<Value>> {
+        // Staged layers first: a checkpoint drops them only after sled holds
+        // them, so a miss here means sled is current for this key.
+        if let Some(v) = self.slot(shard).layers().get(tree, key) {
+            return Ok(v);
+        }
+        Ok(self.tree(tree)?.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Walks the keys of `tree` in `range` as applied on `shard` (staged
+    /// writes over stored ones, deletions hidden), ascending or, with `rev`,
+    /// descending, until `f` returns false.
+    pub(crate) fn scan(
+        &self,
+        shard: u32,
+        tree: TreeRef,
+        range: KeyRange,
+        rev: bool,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let staged = self.slot(shard).layers().range(tree, &range);
+        self.scan_over(tree, range, staged, rev, f)
+    }
+
+    /// `scan` with the staged entries already collected.
+    fn scan_over(
+        &self,
+        tree: TreeRef,
+        range: KeyRange,
+        staged: Entries,
+        rev: bool,
+        f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let stored = self.tree(tree)?.range(range);
+        if rev {
+            merge(stored.rev(), staged.into_iter().rev(), true, f)
+        } else {
+            merge(stored, staged.into_iter(), false, f)
+        }
+    }
+
+    /// Stages an applied batch's writes: visible to every read at once,
+    /// written to sled by a later checkpoint (see the module doc).
+    pub fn stage(&self, ws: WriteSet) {
+        if ws.ops.is_empty() {
+            return;
+        }
+        // Reads look for a key in its own shard's overlay.
+        debug_assert!(
+            ws.ops.iter().all(|op| op.shard().is_none_or(|s| s == ws.owner)),
+            "a write set of shard {} holds another shard's keys",
+            ws.owner
+        );
+        let slot = self.slot(ws.owner);
+        let epoch = self.counts_cache.epoch(ws.owner);
+        epoch.fetch_add(1, Ordering::AcqRel);
+        {
+            let mut layers = slot.layers();
+            if layers.active.is_empty() {
+                layers.since = Some(Instant::now());
+            }
+            for op in ws.ops {
+                layers.active.put(op.tree, op.key, op.value);
+            }
+        }
+        for (biz, shard, entity, c) in &ws.counts {
+            let mut part = self.counts_cache.part(*shard, *entity);
+            self.counts_cache.put(&mut part, (*biz, *shard, *entity), *c);
+        }
+        epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn checkpoint_policy(&self) -> CheckpointPolicy {
+        self.policy
+    }
+
+    /// Whether `shard`'s staged writes should be checkpointed now.
+    pub fn checkpoint_due(&self, shard: u32) -> bool {
+        let slot = self.slot(shard);
+        let layers = slot.layers();
+        layers.active.keys() >= self.policy.max_keys
+            || layers.since.is_some_and(|t| t.elapsed() >= self.policy.max_age)
+    }
+
+    /// Whether `shard` has staged more than a failing checkpoint may leave behind.
+    pub fn over_hard_limit(&self, shard: u32) -> bool {
+        let limit = self.policy.max_keys.saturating_mul(CheckpointPolicy::HARD_LIMIT_FACTOR);
+        self.slot(shard).layers().active.keys() >= limit
+    }
+
+    /// Writes `shard`'s staged writes to sled atomically (see the module
+    /// doc). A checkpoint that failed part-way leaves its layer readable and
+    /// is finished first by the next call.
+    pub fn checkpoint(&self, shard: u32) -> Result<()> {
+        let slot = self.slot(shard);
+        let _one_at_a_time = slot.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let (layer, last) = {
+                let mut layers = slot.layers();
+                match &layers.flushing {
+                    Some(f) => (f.clone(), false),
+                    None if layers.active.is_empty() => return Ok(()),
+                    None => {
+                        let layer = Arc::new(std::mem::take(&mut layers.active));
+                        layers.since = None;
+                        layers.flushing = Some(layer.clone());
+                        (layer, true)
+                    }
+                }
+            };
+            self.write_through(shard, &layer)?;
+            slot.layers().flushing = None;
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Redo record, every op, then the record's removal.
+    fn write_through(&self, shard: u32, layer: &Overlay) -> Result<()> {
+        let ops: Vec<OpRef<'_>> = layer.ops().collect();
+        let key = shard.to_be_bytes();
+        if ops.len() > 1 {
+            let mut record = vec![VALUE_V1];
+            codec::encode_into(&ops, &mut record)
+                .map_err(|e| StateError::Corrupt { what: "redo", detail: e.to_string() })?;
+            self.redo.insert(key, record)?;
+        }
+        for op in &ops {
+            let tree = self.tree(op.tree)?;
+            match op.value {
+                Some(v) => tree.insert(op.key, v)?,
+                None => tree.remove(op.key)?,
+            };
+        }
+        if ops.len() > 1 {
+            self.redo.remove(key)?;
+        }
+        Ok(())
     }
 
     /// Finishes every commit a crash interrupted.
@@ -182,9 +391,26 @@ impl StateStore {
         Ok(())
     }
 
-    /// The registry tree (businesses), applied by the metadata group.
-    pub fn registry(&self) -> &Tree {
-        &self.registry
+    /// Every registry entry (businesses and rankings), staged or stored.
+    /// The registry is written by the metadata group only, but which shard
+    /// id that is stays the cluster's business: every shard's staged
+    /// registry writes are merged (other shards have none).
+    pub fn registry_entries(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let mut staged = Entries::new();
+        let slots: Vec<_> =
+            self.pending.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        for slot in slots {
+            for (k, v) in slot.layers().range(TreeRef::Registry, &all) {
+                staged.entry(k).or_insert(v);
+            }
+        }
+        let mut out = Vec::new();
+        self.scan_over(TreeRef::Registry, all, staged, false, |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            Ok(true)
+        })?;
+        Ok(out)
     }
 
     /// The tree of one business, opened on first use.
@@ -243,8 +469,7 @@ impl StateStore {
         mid: UserId,
         entity: EntityId,
     ) -> Result<Option<(LikeState, Millis)>> {
-        let tree = self.biz_tree(biz)?;
-        match tree.get(keys::state(shard, mid, entity))? {
+        match self.get(shard, TreeRef::Biz(biz), &keys::state(shard, mid, entity))? {
             None => Ok(None),
             Some(v) => decode_state(&v).map(Some),
         }
@@ -256,8 +481,7 @@ impl StateStore {
             return Ok(*c);
         }
         let before = cache.epoch(shard).load(Ordering::Acquire);
-        let tree = self.biz_tree(biz)?;
-        let c = match tree.get(keys::counts(shard, entity))? {
+        let c = match self.get(shard, TreeRef::Biz(biz), &keys::counts(shard, entity))? {
             None => CountsRec::default(),
             Some(v) => decode_counts(&v)?,
         };
@@ -269,8 +493,7 @@ impl StateStore {
     }
 
     pub fn get_received(&self, biz: BizId, shard: u32, owner: UserId) -> Result<u64> {
-        let tree = self.biz_tree(biz)?;
-        match tree.get(keys::received(shard, owner))? {
+        match self.get(shard, TreeRef::Biz(biz), &keys::received(shard, owner))? {
             None => Ok(0),
             Some(v) => decode_u64_value(&v, "received"),
         }
@@ -309,40 +532,39 @@ impl StateStore {
         after: Option<PageCursor>,
         limit: usize,
     ) -> Result<Vec<ListItem>> {
-        let tree = self.biz_tree(biz)?;
-        let start = prefix.clone();
+        let shard = read_u32(&prefix).ok_or_else(|| corrupt("list prefix", &prefix))?;
         let end = match after {
             Some(c) => {
                 let mut k = prefix.clone();
                 k.extend_from_slice(&c.mtime.to_be_bytes());
                 k.extend_from_slice(&c.id.to_be_bytes());
-                k
+                Bound::Excluded(k)
             }
-            None => {
-                let mut k = prefix.clone();
-                k.extend_from_slice(&[0xff; 17]);
-                k
-            }
+            None => prefix_range(&prefix).1,
         };
+        let range = (Bound::Included(prefix.clone()), end);
         let mut out = Vec::with_capacity(limit);
-        for kv in tree.range(start..end).rev().take(limit) {
-            let (k, _) = kv?;
-            let at = prefix.len();
-            match (read_u64(&k, at), read_u64(&k, at + 8)) {
-                (Some(mtime), Some(id)) => out.push(ListItem { id, mtime }),
-                _ => return Err(corrupt("list key", &k)),
-            }
+        if limit == 0 {
+            return Ok(out);
         }
+        let at = prefix.len();
+        self.scan(shard, TreeRef::Biz(biz), range, true, |k, _| {
+            match (read_u64(k, at), read_u64(k, at + 8)) {
+                (Some(mtime), Some(id)) => out.push(ListItem { id, mtime }),
+                _ => return Err(corrupt("list key", k)),
+            }
+            Ok(out.len() < limit)
+        })?;
         Ok(out)
     }
 
     /// The applied log id of a shard, as the encoding the cluster stored.
-    pub fn applied(&self, shard: u32) -> Result<Option<sled::IVec>> {
-        Ok(self.shard_tree(shard)?.get(meta::APPLIED)?)
+    pub fn applied(&self, shard: u32) -> Result<Option<Value>> {
+        self.get(shard, TreeRef::Shard(shard), meta::APPLIED)
     }
 
-    pub fn membership(&self, shard: u32) -> Result<Option<sled::IVec>> {
-        Ok(self.shard_tree(shard)?.get(meta::MEMBERSHIP)?)
+    pub fn membership(&self, shard: u32) -> Result<Option<Value>> {
+        self.get(shard, TreeRef::Shard(shard), meta::MEMBERSHIP)
     }
 
     pub fn snapshot_meta(&self, shard: u32) -> Result<Option<sled::IVec>> {
@@ -356,7 +578,7 @@ impl StateStore {
 
     /// Highest delta seq applied from `source` into `shard`.
     pub fn inbox_seq(&self, shard: u32, source: u32) -> Result<u64> {
-        match self.shard_tree(shard)?.get(tagged(meta::INBOX, source))? {
+        match self.get(shard, TreeRef::Shard(shard), &tagged(meta::INBOX, source))? {
             None => Ok(0),
             Some(v) => decode_u64_value(&v, "inbox seq"),
         }
@@ -364,7 +586,7 @@ impl StateStore {
 
     /// Next outbox seq of `shard` towards `target` (seqs start at 1).
     pub fn outbox_next(&self, shard: u32, target: u32) -> Result<u64> {
-        match self.shard_tree(shard)?.get(tagged(meta::NEXT, target))? {
+        match self.get(shard, TreeRef::Shard(shard), &tagged(meta::NEXT, target))? {
             None => Ok(1),
             Some(v) => decode_u64_value(&v, "outbox next"),
         }
@@ -373,54 +595,33 @@ impl StateStore {
     /// Pending outbox entries of `shard`, grouped by target, oldest first, at
     /// most `limit` per target.
     pub fn outbox_pending(&self, shard: u32, limit: usize) -> Result<Vec<OutboxRun>> {
-        let tree = self.shard_tree(shard)?;
         let mut out: Vec<OutboxRun> = Vec::new();
         // The outbox is drained continuously, so it is short; a plain scan is
         // cheaper than seeking per target.
-        for kv in tree.scan_prefix([meta::OUTBOX, b':']) {
-            let (k, v) = kv?;
-            push_outbox(&mut out, &k, v.to_vec(), limit)?;
-        }
+        let range = prefix_range(&[meta::OUTBOX, b':']);
+        self.scan(shard, TreeRef::Shard(shard), range, false, |k, v| {
+            push_outbox(&mut out, k, v.to_vec(), limit)?;
+            Ok(true)
+        })?;
         Ok(out)
     }
 
     /// Number of outbox entries waiting in `shard` (for metrics).
     pub fn outbox_len(&self, shard: u32) -> Result<usize> {
-        Ok(self.shard_tree(shard)?.scan_prefix([meta::OUTBOX, b':']).count())
-    }
-
-    /// Commits a write set atomically across its trees (see the module doc).
-    pub fn commit(&self, ws: WriteSet) -> Result<()> {
-        match ws.ops.as_slice() {
-            [] => return Ok(()),
-            [one] if ws.counts.is_empty() => return self.apply_op(one),
-            _ => {}
-        }
-        let key = ws.owner.to_be_bytes();
-        let mut record = vec![VALUE_V1];
-        codec::encode_into(&ws.ops, &mut record)
-            .map_err(|e| StateError::Corrupt { what: "redo", detail: e.to_string() })?;
-        self.redo.insert(key, record)?;
-        let epoch = self.counts_cache.epoch(ws.owner);
-        epoch.fetch_add(1, Ordering::AcqRel);
-        let applied = ws.ops.iter().try_for_each(|op| self.apply_op(op));
-        for (biz, shard, entity, c) in &ws.counts {
-            let mut part = self.counts_cache.part(*shard, *entity);
-            if applied.is_ok() {
-                self.counts_cache.put(&mut part, (*biz, *shard, *entity), *c);
-            } else {
-                part.remove(&(*biz, *shard, *entity));
-            }
-        }
-        epoch.fetch_add(1, Ordering::AcqRel);
-        applied?;
-        self.redo.remove(key)?;
-        Ok(())
+        let mut n = 0;
+        let range = prefix_range(&[meta::OUTBOX, b':']);
+        self.scan(shard, TreeRef::Shard(shard), range, false, |_, _| {
+            n += 1;
+            Ok(true)
+        })?;
+        Ok(n)
     }
 
     /// Every key of `shard` in every business tree and its meta tree, for a
-    /// snapshot: `(tree name, key, value)`.
+    /// snapshot: `(tree name, key, value)`. Checkpoints first, so the export
+    /// holds everything applied.
     pub fn export_shard(&self, shard: u32) -> Result<Vec<ExportItem>> {
+        self.checkpoint(shard)?;
         let mut out = Vec::new();
         for biz in self.biz_ids_on_disk() {
             let tree = self.biz_tree(biz)?;
@@ -445,8 +646,20 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Replaces every key of `shard` with `items` (from `export_shard`).
+    /// Replaces every key of `shard` with `items` (from `export_shard`),
+    /// dropping what is staged for it. Not atomic: a crash part-way leaves
+    /// the shard to be re-installed from a snapshot.
     pub fn import_shard(&self, shard: u32, items: Vec<ExportItem>) -> Result<()> {
+        let slot = self.slot(shard);
+        let _no_checkpoint = slot.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut layers = slot.layers();
+            layers.active.drop_shard(&keys::shard_prefix(shard), TreeRef::Shard(shard));
+            layers.flushing = None;
+            if layers.active.is_empty() {
+                layers.since = None;
+            }
+        }
         // The import rewrites counts behind the cache: hold the shard's epoch
         // odd throughout so no read refills it, and drop what it holds.
         let epoch = self.counts_cache.epoch(shard);
@@ -485,6 +698,64 @@ impl StateStore {
         }
         Ok(())
     }
+}
+
+/// Walks stored and staged entries together in key order (descending with
+/// `rev`); a staged entry replaces the stored one of the same key, and a
+/// staged deletion hides it.
+fn merge<S, P>(
+    mut stored: S,
+    mut staged: P,
+    rev: bool,
+    mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+) -> Result<()>
+where
+    S: Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    P: Iterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
+{
+    use std::cmp::Ordering as O;
+    let mut s = stored.next().transpose()?;
+    let mut p = staged.next();
+    loop {
+        // Which comes first in walk order: the staged entry or the stored one?
+        let staged_first = match (&s, &p) {
+            (None, None) => return Ok(()),
+            (None, Some(_)) => true,
+            (Some(_), None) => false,
+            (Some((sk, _)), Some((pk, _))) => {
+                let o = pk.as_slice().cmp(sk.as_ref());
+                let o = if rev { o.reverse() } else { o };
+                if o == O::Equal {
+                    s = stored.next().transpose()?; // replaced by the staged entry
+                }
+                o != O::Greater
+            }
+        };
+        let more = if staged_first {
+            match p.take() {
+                Some((k, Some(v))) => f(&k, &v)?,
+                _ => true, // a staged deletion
+            }
+        } else {
+            match s.take() {
+                Some((k, v)) => f(&k, &v)?,
+                None => true,
+            }
+        };
+        if !more {
+            return Ok(());
+        }
+        if staged_first {
+            p = staged.next();
+        } else {
+            s = stored.next().transpose()?;
+        }
+    }
+}
+
+/// The shard id a state key starts with.
+fn read_u32(bytes: &[u8]) -> Option<u32> {
+    bytes.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 fn push_outbox(out: &mut Vec<OutboxRun>, k: &[u8], v: Vec<u8>, limit: usize) -> Result<()> {
@@ -561,26 +832,31 @@ pub(crate) enum TreeRef {
 
 /// One absolute change: applying it twice is the same as once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Op {
-    tree: TreeRef,
-    key: Vec<u8>,
-    value: Option<Vec<u8>>,
+pub(crate) struct Op {
+    pub tree: TreeRef,
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
 }
 
-/// The writes of one applied batch, across trees, committed atomically.
-/// `owner` names the committer (a shard), so concurrent commits of different
-/// shards keep separate redo records.
+impl Op {
+    /// The shard whose state this key is part of (`None`: the registry).
+    fn shard(&self) -> Option<u32> {
+        match self.tree {
+            TreeRef::Biz(_) | TreeRef::Rank(_) => read_u32(&self.key),
+            TreeRef::Shard(s) => Some(s),
+            TreeRef::Registry => None,
+        }
+    }
+}
+
+/// The writes of one applied batch, across trees, staged together.
+/// `owner` names the shard that applied them: its overlay holds them, and
+/// its checkpoints write them.
 pub struct WriteSet {
     owner: u32,
     ops: Vec<Op>,
     /// Counts written, for the read cache.
     counts: Vec<(BizId, u32, EntityId, CountsRec)>,
-}
-
-impl Default for WriteSet {
-    fn default() -> Self {
-        WriteSet::new(u32::MAX)
-    }
 }
 
 impl WriteSet {
@@ -727,12 +1003,12 @@ mod tests {
     #[test]
     fn state_counts_and_received_round_trip() {
         let (_d, s) = store();
-        let mut ws = WriteSet::default();
+        let mut ws = WriteSet::new(0);
         ws.put_state(1, 0, 10, 20, LikeState::Dislike, 99);
         ws.put_counts(1, 0, 20, CountsRec { likes: 3, dislikes: 4, owner: Some(7) });
         ws.put_received(1, 0, 7, 12);
         ws.put_applied(0, b"x");
-        s.commit(ws).unwrap();
+        s.stage(ws);
         assert_eq!(s.get_state(1, 0, 10, 20).unwrap(), Some((LikeState::Dislike, 99)));
         assert_eq!(
             s.get_counts(1, 0, 20).unwrap(),
@@ -752,12 +1028,13 @@ mod tests {
             let mut ws = WriteSet::new(0);
             ws.put_counts(1, 0, 5, CountsRec { likes, dislikes: 0, owner: None });
             ws.put_applied(0, b"x");
-            s.commit(ws).unwrap();
+            s.stage(ws);
             // Served from the cache after the first read, and never stale.
             assert_eq!(s.get_counts(1, 0, 5).unwrap().likes, likes);
             assert_eq!(s.get_counts(1, 0, 5).unwrap().likes, likes);
         }
         // The stored value matches what the cache served.
+        s.checkpoint(0).unwrap();
         let fresh = StateStore::open(&s.db).unwrap();
         assert_eq!(fresh.get_counts(1, 0, 5).unwrap().likes, 3);
         s.import_shard(0, Vec::new()).unwrap();
@@ -767,12 +1044,12 @@ mod tests {
     #[test]
     fn lists_page_newest_first() {
         let (_d, s) = store();
-        let mut ws = WriteSet::default();
+        let mut ws = WriteSet::new(2);
         for i in 0..10u64 {
             ws.add_user_item(1, 2, 5, 100 + i / 2, i);
         }
         ws.add_user_item(1, 2, 6, 500, 1); // another user
-        s.commit(ws).unwrap();
+        s.stage(ws);
         let p1 = s.user_list(1, 2, 5, None, 4).unwrap();
         assert_eq!(p1.iter().map(|i| i.id).collect::<Vec<_>>(), vec![9, 8, 7, 6]);
         let c = PageCursor { mtime: p1[3].mtime, id: p1[3].id };
@@ -783,11 +1060,11 @@ mod tests {
     #[test]
     fn outbox_groups_by_target_and_acks() {
         let (_d, s) = store();
-        let mut ws = WriteSet::default();
+        let mut ws = WriteSet::new(0);
         ws.push_outbox(0, 3, 1, b"a");
         ws.push_outbox(0, 3, 2, b"b");
         ws.push_outbox(0, 1, 1, b"c");
-        s.commit(ws).unwrap();
+        s.stage(ws);
         let p = s.outbox_pending(0, 10).unwrap();
         assert_eq!(p.len(), 2);
         assert_eq!(p[0].0, 1);
@@ -795,9 +1072,9 @@ mod tests {
         assert_eq!(s.outbox_next(0, 3).unwrap(), 3);
         let limited = s.outbox_pending(0, 1).unwrap();
         assert_eq!(limited[1].1.len(), 1);
-        let mut ws = WriteSet::default();
+        let mut ws = WriteSet::new(0);
         ws.ack_outbox(0, 3, [1, 2]);
-        s.commit(ws).unwrap();
+        s.stage(ws);
         assert_eq!(s.outbox_len(0).unwrap(), 1);
     }
 }

@@ -175,15 +175,22 @@ async fn every_acknowledged_event_counts_exactly_once_after_a_sigkill() {
         ts: t,
         event_id: id,
     };
-    const N: u64 = 3000;
+    // Far more events than get through before the kill, which comes once a
+    // good share is acknowledged (a condition, not a guess at the speed).
+    const N: u64 = 40_000;
+    const WRITERS: u64 = 8;
+    let acks = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tasks = Vec::new();
-    for w in 0..8u64 {
-        let c = c.clone();
+    for w in 0..WRITERS {
+        let (c, acks) = (c.clone(), acks.clone());
         tasks.push(tokio::spawn(async move {
             let mut acked = Vec::new();
-            for id in (w..N).step_by(8) {
+            for id in (w..N).step_by(WRITERS as usize) {
                 match c.score(ev(id)).await {
-                    Ok(r) if r.boards[0].outcome == Outcome::Applied => acked.push(id),
+                    Ok(r) if r.boards[0].outcome == Outcome::Applied => {
+                        acked.push(id);
+                        acks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                     Ok(r) => panic!("unexpected outcome {r:?}"),
                     Err(_) => break, // the node died
                 }
@@ -191,7 +198,16 @@ async fn every_acknowledged_event_counts_exactly_once_after_a_sigkill() {
             acked
         }));
     }
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    let progress = acks.clone();
+    plaudit_tests::wait_until(
+        std::time::Duration::from_secs(60),
+        "2000 events acknowledged",
+        || {
+            let n = progress.load(std::sync::atomic::Ordering::Relaxed);
+            async move { n >= 2000 }
+        },
+    )
+    .await;
     node.kill9();
     let mut acked = Vec::new();
     for t in tasks {
@@ -201,11 +217,26 @@ async fn every_acknowledged_event_counts_exactly_once_after_a_sigkill() {
     node.restart();
     let c = node.client().await;
     // Re-send everything: acknowledged events must come back as duplicates.
-    for id in 0..N {
-        let r = c.score(ev(id)).await.unwrap();
-        if acked.contains(&id) {
-            assert_eq!(r.boards[0].outcome, Outcome::Duplicate, "event {id} was acknowledged");
-        }
+    let acked: std::sync::Arc<std::collections::HashSet<u64>> =
+        std::sync::Arc::new(acked.into_iter().collect());
+    let mut resend = Vec::new();
+    for w in 0..WRITERS {
+        let (c, acked) = (c.clone(), acked.clone());
+        resend.push(tokio::spawn(async move {
+            for id in (w..N).step_by(WRITERS as usize) {
+                let r = c.score(ev(id)).await.unwrap();
+                if acked.contains(&id) {
+                    assert_eq!(
+                        r.boards[0].outcome,
+                        Outcome::Duplicate,
+                        "event {id} was acknowledged"
+                    );
+                }
+            }
+        }));
+    }
+    for t in resend {
+        t.await.unwrap();
     }
     let mut want: HashMap<u64, i64> = HashMap::new();
     for id in 0..N {

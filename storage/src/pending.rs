@@ -1,0 +1,232 @@
+//! Applied writes that are not in sled yet: the write-behind overlay of one
+//! shard.
+//!
+//! Applying a Raft batch *stages* its writes here (newest value per key
+//! wins) instead of writing sled at once; a *checkpoint* later writes the
+//! overlay to sled in one atomic step (see `StateStore::checkpoint`). Between
+//! the two, every read looks here first. A key written many times between
+//! checkpoints (a hot board's header, a hot member, an outbox record that is
+//! pushed and acknowledged) reaches sled once or not at all, and sled, whose
+//! every insert copies a leaf node, sees far fewer and larger write rounds.
+//!
+//! An overlay has two layers: `active`, which staging writes, and
+//! `flushing`, the previous `active` while a checkpoint copies it into sled.
+//! Readers consult `active`, then `flushing`, then sled; a checkpoint drops
+//! `flushing` only after sled holds all of it, so no read ever misses a
+//! write that was staged before it started.
+
+use crate::state::TreeRef;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Staged values of one tree: `None` is a deletion.
+pub(crate) type Entries = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// A range of keys, as sled's `range` takes it.
+pub(crate) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// The staged writes of one layer, per tree.
+#[derive(Debug, Default)]
+pub(crate) struct Overlay {
+    trees: HashMap<TreeRef, Entries>,
+    keys: usize,
+}
+
+/// One staged write as the redo record stores it; it encodes exactly as
+/// `state::Op` (bincode writes a byte slice and a `Vec<u8>` alike), so a
+/// record written from an overlay is read back as `Vec<Op>`.
+#[derive(Serialize)]
+pub(crate) struct OpRef<'a> {
+    pub tree: TreeRef,
+    pub key: &'a [u8],
+    pub value: Option<&'a [u8]>,
+}
+
+impl Overlay {
+    pub fn is_empty(&self) -> bool {
+        self.keys == 0
+    }
+
+    /// Distinct keys staged.
+    pub fn keys(&self) -> usize {
+        self.keys
+    }
+
+    pub fn put(&mut self, tree: TreeRef, key: Vec<u8>, value: Option<Vec<u8>>) {
+        if self.trees.entry(tree).or_default().insert(key, value).is_none() {
+            self.keys += 1;
+        }
+    }
+
+    /// `Some(None)`: staged as deleted; `None`: not staged here.
+    pub fn get(&self, tree: TreeRef, key: &[u8]) -> Option<Option<&[u8]>> {
+        self.trees.get(&tree)?.get(key).map(Option::as_deref)
+    }
+
+    /// Adds the entries of `tree` within `range` to `out`, keeping what
+    /// `out` already has (a newer layer, read first).
+    pub fn collect_range(&self, tree: TreeRef, range: &KeyRange, out: &mut Entries) {
+        let Some(entries) = self.trees.get(&tree) else { return };
+        let bounds = (as_slice(&range.0), as_slice(&range.1));
+        for (k, v) in entries.range::<[u8], _>(bounds) {
+            out.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+
+    /// Every staged write, grouped by tree, keys ascending.
+    pub fn ops(&self) -> impl Iterator<Item = OpRef<'_>> + '_ {
+        self.trees.iter().flat_map(|(tree, entries)| {
+            entries.iter().map(move |(k, v)| OpRef { tree: *tree, key: k, value: v.as_deref() })
+        })
+    }
+
+    /// Drops every staged write of one shard's slice: keys starting with
+    /// `prefix` in the business and ranking trees, and the whole shard meta
+    /// tree `meta`.
+    pub fn drop_shard(&mut self, prefix: &[u8], meta: TreeRef) {
+        for (tree, entries) in self.trees.iter_mut() {
+            let before = entries.len();
+            if *tree == meta {
+                entries.clear();
+            } else if matches!(tree, TreeRef::Biz(_) | TreeRef::Rank(_)) {
+                entries.retain(|k, _| !k.starts_with(prefix));
+            }
+            self.keys -= before - entries.len();
+        }
+    }
+}
+
+fn as_slice(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(v) => Bound::Included(v.as_slice()),
+        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// The keys that start with `prefix`, as a range.
+pub(crate) fn prefix_range(prefix: &[u8]) -> KeyRange {
+    // The first key after every key with this prefix: the prefix with its
+    // last non-0xff byte incremented (and what follows it cut off).
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return (Bound::Included(prefix.to_vec()), Bound::Excluded(end));
+        }
+    }
+    (Bound::Included(prefix.to_vec()), Bound::Unbounded)
+}
+
+/// One shard's two layers and the age of the oldest staged write.
+#[derive(Debug, Default)]
+pub(crate) struct Layers {
+    pub active: Overlay,
+    pub flushing: Option<Arc<Overlay>>,
+    /// When `active` received its first write since it was last empty.
+    pub since: Option<Instant>,
+}
+
+impl Layers {
+    /// The newest staged value of a key, if any layer has one.
+    pub fn get(&self, tree: TreeRef, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        if let Some(v) = self.active.get(tree, key) {
+            return Some(v.map(<[u8]>::to_vec));
+        }
+        let v = self.flushing.as_ref()?.get(tree, key)?;
+        Some(v.map(<[u8]>::to_vec))
+    }
+
+    /// Staged entries of `tree` in `range`, newest layer first.
+    pub fn range(&self, tree: TreeRef, range: &KeyRange) -> Entries {
+        let mut out = Entries::new();
+        self.active.collect_range(tree, range, &mut out);
+        if let Some(f) = &self.flushing {
+            f.collect_range(tree, range, &mut out);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Op;
+    use plaudit_proto::codec;
+
+    #[test]
+    fn newest_write_wins_and_deletions_are_remembered() {
+        let mut o = Overlay::default();
+        o.put(TreeRef::Biz(1), b"a".to_vec(), Some(b"1".to_vec()));
+        o.put(TreeRef::Biz(1), b"a".to_vec(), Some(b"2".to_vec()));
+        o.put(TreeRef::Biz(1), b"b".to_vec(), None);
+        assert_eq!(o.keys(), 2);
+        assert_eq!(o.get(TreeRef::Biz(1), b"a"), Some(Some(&b"2"[..])));
+        assert_eq!(o.get(TreeRef::Biz(1), b"b"), Some(None));
+        assert_eq!(o.get(TreeRef::Biz(2), b"a"), None, "trees are separate");
+    }
+
+    #[test]
+    fn the_active_layer_shadows_the_flushing_one() {
+        let mut old = Overlay::default();
+        old.put(TreeRef::Rank(3), b"k1".to_vec(), Some(b"old".to_vec()));
+        old.put(TreeRef::Rank(3), b"k2".to_vec(), Some(b"kept".to_vec()));
+        let mut l = Layers { flushing: Some(Arc::new(old)), ..Layers::default() };
+        l.active.put(TreeRef::Rank(3), b"k1".to_vec(), None);
+        assert_eq!(l.get(TreeRef::Rank(3), b"k1"), Some(None));
+        assert_eq!(l.get(TreeRef::Rank(3), b"k2"), Some(Some(b"kept".to_vec())));
+        let all = l.range(TreeRef::Rank(3), &prefix_range(b"k"));
+        assert_eq!(
+            all.into_iter().collect::<Vec<_>>(),
+            vec![(b"k1".to_vec(), None), (b"k2".to_vec(), Some(b"kept".to_vec()))]
+        );
+    }
+
+    #[test]
+    fn prefix_ranges_cover_exactly_the_prefix() {
+        let mut o = Overlay::default();
+        for k in [&b"ab"[..], b"ab\x00", b"ab\xff\xff", b"ac", b"aa\xff"] {
+            o.put(TreeRef::Registry, k.to_vec(), Some(vec![]));
+        }
+        let mut out = Entries::new();
+        o.collect_range(TreeRef::Registry, &prefix_range(b"ab"), &mut out);
+        let keys: Vec<_> = out.keys().cloned().collect();
+        assert_eq!(keys, vec![b"ab".to_vec(), b"ab\x00".to_vec(), b"ab\xff\xff".to_vec()]);
+        assert_eq!(prefix_range(b"\xff\xff").1, Bound::Unbounded);
+        assert_eq!(prefix_range(b"a\xff").1, Bound::Excluded(b"b".to_vec()));
+    }
+
+    #[test]
+    fn dropping_a_shard_keeps_other_shards_and_the_registry() {
+        let mut o = Overlay::default();
+        o.put(TreeRef::Biz(1), [0, 0, 0, 5, 1].to_vec(), None);
+        o.put(TreeRef::Biz(1), [0, 0, 0, 6, 1].to_vec(), None);
+        o.put(TreeRef::Rank(2), [0, 0, 0, 5, 9].to_vec(), None);
+        o.put(TreeRef::Shard(5), b"a:applied".to_vec(), Some(vec![1]));
+        o.put(TreeRef::Shard(6), b"a:applied".to_vec(), Some(vec![1]));
+        o.put(TreeRef::Registry, [0, 0, 0, 5].to_vec(), Some(vec![1]));
+        o.drop_shard(&[0, 0, 0, 5], TreeRef::Shard(5));
+        assert_eq!(o.keys(), 3);
+        assert!(o.get(TreeRef::Biz(1), &[0, 0, 0, 6, 1]).is_some());
+        assert!(o.get(TreeRef::Shard(6), b"a:applied").is_some());
+        assert!(o.get(TreeRef::Registry, &[0, 0, 0, 5]).is_some());
+    }
+
+    #[test]
+    fn redo_records_written_from_an_overlay_decode_as_ops() {
+        let mut o = Overlay::default();
+        o.put(TreeRef::Rank(7), vec![1, 2, 3], Some(vec![9; 300]));
+        o.put(TreeRef::Shard(2), vec![4], None);
+        let refs: Vec<OpRef<'_>> = o.ops().collect();
+        let bytes = codec::to_bytes(&refs).unwrap();
+        let mut ops: Vec<Op> = codec::from_bytes(&bytes).unwrap();
+        ops.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(ops.len(), 2);
+        assert_eq!((ops[0].tree, ops[0].key.as_slice()), (TreeRef::Rank(7), &[1u8, 2, 3][..]));
+        assert_eq!(ops[0].value.as_deref(), Some(&[9u8; 300][..]));
+        assert_eq!((ops[1].tree, ops[1].value.clone()), (TreeRef::Shard(2), None));
+    }
+}
