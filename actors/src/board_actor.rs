@@ -2,7 +2,7 @@
 //! `EventMemory`, loaded from the ranking's tree on activation, applies the
 //! scoring events of a batch in log order and hands back what to store.
 
-use crate::command::ScoreCmd;
+use crate::command::{EventResult, ScoreCmd};
 use crate::rankings::board::{Board, Member, Ranked, Rules};
 use crate::rankings::dedup::EventMemory;
 use crate::rankings::records::EventRecords;
@@ -32,7 +32,8 @@ pub struct BoardWrites {
     pub drop_events: Vec<u64>,
 }
 
-pub type ApplyReply = (Vec<Result<(Outcome, Option<i64>), WireError>>, BoardWrites);
+/// Per command, per event, and what to store.
+pub type ApplyReply = (Vec<Vec<EventResult>>, BoardWrites);
 
 /// The answer to a query on one board.
 #[derive(Debug, Clone)]
@@ -44,11 +45,10 @@ pub enum QueryOut {
 }
 
 pub enum BoardMsg {
-    /// Events in log order, with the ranking's current cap (it may be
-    /// updated while the board is active).
+    /// Commands in log order, each one member's events with the cap they
+    /// were admitted under (it may change while the board is active).
     Apply {
         cmds: Vec<ScoreCmd>,
-        cap: usize,
         reply: RpcReplyPort<ApplyReply>,
     },
     Query(BoardQuery, RpcReplyPort<QueryOut>),
@@ -95,6 +95,25 @@ impl BoardActor {
 }
 
 impl BoardState {
+    /// One member's events, in order: a repeated event id is a duplicate
+    /// (and changes nothing), an overflow fails that event alone.
+    fn apply_run(&mut self, c: &ScoreCmd, applied_ids: &mut Vec<u64>) -> Vec<EventResult> {
+        let mut run = self.core.run(c.item);
+        c.events
+            .iter()
+            .map(|e| {
+                if self.events.contains(e.event_id) {
+                    return Ok((Outcome::Duplicate, run.score()));
+                }
+                let score =
+                    run.apply(e.score, e.sub).map_err(|e| WireError::bad_request(e.to_string()))?;
+                self.events.insert(e.event_id);
+                applied_ids.push(e.event_id);
+                Ok((Outcome::Applied, score))
+            })
+            .collect()
+    }
+
     fn size(&self) -> (usize, usize) {
         (self.core.len(), self.core.heap_bytes())
     }
@@ -104,6 +123,7 @@ impl BoardState {
             size: self.core.len() as u64,
             next_stamp: self.core.next_stamp(),
             next_events: self.records.next_seq(),
+            cap: self.core.rules().cap as u64,
         }
     }
 }
@@ -123,9 +143,13 @@ impl Actor for BoardActor {
         let loaded = self.store.board_members(args.rank, args.shard, &args.type_key)?;
         let members =
             loaded.into_iter().map(|(i, score, tie)| (i, Member { score, tie })).collect();
-        // A cap lowered while stored drops members on load; the next batch's
-        // writes carry the deletions.
-        let core = Board::from_loaded(args.rules, members, meta.next_stamp);
+        // The cap the board last applied events under, not the ranking's
+        // current one: a lowered cap takes effect with the next event.
+        let mut rules = args.rules;
+        if meta.cap > 0 {
+            rules.cap = meta.cap as usize;
+        }
+        let core = Board::from_loaded(rules, members, meta.next_stamp);
         let stored = self.store.board_events(args.rank, args.shard, &args.type_key)?;
         let records = EventRecords::from_loaded(&stored, meta.next_events, EVENT_MEMORY);
         let events =
@@ -152,25 +176,14 @@ impl Actor for BoardActor {
         state: &mut BoardState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            BoardMsg::Apply { cmds, cap, reply } => {
-                if cap != state.core.rules().cap {
-                    state.core.set_cap(cap);
-                }
+            BoardMsg::Apply { cmds, reply } => {
                 let mut results = Vec::with_capacity(cmds.len());
                 let mut applied_ids = Vec::new();
                 for c in &cmds {
-                    if state.events.contains(c.event_id) {
-                        results.push(Ok((Outcome::Duplicate, state.core.score(c.item))));
-                        continue;
+                    if c.cap as usize != state.core.rules().cap {
+                        state.core.set_cap(c.cap as usize);
                     }
-                    match state.core.apply(c.item, c.score, c.sub) {
-                        Ok(_) => {
-                            state.events.insert(c.event_id);
-                            applied_ids.push(c.event_id);
-                            results.push(Ok((Outcome::Applied, state.core.score(c.item))));
-                        }
-                        Err(e) => results.push(Err(WireError::bad_request(e.to_string()))),
-                    }
+                    results.push(state.apply_run(c, &mut applied_ids));
                 }
                 let stored = state.records.add(applied_ids);
                 let mut w = BoardWrites {

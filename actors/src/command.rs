@@ -37,8 +37,10 @@ pub enum Command {
     UpdateBiz(UpdateBiz),
     CreateRank(RankDef),
     UpdateRank(UpdateRank),
-    /// One scoring event on one sub-board (an event touching several
-    /// sub-boards is one command per board, each on the board's shard).
+    /// Scoring events for one member of one sub-board: one event as the
+    /// edge proposes it, several once the leader has coalesced a batch
+    /// (`coalesce.rs`). An event touching several sub-boards is one command
+    /// per board, each on the board's shard.
     Score(ScoreCmd),
     /// Deletes a sub-board whose window has expired (proposed by the
     /// retention sweep on the board's shard).
@@ -54,10 +56,23 @@ pub struct ScoreCmd {
     /// The sub-board's binary type id (`TypeId::to_key`).
     pub type_key: Vec<u8>,
     pub item: ItemId,
+    /// The ranking's length cap when the edge admitted the events. It rides
+    /// in the log so that a replay applies them as they were applied first,
+    /// whatever the ranking's settings are by then.
+    pub cap: u32,
+    /// In arrival order.
+    pub events: Vec<ScoreEvent>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScoreEvent {
     pub score: i64,
     pub sub: Option<u32>,
     pub event_id: u64,
 }
+
+/// One scoring event's outcome on its board and the member's score after it.
+pub type EventResult = Result<(Outcome, Option<i64>), WireError>;
 
 /// A derived change travelling through an outbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,11 +103,8 @@ pub enum CmdResult {
     Like(LikeReply),
     Biz(Business),
     Rank(RankDef),
-    /// A scoring event's outcome on its board and the member's score after it.
-    Scored {
-        outcome: Outcome,
-        score: Option<i64>,
-    },
+    /// Per event of a `Score` command, in its order.
+    Scored(Vec<EventResult>),
     Done,
     Failed(WireError),
 }

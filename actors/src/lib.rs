@@ -2,22 +2,26 @@
 //!
 //! ```text
 //! ShardActor (one per shard replica; hosts the Raft state machine's apply)
-//!  ├── UserActor   (biz, mid)    like state (the truth), user list, received total
-//!  └── EntityActor (biz, entity) counts, owner, likers (derived from deltas)
+//!  ├── UserActor   (biz, mid)       like state (the truth), user list, received total
+//!  ├── EntityActor (biz, entity)    counts, owner, likers (derived from deltas)
+//!  └── BoardActor  (rank, type_key) one sub-board: rank order, scores, event-id memory
 //! ```
 //!
-//! The cores in `likes` are plain structs (no IO, no async) and carry the
-//! logic; actors activate them from storage, feed them commands and hand the
-//! resulting changes back to the shard, which persists a whole batch at once.
+//! The cores in `likes` and `rankings` are plain structs (no IO, no async)
+//! and carry the logic; actors activate them from storage, feed them
+//! commands and hand the resulting changes back to the shard, which stages a
+//! whole batch at once.
 //! Actors are virtual: activated on first use, passivated when idle or when a
 //! shard is over its active-actor budget.
 //!
-//! Modules: `command` (what the Raft log carries), `likes` (cores),
-//! `directory` (business registry), `active` (LRU active set), `user_actor`,
-//! `entity_actor`, `shard`.
+//! Modules: `command` (what the Raft log carries), `coalesce` (a leader's
+//! batch, merged per board member before proposing), `likes` and `rankings`
+//! (cores), `directory` (business and ranking registry), `active` (LRU
+//! active set), `user_actor`, `entity_actor`, `board_actor`, `shard`.
 
 pub mod active;
 pub mod board_actor;
+pub mod coalesce;
 pub mod command;
 pub mod directory;
 pub mod entity_actor;

@@ -630,18 +630,15 @@ impl ShardActor {
             let rank = key.0;
             // A ranking unknown here fails its events (the router checks
             // first, so only a race with a future delete could get here).
-            let rules = match self.rules(rank) {
-                Ok(r) => r,
-                Err(e) => {
-                    for (ei, ci) in slots.into_iter().flatten() {
-                        results[ei][ci] = CmdResult::Failed(WireError::not_found(e.clone()));
-                    }
-                    continue;
+            if let Err(e) = self.rules(rank) {
+                for (ei, ci) in slots.into_iter().flatten() {
+                    results[ei][ci] = CmdResult::Failed(WireError::not_found(e.clone()));
                 }
-            };
+                continue;
+            }
             let actor = self.board(myself, state, rank, key.1.clone()).await?;
             let (tx, rx) = oneshot::channel();
-            let msg = BoardMsg::Apply { cmds, cap: rules.cap, reply: tx.into() };
+            let msg = BoardMsg::Apply { cmds, reply: tx.into() };
             actor.cast(msg).map_err(|e| e.to_string())?;
             board_waits.push((key, slots, rx));
         }
@@ -708,10 +705,7 @@ impl ShardActor {
                 rx.await.map_err(|_| format!("a board of ranking {rank} died while applying"))?;
             for (slot, o) in slots.into_iter().zip(outs) {
                 if let Some((ei, ci)) = slot {
-                    results[ei][ci] = match o {
-                        Ok((outcome, score)) => CmdResult::Scored { outcome, score },
-                        Err(e) => CmdResult::Failed(e),
-                    };
+                    results[ei][ci] = CmdResult::Scored(o);
                 }
             }
             for (item, m) in w.members {

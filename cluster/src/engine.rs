@@ -63,6 +63,8 @@ pub struct ShardStats {
     pub board_heap_bytes: usize,
     /// Scoring events shed under overload since start.
     pub shed_events: u64,
+    /// Scoring events merged into an earlier event's command since start.
+    pub coalesced_events: u64,
     pub outbox_len: usize,
     pub apply_lag: u64,
     pub is_leader: bool,
@@ -292,6 +294,7 @@ impl Engine {
                     board_members: g.handle.gauges.board_members.load(Ordering::Relaxed),
                     board_heap_bytes: g.handle.gauges.board_heap_bytes.load(Ordering::Relaxed),
                     shed_events: g.shed.load(Ordering::Relaxed),
+                    coalesced_events: g.coalesced.load(Ordering::Relaxed),
                     outbox_len: self.store.outbox_len(g.id).unwrap_or(0),
                     apply_lag: last.saturating_sub(applied),
                     is_leader: m.current_leader == Some(m.id),

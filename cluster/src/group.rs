@@ -2,8 +2,9 @@
 //!
 //! - the **proposer** coalesces commands for the shard into one `Batch` per
 //!   Raft entry (whatever queued while the previous entry was being handed
-//!   over, up to `batch_max`), stamps it with the leader's clock, and keeps a
-//!   bounded number of entries in flight;
+//!   over, up to `batch_max`), merges the scoring events of each board member
+//!   into one command (`plaudit_actors::coalesce`), stamps the entry with the
+//!   leader's clock, and keeps a bounded number of entries in flight;
 //! - the **reader** batches linearizable reads: every waiter that arrives
 //!   while one read-index check is running shares the next one.
 //!
@@ -19,7 +20,7 @@ use crate::state_machine::ShardStateMachine;
 use crate::types::{NodeId, Raft, TypeConfig};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config as RaftConfig, SnapshotPolicy};
-use plaudit_actors::{Batch, CmdResult, Command, ShardHandle};
+use plaudit_actors::{coalesce, Batch, CmdResult, Command, ShardHandle};
 use plaudit_proto::error::LeaderHint;
 use plaudit_proto::{ErrorCode, WireError};
 use plaudit_storage::group_commit::GroupCommit;
@@ -61,6 +62,8 @@ pub struct Group {
     sole_voter: Arc<AtomicBool>,
     /// Scoring events refused by `should_shed`, for metrics.
     pub shed: AtomicU64,
+    /// Scoring events merged into an earlier event's command, for metrics.
+    pub coalesced: Arc<AtomicU64>,
 }
 
 impl Group {
@@ -96,7 +99,15 @@ impl Group {
         }
         let (ptx, prx) = mpsc::channel(cfg.max_pending);
         let (rtx, rrx) = mpsc::channel(cfg.max_pending);
-        tokio::spawn(propose_loop(id, raft.clone(), prx, cfg.batch_max, cfg.max_in_flight));
+        let coalesced = Arc::new(AtomicU64::new(0));
+        tokio::spawn(propose_loop(
+            id,
+            raft.clone(),
+            prx,
+            cfg.batch_max,
+            cfg.max_in_flight,
+            coalesced.clone(),
+        ));
         tokio::spawn(read_loop(id, raft.clone(), rrx));
         let sole_voter = Arc::new(AtomicBool::new(false));
         tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone()));
@@ -108,6 +119,7 @@ impl Group {
             reads: rtx,
             sole_voter,
             shed: AtomicU64::new(0),
+            coalesced,
         })
     }
 
@@ -193,6 +205,7 @@ async fn propose_loop(
     mut rx: mpsc::Receiver<Proposal>,
     batch_max: usize,
     in_flight: usize,
+    coalesced: Arc<AtomicU64>,
 ) {
     let slots = Arc::new(Semaphore::new(in_flight));
     // Entry times never go backwards within a shard, even if the wall clock
@@ -210,6 +223,13 @@ async fn propose_loop(
         }
         last_now = last_now.max(now_ms());
         let (cmds, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
+        // One command per board member for its scoring events in this batch.
+        let (cmds, routes) = coalesce::coalesce(cmds);
+        let merged = routes
+            .iter()
+            .filter(|r| matches!(r, coalesce::Route::Events { first, .. } if *first > 0))
+            .count();
+        coalesced.fetch_add(merged as u64, Ordering::Relaxed);
         // Handing the entry to Raft here, in the loop, keeps entries in
         // arrival order; only waiting for the commit runs concurrently.
         let rx = match raft.client_write_ff(Batch { now: last_now, cmds }).await {
@@ -226,7 +246,7 @@ async fn propose_loop(
             let _permit = permit;
             match rx.await {
                 Ok(Ok(resp)) => {
-                    for (r, res) in replies.into_iter().zip(resp.data) {
+                    for (r, res) in replies.into_iter().zip(coalesce::split(resp.data, &routes)) {
                         let _ = r.send(Ok(res));
                     }
                 }

@@ -10,7 +10,7 @@
 
 use crate::engine::{internal, unknown_rank, Engine};
 use plaudit_actors::board_actor::QueryOut;
-use plaudit_actors::command::ScoreCmd;
+use plaudit_actors::command::{ScoreCmd, ScoreEvent};
 use plaudit_actors::rankings::route::{self, Admission};
 use plaudit_actors::{CmdResult, Command};
 use plaudit_proto::rankings::MAX_PRIORITY;
@@ -52,6 +52,7 @@ impl Engine {
         let per_board = targets.into_iter().map(|t| {
             let r = &r;
             let priority = def.settings.priority;
+            let cap = def.settings.cap;
             async move {
                 let type_id = t.type_id.format();
                 if t.expired {
@@ -67,14 +68,17 @@ impl Engine {
                     rank: r.rank,
                     type_key,
                     item: r.item,
-                    score: r.score,
-                    sub: r.sub,
-                    event_id: r.event_id,
+                    cap,
+                    events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
                 });
                 match g.propose(cmd).await? {
-                    CmdResult::Scored { outcome, score } => {
-                        Ok(BoardOutcome { type_id, outcome, score })
-                    }
+                    CmdResult::Scored(events) => match <[_; 1]>::try_from(events) {
+                        Ok([event]) => {
+                            let (outcome, score) = event?;
+                            Ok(BoardOutcome { type_id, outcome, score })
+                        }
+                        Err(v) => Err(internal(format!("{} results for one event", v.len()))),
+                    },
                     CmdResult::Failed(e) => Err(e),
                     other => Err(internal(format!("unexpected result {other:?}"))),
                 }

@@ -65,6 +65,13 @@ impl AdminSource for NodeStatus {
                 s.shed_events as f64,
             ));
             gauges.push(shard_gauge(
+                "plaudit_rank_events_coalesced_total",
+                "Scoring events merged with an earlier event of the same board member \
+                 into one command before proposing, per shard.",
+                s.shard,
+                s.coalesced_events as f64,
+            ));
+            gauges.push(shard_gauge(
                 "plaudit_outbox_backlog",
                 "Derived deltas waiting for delivery, per source shard.",
                 s.shard,

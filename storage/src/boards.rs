@@ -5,7 +5,7 @@
 //! | kind | key | value |
 //! | --- | --- | --- |
 //! | member | `shard, 1, type_key, item` | `v1, score i64, tie u64` |
-//! | board | `shard, 2, type_key` | `v1, size u64, next_stamp u64, next_events u64` |
+//! | board | `shard, 2, type_key` | `v1, size u64, next_stamp u64, next_events u64[, cap u64]` |
 //! | event ids | `shard, 3, type_key, seq` | `v1, [event id u64]...` |
 //!
 //! `type_key` is the sub-board's binary type id (granularity, window start,
@@ -32,6 +32,11 @@ pub struct BoardMeta {
     pub next_stamp: u64,
     /// The seq of the next event-id record.
     pub next_events: u64,
+    /// The length cap the board last applied events under (0: not recorded,
+    /// by headers written before it was). Activation keeps to it, so a
+    /// replay sees the board as its events left it, not as the ranking's
+    /// settings are now.
+    pub cap: u64,
 }
 
 fn key(shard: u32, kind: u8, type_key: &[u8], tail: Option<u64>) -> Vec<u8> {
@@ -134,10 +139,11 @@ impl StateStore {
 
 fn decode_meta(v: &[u8]) -> Result<BoardMeta> {
     match v {
-        [VALUE_V1, rest @ ..] if rest.len() == 24 => Ok(BoardMeta {
+        [VALUE_V1, rest @ ..] if rest.len() == 24 || rest.len() == 32 => Ok(BoardMeta {
             size: read_u64(rest, 0).unwrap_or(0),
             next_stamp: read_u64(rest, 8).unwrap_or(0),
             next_events: read_u64(rest, 16).unwrap_or(0),
+            cap: read_u64(rest, 24).unwrap_or(0),
         }),
         _ => Err(corrupt("board meta", v)),
     }
@@ -165,11 +171,12 @@ impl WriteSet {
     }
 
     pub fn put_board_meta(&mut self, rank: u32, shard: u32, type_key: &[u8], m: BoardMeta) {
-        let mut v = [0u8; 25];
+        let mut v = [0u8; 33];
         v[0] = VALUE_V1;
         v[1..9].copy_from_slice(&m.size.to_be_bytes());
         v[9..17].copy_from_slice(&m.next_stamp.to_be_bytes());
         v[17..25].copy_from_slice(&m.next_events.to_be_bytes());
+        v[25..33].copy_from_slice(&m.cap.to_be_bytes());
         self.put(TreeRef::Rank(rank), key(shard, KIND_BOARD, type_key, None), &v);
     }
 
@@ -220,8 +227,13 @@ mod tests {
         ws.put_board_member(7, 3, DAY, 10, -5, 1);
         ws.put_board_member(7, 3, DAY, 11, i64::MAX, 2);
         ws.put_board_member(7, 3, MONTH, 10, 9, 1);
-        ws.put_board_meta(7, 3, DAY, BoardMeta { size: 2, next_stamp: 3, next_events: 2 });
-        ws.put_board_meta(7, 3, MONTH, BoardMeta { size: 1, next_stamp: 2, next_events: 1 });
+        ws.put_board_meta(7, 3, DAY, BoardMeta { size: 2, next_stamp: 3, next_events: 2, cap: 10 });
+        ws.put_board_meta(
+            7,
+            3,
+            MONTH,
+            BoardMeta { size: 1, next_stamp: 2, next_events: 1, cap: 0 },
+        );
         ws.put_board_events(7, 3, DAY, 1, &[100, 101]);
         ws.put_board_member(8, 3, DAY, 10, 1, 1); // another ranking: isolated
         s.stage(ws);
@@ -230,7 +242,7 @@ mod tests {
         assert_eq!(s.board_members(7, 3, MONTH).unwrap(), vec![(10, 9, 1)]);
         assert_eq!(s.board_members(7, 4, DAY).unwrap(), vec![], "another shard's slice");
         assert_eq!(s.board_members(8, 3, DAY).unwrap(), vec![(10, 1, 1)]);
-        assert_eq!(s.board_meta(7, 3, DAY).unwrap().map(|m| m.size), Some(2));
+        assert_eq!(s.board_meta(7, 3, DAY).unwrap().map(|m| (m.size, m.cap)), Some((2, 10)));
         assert_eq!(s.board_events(7, 3, DAY).unwrap(), vec![(1, vec![100, 101])]);
         assert_eq!(s.board_events(7, 3, MONTH).unwrap(), vec![]);
 

@@ -138,10 +138,29 @@ impl Board {
     /// anything if an increment would overflow.
     pub fn apply(&mut self, item: ItemId, score: i64, sub: Option<u32>) -> Result<i64, BoardError> {
         let old = self.members.get(&item).copied();
+        match self.next_state(item, old, score, sub)? {
+            Some(m) => {
+                self.place(item, old, m);
+                Ok(m.score)
+            }
+            None => Ok(old.map_or(score, |o| o.score)),
+        }
+    }
+
+    /// A member's state after one event, from `cur`: `None` if nothing moves
+    /// (so it keeps the time it reached its score). Takes a stamp when it
+    /// moves. Touches neither the order nor the member map.
+    fn next_state(
+        &mut self,
+        item: ItemId,
+        cur: Option<Member>,
+        score: i64,
+        sub: Option<u32>,
+    ) -> Result<Option<Member>, BoardError> {
         let custom = self.rules.ties == TieMode::Custom;
         // In custom mode the tie value is the sub-score: an event without one
         // keeps the member's. Otherwise it is a stamp, taken below.
-        let new_sub = match (custom, sub, old) {
+        let new_sub = match (custom, sub, cur) {
             (false, _, _) => 0,
             (true, Some(s), _) => u64::from(s),
             (true, None, Some(o)) => o.tie,
@@ -149,7 +168,7 @@ impl Board {
         };
         // What "higher" compares: the sub-score only matters in custom mode.
         let rank_value = |m: Member| (m.score, if custom { m.tie } else { 0 });
-        let new_score = match (self.rules.aggregation, old) {
+        let new_score = match (self.rules.aggregation, cur) {
             (_, None) | (Aggregation::Set, Some(_)) => score,
             (Aggregation::Incr, Some(o)) => o
                 .score
@@ -157,14 +176,14 @@ impl Board {
                 .ok_or(BoardError::Overflow { item, current: o.score, delta: score })?,
             (Aggregation::Best, Some(o)) => {
                 if (score, new_sub) <= rank_value(o) {
-                    return Ok(o.score);
+                    return Ok(None);
                 }
                 score
             }
         };
-        if let Some(o) = old {
+        if let Some(o) = cur {
             if (new_score, new_sub) == rank_value(o) {
-                return Ok(o.score); // nothing moved: keep the time it was reached
+                return Ok(None); // nothing moved: keep the time it was reached
             }
         }
         let tie = if custom {
@@ -174,15 +193,32 @@ impl Board {
             self.next_stamp += 1;
             stamp
         };
-        let member = Member { score: new_score, tie };
+        Ok(Some(Member { score: new_score, tie }))
+    }
+
+    /// Moves a member from `old` to `new` in rank order, then enforces the cap.
+    fn place(&mut self, item: ItemId, old: Option<Member>, new: Member) {
         if let Some(o) = old {
             self.order.remove(&self.key(item, o));
         }
-        self.order.insert(self.key(item, member));
-        self.members.insert(item, member);
+        self.order.insert(self.key(item, new));
+        self.members.insert(item, new);
         self.dirty.insert(item);
         self.enforce_cap();
-        Ok(new_score)
+    }
+
+    /// Starts a run of events for one member (a leader coalesces a member's
+    /// events into one command): each `MemberRun::apply` behaves exactly as
+    /// `Board::apply` would, one after the other, but the member moves in
+    /// rank order once, when the run ends, instead of once per event.
+    pub fn run(&mut self, item: ItemId) -> MemberRun<'_> {
+        let old = self.members.get(&item).copied();
+        // The cap can push someone out only when a new member joins a full
+        // board; such a run applies event by event (the member may even be
+        // pushed out and come back). A member already on the board never
+        // makes it longer, so its run can wait to move.
+        let direct = old.is_none() && self.order.len() >= self.rules.cap;
+        MemberRun { board: self, item, old, cur: old, moved: false, direct }
     }
 
     /// Drops members below the cap, lowest first.
@@ -245,6 +281,51 @@ impl Board {
         // and buckets are 8/7 of the capacity it reports.
         let slot = std::mem::size_of::<(ItemId, Member)>() + 1;
         self.order.heap_bytes() + self.members.capacity() * 8 / 7 * slot
+    }
+}
+
+/// See [`Board::run`]. The member's final move happens when the run is
+/// dropped, so an early return cannot leave the board half-updated.
+pub struct MemberRun<'a> {
+    board: &'a mut Board,
+    item: ItemId,
+    old: Option<Member>,
+    cur: Option<Member>,
+    /// Whether any event moved the member (it may have come back to `old`).
+    moved: bool,
+    direct: bool,
+}
+
+impl MemberRun<'_> {
+    /// Applies one event; returns the member's score afterwards (`None` if
+    /// the cap pushed it out at once). An overflow changes nothing.
+    pub fn apply(&mut self, score: i64, sub: Option<u32>) -> Result<Option<i64>, BoardError> {
+        if self.direct {
+            self.board.apply(self.item, score, sub)?;
+            return Ok(self.board.score(self.item));
+        }
+        if let Some(m) = self.board.next_state(self.item, self.cur, score, sub)? {
+            self.cur = Some(m);
+            self.moved = true;
+        }
+        Ok(self.score())
+    }
+
+    /// The member's score at this point of the run.
+    pub fn score(&self) -> Option<i64> {
+        if self.direct {
+            self.board.score(self.item)
+        } else {
+            self.cur.map(|m| m.score)
+        }
+    }
+}
+
+impl Drop for MemberRun<'_> {
+    fn drop(&mut self) {
+        if let (false, true, Some(new)) = (self.direct, self.moved, self.cur) {
+            self.board.place(self.item, self.old, new);
+        }
     }
 }
 

@@ -181,6 +181,42 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// A run (a member's coalesced events) is only a faster way to apply
+    /// them: the same per-event results, rank order, stored changes and
+    /// stamps as applying them one by one, also around the cap.
+    #[test]
+    fn a_run_is_the_same_as_applying_its_events_one_by_one(
+        rules in rules_strategy(),
+        runs in prop::collection::vec(
+            (0u64..12, prop::collection::vec((score_strategy(), prop::option::of(0u32..4)), 1..6)),
+            1..60,
+        ),
+    ) {
+        let mut fast = Board::new(rules);
+        let mut slow = Board::new(rules);
+        for (item, events) in runs {
+            let mut got = Vec::new();
+            {
+                let mut run = fast.run(item);
+                for &(score, sub) in &events {
+                    got.push(run.apply(score, sub));
+                }
+            }
+            let want: Vec<_> = events
+                .iter()
+                .map(|&(score, sub)| slow.apply(item, score, sub).map(|_| slow.score(item)))
+                .collect();
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(fast.top(0, usize::MAX), slow.top(0, usize::MAX));
+            prop_assert_eq!(fast.take_dirty(), slow.take_dirty());
+            prop_assert_eq!(fast.next_stamp(), slow.next_stamp());
+        }
+    }
+}
+
 fn rules(aggregation: Aggregation, ties: TieMode) -> Rules {
     Rules { aggregation, ties, cap: 100 }
 }

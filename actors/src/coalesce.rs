@@ -1,0 +1,202 @@
+//! Coalescing a leader's batch before it is proposed: the scoring events of
+//! one member of one sub-board become one `Score` command, placed where the
+//! member's first event was. A hot board then costs one command, one rank
+//! move and one stored write per member per batch, not per event, and the
+//! Raft entry shrinks with it.
+//!
+//! What it keeps: each member's events stay in arrival order, and the board
+//! applies them exactly as one by one (`Board::run`), with per-event dedup,
+//! overflow errors and outcomes. What it changes: a member's later events
+//! move ahead of other members' events that arrived between them in the
+//! same batch; those arrived concurrently, so their order was arbitrary
+//! anyway, and the log records the order that was chosen.
+//!
+//! Pure: `coalesce` merges, `split` turns the merged commands' results back
+//! into one result per proposed command.
+
+use crate::command::{CmdResult, Command, ScoreCmd};
+use plaudit_proto::rankings::{ItemId, RankId};
+use std::collections::HashMap;
+
+/// Where a proposed command's result comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The whole result of merged command `cmd` (a command not merged).
+    Whole { cmd: usize },
+    /// Events `first..first + count` of merged score command `cmd`.
+    Events { cmd: usize, first: usize, count: usize },
+}
+
+/// Merges score commands per (ranking, sub-board, member, cap); other
+/// commands pass through in place. Returns the commands to propose and one
+/// route per input command.
+pub fn coalesce(cmds: Vec<Command>) -> (Vec<Command>, Vec<Route>) {
+    // Score commands stay typed until the end, so merging needs no match.
+    enum Slot {
+        Score(ScoreCmd),
+        Other(Command),
+    }
+    let mut out: Vec<Slot> = Vec::with_capacity(cmds.len());
+    let mut routes = Vec::with_capacity(cmds.len());
+    let mut by_member: HashMap<(RankId, Vec<u8>, ItemId, u32), usize> = HashMap::new();
+    for cmd in cmds {
+        let Command::Score(c) = cmd else {
+            routes.push(Route::Whole { cmd: out.len() });
+            out.push(Slot::Other(cmd));
+            continue;
+        };
+        let key = (c.rank, c.type_key.clone(), c.item, c.cap);
+        let count = c.events.len();
+        match by_member.get(&key) {
+            Some(&at) => {
+                if let Slot::Score(m) = &mut out[at] {
+                    routes.push(Route::Events { cmd: at, first: m.events.len(), count });
+                    m.events.extend(c.events);
+                }
+            }
+            None => {
+                by_member.insert(key, out.len());
+                routes.push(Route::Events { cmd: out.len(), first: 0, count });
+                out.push(Slot::Score(c));
+            }
+        }
+    }
+    let out = out
+        .into_iter()
+        .map(|s| match s {
+            Slot::Score(c) => Command::Score(c),
+            Slot::Other(c) => c,
+        })
+        .collect();
+    (out, routes)
+}
+
+/// One result per proposed command, from the merged commands' results.
+pub fn split(results: Vec<CmdResult>, routes: &[Route]) -> Vec<CmdResult> {
+    let mut results: Vec<Option<CmdResult>> = results.into_iter().map(Some).collect();
+    routes
+        .iter()
+        .map(|r| match *r {
+            // Each merged command has exactly one `Whole` route: take it.
+            Route::Whole { cmd } => {
+                results.get_mut(cmd).and_then(Option::take).unwrap_or_else(lost)
+            }
+            Route::Events { cmd, first, count } => match results.get(cmd) {
+                Some(Some(CmdResult::Scored(events))) => match events.get(first..first + count) {
+                    Some(mine) => CmdResult::Scored(mine.to_vec()),
+                    None => lost(),
+                },
+                // A command that failed as a whole fails each of its events.
+                Some(Some(other)) => other.clone(),
+                _ => lost(),
+            },
+        })
+        .collect()
+}
+
+fn lost() -> CmdResult {
+    CmdResult::Failed(plaudit_proto::WireError::internal("a coalesced result went missing"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::ScoreEvent;
+    use plaudit_proto::scoring::Outcome;
+    use plaudit_proto::WireError;
+    use proptest::prelude::*;
+
+    fn score(board: u8, item: u64, id: u64) -> Command {
+        Command::Score(ScoreCmd {
+            rank: 1,
+            type_key: vec![board],
+            item,
+            cap: 10,
+            events: vec![ScoreEvent { score: id as i64, sub: None, event_id: id }],
+        })
+    }
+
+    fn ack(n: u64) -> Command {
+        Command::Ack { target: 0, seqs: vec![n] }
+    }
+
+    fn event_ids(c: &Command) -> Vec<u64> {
+        match c {
+            Command::Score(s) => s.events.iter().map(|e| e.event_id).collect(),
+            _ => vec![],
+        }
+    }
+
+    #[test]
+    fn a_members_events_merge_at_its_first_place() {
+        let (out, routes) =
+            coalesce(vec![score(1, 7, 1), ack(1), score(1, 8, 2), score(1, 7, 3), score(2, 7, 4)]);
+        assert_eq!(out.len(), 4);
+        assert_eq!(event_ids(&out[0]), vec![1, 3]);
+        assert!(matches!(out[1], Command::Ack { .. }));
+        assert_eq!(event_ids(&out[2]), vec![2]);
+        assert_eq!(event_ids(&out[3]), vec![4], "another board is another member");
+        assert_eq!(routes[3], Route::Events { cmd: 0, first: 1, count: 1 });
+        assert_eq!(routes[1], Route::Whole { cmd: 1 });
+    }
+
+    #[test]
+    fn different_caps_do_not_merge() {
+        let mut b = score(1, 7, 2);
+        if let Command::Score(c) = &mut b {
+            c.cap = 11;
+        }
+        assert_eq!(coalesce(vec![score(1, 7, 1), b]).0.len(), 2);
+    }
+
+    #[test]
+    fn a_failed_merged_command_fails_every_event() {
+        let (_, routes) = coalesce(vec![score(1, 7, 1), score(1, 7, 2)]);
+        let failed = CmdResult::Failed(WireError::not_found("ranking 1 is unknown"));
+        let got = split(vec![failed.clone()], &routes);
+        assert_eq!(got, vec![failed.clone(), failed]);
+    }
+
+    proptest! {
+        /// Splitting the merged results gives every proposed command the
+        /// result of exactly its own events, whatever the interleaving.
+        #[test]
+        fn every_command_gets_its_own_results(
+            cmds in prop::collection::vec((0u8..3, 0u64..4, any::<bool>()), 1..40)
+        ) {
+            let input: Vec<Command> = cmds
+                .iter()
+                .enumerate()
+                .map(|(i, &(b, item, is_ack))| if is_ack { ack(i as u64) } else { score(b, item, i as u64) })
+                .collect();
+            let (merged, routes) = coalesce(input.clone());
+            prop_assert_eq!(routes.len(), input.len());
+            // "Apply": each event's result names its event id; acks echo themselves.
+            let results: Vec<CmdResult> = merged
+                .iter()
+                .map(|c| match c {
+                    Command::Score(s) => CmdResult::Scored(
+                        s.events.iter().map(|e| Ok((Outcome::Applied, Some(e.event_id as i64)))).collect(),
+                    ),
+                    Command::Ack { seqs, .. } => CmdResult::Failed(WireError::internal(seqs[0].to_string())),
+                    _ => CmdResult::Done,
+                })
+                .collect();
+            let got = split(results, &routes);
+            for (i, (cmd, res)) in input.iter().zip(got).enumerate() {
+                match cmd {
+                    Command::Score(_) => prop_assert_eq!(
+                        res,
+                        CmdResult::Scored(vec![Ok((Outcome::Applied, Some(i as i64)))])
+                    ),
+                    _ => prop_assert_eq!(res, CmdResult::Failed(WireError::internal(i.to_string()))),
+                }
+            }
+            // Within a member, events keep their arrival order.
+            for c in &merged {
+                let ids = event_ids(c);
+                prop_assert!(ids.windows(2).all(|w| w[0] < w[1]));
+            }
+        }
+    }
+}
