@@ -2,12 +2,11 @@
 //! generator (users, Zipf-skewed entities, toggle knowledge).
 
 use crate::args::{LikesArgs, Target};
-use crate::load::{run_phases, Mix, Phase, Stats};
+use crate::load::{measure, Mix, Phase};
 use crate::report::{self, RunInfo};
 use crate::rng::FastRng;
 use crate::zipf::Zipf;
 use crate::{likes_plaudit, likes_redis, plaudit, redis, redis_loop};
-use anyhow::Context;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -197,7 +196,6 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                 conns = done;
                 preload = Some(p);
             }
-            c.progress(&format!("warming up {:?}, measuring {:?}", c.warmup, c.duration));
             let tasks: Vec<_> = conns
                 .into_iter()
                 .map(|(conn, worker)| {
@@ -211,11 +209,7 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                     ))
                 })
                 .collect();
-            let secs = run_phases(&phase, c.warmup, c.duration).await;
-            let mut stats = Stats::new(wl.mix.ops());
-            for t in tasks {
-                stats.merge(&t.await?);
-            }
+            let (stats, secs) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.redis_addr.clone(), "redis", preload, stats, secs)
         }
         Target::Plaudit => {
@@ -234,7 +228,6 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                 workers = w;
                 preload = Some(p);
             }
-            c.progress(&format!("warming up {:?}, measuring {:?}", c.warmup, c.duration));
             let tasks: Vec<_> = workers
                 .into_iter()
                 .enumerate()
@@ -243,27 +236,22 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                     tokio::spawn(likes_plaudit::run_loop(client, wl.clone(), worker, phase.clone()))
                 })
                 .collect();
-            let secs = run_phases(&phase, c.warmup, c.duration).await;
-            let mut stats = Stats::new(wl.mix.ops());
-            for t in tasks {
-                stats.merge(&t.await.context("worker panicked")?);
-            }
+            let (stats, secs) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.addr.clone(), "plaudit", preload, stats, secs)
         }
     };
-    let info = RunInfo {
+    let info = RunInfo::new(
+        c,
         target,
         addr,
-        connections: c.connections,
-        pipeline: c.pipeline,
         duration_s,
         preload,
-        settings: vec![
+        vec![
             ("users", args.users.into()),
             ("entities", args.entities.into()),
             ("zipf", args.zipf.into()),
         ],
-    };
+    );
     report::print(c.json, &info, &wl.mix, &stats);
     Ok(())
 }

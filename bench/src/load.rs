@@ -3,6 +3,7 @@
 //! statistics that are merged at the end. Ops are plain indices into the
 //! workload's list of op names, so likes and rankings use the same machinery.
 
+use crate::args::Common;
 use crate::hist::Histogram;
 use crate::rng::FastRng;
 use std::collections::BTreeMap;
@@ -112,6 +113,23 @@ pub async fn run_phases(phase: &Phase, warmup: Duration, duration: Duration) -> 
     tokio::time::sleep(duration).await;
     phase.set(STOP);
     started.elapsed().as_secs_f64()
+}
+
+/// Runs the warm-up and the measured window over workers already running,
+/// then merges what they measured: `(stats, measured seconds)`.
+pub async fn measure(
+    c: &Common,
+    phase: &Phase,
+    ops: usize,
+    workers: Vec<tokio::task::JoinHandle<Stats>>,
+) -> anyhow::Result<(Stats, f64)> {
+    c.progress(&format!("warming up {:?}, measuring {:?}", c.warmup, c.duration));
+    let secs = run_phases(phase, c.warmup, c.duration).await;
+    let mut stats = Stats::new(ops);
+    for w in workers {
+        stats.merge(&w.await.map_err(|e| anyhow::anyhow!("worker panicked: {e}"))?);
+    }
+    Ok((stats, secs))
 }
 
 /// Latencies (in nanoseconds) and error counts per op, for one worker.

@@ -8,12 +8,11 @@
 //! as one `ZINCRBY` touches one sorted set on Redis.
 
 use crate::args::{RankingsArgs, Target};
-use crate::load::{run_phases, Mix, Phase, Stats};
+use crate::load::{measure, Mix, Phase};
 use crate::report::{self, Preload, RunInfo};
 use crate::rng::FastRng;
 use crate::zipf::Zipf;
 use crate::{plaudit, rankings_plaudit, rankings_redis};
-use anyhow::Context;
 use rand::RngCore;
 use std::sync::Arc;
 use std::time::Instant;
@@ -174,7 +173,6 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                 conns = done;
                 preload = Some(p);
             }
-            c.progress(&format!("warming up {:?}, measuring {:?}", c.warmup, c.duration));
             let tasks: Vec<_> = conns
                 .into_iter()
                 .zip(rngs(c.connections))
@@ -189,11 +187,7 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                     ))
                 })
                 .collect();
-            let secs = run_phases(&phase, c.warmup, c.duration).await;
-            let mut stats = Stats::new(wl.mix.ops());
-            for t in tasks {
-                stats.merge(&t.await?);
-            }
+            let (stats, secs) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.redis_addr.clone(), "redis", preload, stats, secs)
         }
         Target::Plaudit => {
@@ -206,7 +200,6 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                 preload =
                     Some(rankings_plaudit::preload(&clients, c.pipeline, &wl, plan, seed).await?);
             }
-            c.progress(&format!("warming up {:?}, measuring {:?}", c.warmup, c.duration));
             let tasks: Vec<_> = rngs(loops)
                 .into_iter()
                 .enumerate()
@@ -215,22 +208,17 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                     tokio::spawn(rankings_plaudit::run_loop(client, wl.clone(), rng, phase.clone()))
                 })
                 .collect();
-            let secs = run_phases(&phase, c.warmup, c.duration).await;
-            let mut stats = Stats::new(wl.mix.ops());
-            for t in tasks {
-                stats.merge(&t.await.context("worker panicked")?);
-            }
+            let (stats, secs) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.addr.clone(), "plaudit", preload, stats, secs)
         }
     };
-    let info = RunInfo {
+    let info = RunInfo::new(
+        c,
         target,
         addr,
-        connections: c.connections,
-        pipeline: c.pipeline,
         duration_s,
         preload,
-        settings: vec![
+        vec![
             ("rank", args.rank.into()),
             ("boards", args.boards.into()),
             ("members", args.members.into()),
@@ -238,7 +226,7 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
             ("hot_share", args.hot_share.into()),
             ("preload_per_board", args.preload.into()),
         ],
-    };
+    );
     report::print(c.json, &info, &wl.mix, &stats);
     Ok(())
 }

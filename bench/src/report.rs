@@ -1,5 +1,6 @@
 //! Turning merged statistics into the JSON document and the human table.
 
+use crate::args::Common;
 use crate::load::{Mix, Stats};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::collections::BTreeMap;
@@ -16,6 +17,28 @@ pub struct RunInfo {
     pub preload: Option<Preload>,
     /// Workload facts worth keeping with the numbers (e.g. boards, members).
     pub settings: Vec<(&'static str, serde_json::Value)>,
+}
+
+impl RunInfo {
+    /// A run of `target` at `addr` with the shared flags of `c`.
+    pub fn new(
+        c: &Common,
+        target: &'static str,
+        addr: String,
+        duration_s: f64,
+        preload: Option<Preload>,
+        settings: Vec<(&'static str, serde_json::Value)>,
+    ) -> RunInfo {
+        RunInfo {
+            target,
+            addr,
+            connections: c.connections,
+            pipeline: c.pipeline,
+            duration_s,
+            preload,
+            settings,
+        }
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
