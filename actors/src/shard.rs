@@ -220,17 +220,9 @@ impl Actor for ShardActor {
             ShardMsg::BoardQuery { rank, type_key, query, reply } => {
                 match self.board(&myself, state, rank, type_key).await {
                     Ok(a) => {
-                        let (tx, rx) = oneshot::channel();
-                        if a.cast(BoardMsg::Query(query, tx.into())).is_err() {
-                            let _ = reply.send(Err("board actor stopped".into()));
-                        } else {
-                            // Answer off the shard's mailbox: a large top-N
-                            // must not hold up applies.
-                            tokio::spawn(async move {
-                                let res = rx.await.map_err(|_| "board actor dropped a query");
-                                let _ = reply.send(res.map_err(str::to_string));
-                            });
-                        }
+                        // The board answers the asker itself. If it stopped
+                        // meanwhile, the dropped reply port tells the asker.
+                        let _ = a.cast(BoardMsg::Query(query, reply));
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e));
