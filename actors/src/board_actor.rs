@@ -3,6 +3,7 @@
 //! scoring events of a batch in log order and hands back what to store.
 
 use crate::command::{EventResult, ScoreCmd};
+use crate::error::ShardError;
 use crate::rankings::board::{Board, Member, Ranked, Rules};
 use crate::rankings::dedup::EventMemory;
 use crate::rankings::records::EventRecords;
@@ -53,7 +54,7 @@ pub enum BoardMsg {
     },
     /// Answered straight to the asker (the shard only routes it), so a
     /// large top-N never holds up the shard's applies.
-    Query(BoardQuery, RpcReplyPort<Result<QueryOut, String>>),
+    Query(BoardQuery, RpcReplyPort<Result<QueryOut, ShardError>>),
     Passivate,
 }
 

@@ -15,8 +15,13 @@
 //! into one result per proposed command.
 
 use crate::command::{CmdResult, Command, ScoreCmd};
-use plaudit_proto::rankings::{ItemId, RankId};
+use plaudit_proto::rankings::{Aggregation, ItemId, RankId, TieMode};
 use std::collections::HashMap;
+
+/// One member of one sub-board under one set of rules: the commands that
+/// may merge. (Aggregation and ties never change within a ranking; the cap
+/// may, between two events of one batch.)
+type MemberKey = (RankId, Vec<u8>, ItemId, (Aggregation, TieMode, u32));
 
 /// Where a proposed command's result comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +32,7 @@ pub enum Route {
     Events { cmd: usize, first: usize, count: usize },
 }
 
-/// Merges score commands per (ranking, sub-board, member, cap); other
+/// Merges score commands per (ranking, sub-board, member, rules); other
 /// commands pass through in place. Returns the commands to propose and one
 /// route per input command.
 pub fn coalesce(cmds: Vec<Command>) -> (Vec<Command>, Vec<Route>) {
@@ -38,14 +43,14 @@ pub fn coalesce(cmds: Vec<Command>) -> (Vec<Command>, Vec<Route>) {
     }
     let mut out: Vec<Slot> = Vec::with_capacity(cmds.len());
     let mut routes = Vec::with_capacity(cmds.len());
-    let mut by_member: HashMap<(RankId, Vec<u8>, ItemId, u32), usize> = HashMap::new();
+    let mut by_member: HashMap<MemberKey, usize> = HashMap::new();
     for cmd in cmds {
         let Command::Score(c) = cmd else {
             routes.push(Route::Whole { cmd: out.len() });
             out.push(Slot::Other(cmd));
             continue;
         };
-        let key = (c.rank, c.type_key.clone(), c.item, c.cap);
+        let key = (c.rank, c.type_key.clone(), c.item, (c.aggregation, c.ties, c.cap));
         let count = c.events.len();
         match by_member.get(&key) {
             Some(&at) => {
@@ -111,6 +116,8 @@ mod tests {
             rank: 1,
             type_key: vec![board],
             item,
+            aggregation: Aggregation::Incr,
+            ties: TieMode::EarlierFirst,
             cap: 10,
             events: vec![ScoreEvent { score: id as i64, sub: None, event_id: id }],
         })

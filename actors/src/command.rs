@@ -1,19 +1,57 @@
 //! What a shard's Raft log carries: batches of commands stamped by the leader,
 //! and the per-command results every replica computes identically.
+//!
+//! **Format versions.** A `Batch` is encoded as a versioned envelope
+//! (`BatchFormat::V1 { now, cmds }`, bincode writes the variant index first),
+//! so a later build can add `V2` and still read the entries a data directory
+//! or a peer on the previous version holds. Within one version, `Command`
+//! variants and their fields are only ever appended to: bincode encodes a
+//! variant by its index. A change that cannot be expressed that way is a new
+//! format version, decoded into the current types by `BatchFormat`.
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::likes::{LikeReply, LikeRequest};
-use plaudit_proto::rankings::{ItemId, RankDef, RankId, UpdateRank};
+use plaudit_proto::rankings::{Aggregation, ItemId, RankDef, RankId, TieMode, UpdateRank};
 use plaudit_proto::scoring::Outcome;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId, WireError};
 use serde::{Deserialize, Serialize};
 
 /// One Raft entry's payload. `now` is stamped by the leader when it proposes,
-/// so applying is deterministic (no clocks on replicas).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// so applying is deterministic (no clocks on replicas). Apply never lets
+/// time go backwards within a shard: it uses `max(now, the shard's floor)`,
+/// where the floor is the time of the previous entry, kept in the shard's
+/// replicated state (a new leader's clock may be behind the old one's).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
     pub now: Millis,
     pub cmds: Vec<Command>,
+}
+
+/// How a `Batch` is written: the version tag first, then that version's
+/// fields. Encoding borrows the commands (no copy of a large batch).
+#[derive(Serialize)]
+enum BatchFormatRef<'a> {
+    V1 { now: Millis, cmds: &'a [Command] },
+}
+
+/// How a `Batch` is read: every version this build understands.
+#[derive(Deserialize)]
+enum BatchFormat {
+    V1 { now: Millis, cmds: Vec<Command> },
+}
+
+impl Serialize for Batch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        BatchFormatRef::V1 { now: self.now, cmds: &self.cmds }.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Batch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match BatchFormat::deserialize(d)? {
+            BatchFormat::V1 { now, cmds } => Ok(Batch { now, cmds }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +94,13 @@ pub struct ScoreCmd {
     /// The sub-board's binary type id (`TypeId::to_key`).
     pub type_key: Vec<u8>,
     pub item: ItemId,
+    /// How the board combines and orders scores, from the ranking's
+    /// definition (fixed at creation). It rides in the command so that apply
+    /// reads nothing the metadata group owns: a replica whose registry lags,
+    /// or a replay that runs before the registry's, applies the same events
+    /// the same way.
+    pub aggregation: Aggregation,
+    pub ties: TieMode,
     /// The ranking's length cap when the edge admitted the events. It rides
     /// in the log so that a replay applies them as they were applied first,
     /// whatever the ranking's settings are by then.
@@ -107,4 +152,28 @@ pub enum CmdResult {
     Scored(Vec<EventResult>),
     Done,
     Failed(WireError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plaudit_proto::codec;
+
+    #[test]
+    fn a_batch_is_written_under_a_version_tag() {
+        let b = Batch { now: 7, cmds: vec![Command::Ack { target: 2, seqs: vec![3] }] };
+        let bytes = codec::to_bytes(&b).unwrap();
+        // Version tag V1 (variant 0), now, one command (Ack: variant 2,
+        // target 2, one seq: 3). These exact bytes are what data directories
+        // and peers of this version hold: they must stay readable.
+        assert_eq!(bytes, vec![0, 7, 1, 2, 2, 1, 3]);
+        assert_eq!(codec::from_bytes::<Batch>(&bytes).unwrap(), b);
+    }
+
+    #[test]
+    fn a_version_this_build_does_not_know_is_refused() {
+        let mut bytes = codec::to_bytes(&Batch { now: 1, cmds: vec![] }).unwrap();
+        bytes[0] = 9;
+        assert!(codec::from_bytes::<Batch>(&bytes).is_err());
+    }
 }

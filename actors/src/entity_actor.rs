@@ -2,6 +2,7 @@
 //! (counts, owner, recent likers), loaded from storage on activation.
 
 use crate::command::EntityDelta;
+use crate::error::ShardError;
 use crate::likes::entity::{DeltaEffects, EntityLikes};
 use crate::likes::recent::Recent;
 use plaudit_proto::likes::{ListItem, PageCursor};
@@ -13,7 +14,7 @@ pub enum EntityMsg {
     /// Deltas in log order; replies with the counts after all of them and
     /// each delta's effects.
     Apply(Vec<EntityDelta>, RpcReplyPort<(CountsRec, Vec<DeltaEffects>)>),
-    Page(Option<PageCursor>, usize, RpcReplyPort<Result<Vec<ListItem>, String>>),
+    Page(Option<PageCursor>, usize, RpcReplyPort<Result<Vec<ListItem>, ShardError>>),
     Passivate,
 }
 
@@ -67,7 +68,7 @@ impl Actor for EntityActor {
                     None => self
                         .store
                         .likers(state.args.biz, state.args.shard, state.args.entity, after, limit)
-                        .map_err(|e| e.to_string()),
+                        .map_err(ShardError::from),
                 };
                 let _ = reply.send(page);
             }

@@ -17,7 +17,9 @@
 //! Modules: `command` (what the Raft log carries), `coalesce` (a leader's
 //! batch, merged per board member before proposing), `likes` and `rankings`
 //! (cores), `directory` (business and ranking registry), `active` (LRU
-//! active set), `user_actor`, `entity_actor`, `board_actor`, `shard`.
+//! active set), `user_actor`, `entity_actor`, `board_actor`, `shard` (the
+//! scheduler, with one apply module per command family), `error` (a
+//! rejected request vs a broken replica).
 
 pub mod active;
 pub mod board_actor;
@@ -25,6 +27,7 @@ pub mod coalesce;
 pub mod command;
 pub mod directory;
 pub mod entity_actor;
+pub mod error;
 pub mod likes;
 pub mod rankings;
 pub mod shard;
@@ -32,4 +35,5 @@ pub mod user_actor;
 
 pub use command::{Batch, CmdResult, Command, Delta, EntityDelta};
 pub use directory::Directory;
+pub use error::{Fatal, ShardError};
 pub use shard::{ApplyEntry, ShardActor, ShardConfig, ShardGauges, ShardHandle};

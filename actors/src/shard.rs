@@ -1,36 +1,49 @@
-//! The shard actor: applies committed Raft batches of one shard by casting
-//! each command to the virtual actor that owns its key, waits for the whole
-//! batch, and stages every change together with the applied log id (the
-//! store checkpoints staged writes into sled when they are due).
+//! The shard actor: the scheduler of one shard replica. It applies
+//! committed Raft entries by handing each command to the virtual actor that
+//! owns its key, waits for the whole batch, and stages every change together
+//! with the applied log id (the store checkpoints staged writes into sled
+//! when they are due). It also routes reads that need an actor (list pages,
+//! board queries) and passivates idle actors.
 //!
 //! ```text
-//! Apply([entries]) ─┬─> UserActor (biz, mid)      ─┐ concurrent across actors,
-//!                   ├─> UserActor (biz, mid')     ─┤ serial per actor,
-//!                   └─> EntityActor (biz, entity) ─┘ one message per actor per batch
-//!        results, in log order ─> WriteSet + outbox deltas + applied id ─> staged
-//!        (visible to reads at once; written to sled by a checkpoint when due)
+//! Apply([entries]) ─ plan ─┬─> UserActor (biz, mid)      ─┐ concurrent across actors,
+//!   (one module per        ├─> EntityActor (biz, entity) ─┤ serial per actor,
+//!    command family)       └─> BoardActor (rank, board)  ─┘ one message per actor per batch
+//!        collect, in log order ─> WriteSet + outbox records + applied id + time floor ─> staged
+//!        (visible to reads at once; written to sled by a checkpoint when due) ─> evict over budget
 //! ```
+//!
+//! How one command family is applied lives in its own module: `likes`
+//! (likes and the deltas delivered to entities and owners), `rankings`
+//! (scoring and dropping sub-boards), `registry` (businesses and rankings,
+//! metadata group only), `delivery` (the inbox and outbox between shards).
+//! `apply` is the order in which they run.
 //!
 //! Supervision: children are linked; one that dies is dropped from the active
 //! set and re-activated from storage on next use. Children hold no unsaved
 //! state between batches, so passivating one never loses anything.
 
+mod apply;
+mod delivery;
+mod likes;
+mod rankings;
+mod registry;
+
 use crate::active::ActiveSet;
 use crate::board_actor::{BoardActor, BoardArgs, BoardMsg, QueryOut};
-use crate::command::{Batch, CmdResult, Command, Delta, EntityDelta, ScoreCmd};
+use crate::command::{Batch, CmdResult};
 use crate::directory::Directory;
 use crate::entity_actor::{EntityActor, EntityArgs, EntityMsg};
-use crate::likes::entity::LikerChange;
+use crate::error::{Fatal, ShardError};
 use crate::rankings::board::Rules;
-use crate::user_actor::{UserActor, UserArgs, UserMsg, UserOp, UserOut};
+use crate::user_actor::{UserActor, UserArgs, UserMsg};
 use plaudit_proto::likes::{ListItem, PageCursor};
 use plaudit_proto::rankings::RankId;
-use plaudit_proto::routing::shard_of;
 use plaudit_proto::scoring::BoardQuery;
-use plaudit_proto::{codec, BizId, EntityId, ShardId, UserId, WireError};
-use plaudit_storage::{StateStore, WriteSet};
+use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId};
+use plaudit_storage::StateStore;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,8 +59,8 @@ pub struct ApplyEntry {
     pub batch: Option<Batch>,
 }
 
-pub type ApplyResult = Result<Vec<Vec<CmdResult>>, String>;
-pub type PageResult = Result<Vec<ListItem>, String>;
+pub type ApplyResult = Result<Vec<Vec<CmdResult>>, Fatal>;
+pub type PageResult = Result<Vec<ListItem>, ShardError>;
 
 pub enum ShardMsg {
     Apply(Vec<ApplyEntry>, RpcReplyPort<ApplyResult>),
@@ -65,12 +78,15 @@ pub enum ShardMsg {
         limit: usize,
         reply: RpcReplyPort<PageResult>,
     },
-    /// A query on one sub-board (activated from storage if needed).
+    /// A query on one sub-board (activated from storage if needed). `rules`
+    /// come from the ranking's definition at the edge; a stored board keeps
+    /// the cap it last applied.
     BoardQuery {
         rank: RankId,
         type_key: Vec<u8>,
+        rules: Rules,
         query: BoardQuery,
-        reply: RpcReplyPort<Result<QueryOut, String>>,
+        reply: RpcReplyPort<Result<QueryOut, ShardError>>,
     },
     /// Passivate actors idle for longer than the configured period.
     Sweep,
@@ -105,6 +121,9 @@ pub struct ShardGauges {
 pub struct ShardActor {
     pub cfg: ShardConfig,
     pub store: StateStore,
+    /// The registry: written by the metadata group's apply. Data shards read
+    /// it only for the size of an actor's in-memory list window (a cache
+    /// size, never an input to what apply computes).
     pub directory: Directory,
     /// Woken after a batch that added outbox entries.
     pub outbox_ready: Arc<Notify>,
@@ -119,44 +138,14 @@ pub struct ShardState {
     inbox: HashMap<ShardId, u64>,
     /// Next outbox seq per target shard (loaded lazily).
     outbox_next: HashMap<ShardId, u64>,
+    /// The time of the last applied entry (loaded lazily).
+    floor: Option<Millis>,
     /// The checkpoint running on the blocking pool, if any.
-    checkpointing: Option<tokio::task::JoinHandle<Result<(), String>>>,
+    checkpointing: Option<tokio::task::JoinHandle<Result<(), plaudit_storage::StateError>>>,
 }
 
 /// A sub-board: its ranking and binary type id.
 type BoardKey = (RankId, Vec<u8>);
-
-/// Where a derived delta sits in its outbox record: like deltas in the
-/// order of their commands, then owner deltas in the order of the delivered
-/// deltas that caused them.
-type OutboxOrder = (u8, usize);
-const LIKE_DELTA: u8 = 0;
-const OWNER_DELTA: u8 = 1;
-
-/// Commands of one batch grouped by the actor that owns them, in order of
-/// first appearance so that result processing is deterministic.
-struct Grouped<K, Op> {
-    index: HashMap<K, usize>,
-    groups: Vec<(K, Vec<Op>, Vec<Slot>)>,
-}
-
-/// Where a command's result goes: `(entry, command)`, or `None` for derived
-/// work (deltas) whose result nobody waits for.
-type Slot = Option<(usize, usize)>;
-
-impl<K: std::hash::Hash + Eq + Clone, Op> Grouped<K, Op> {
-    fn new() -> Self {
-        Grouped { index: HashMap::new(), groups: Vec::new() }
-    }
-    fn push(&mut self, k: K, op: Op, slot: Slot) {
-        let i = *self.index.entry(k.clone()).or_insert_with(|| {
-            self.groups.push((k, Vec::new(), Vec::new()));
-            self.groups.len() - 1
-        });
-        self.groups[i].1.push(op);
-        self.groups[i].2.push(slot);
-    }
-}
 
 impl Actor for ShardActor {
     type Msg = ShardMsg;
@@ -178,6 +167,7 @@ impl Actor for ShardActor {
             boards: ActiveSet::default(),
             inbox: HashMap::new(),
             outbox_next: HashMap::new(),
+            floor: None,
             checkpointing: None,
         })
     }
@@ -203,7 +193,7 @@ impl Actor for ShardActor {
                         let _ = a.cast(UserMsg::Page(after, limit, reply));
                     }
                     Err(e) => {
-                        let _ = reply.send(Err(e));
+                        let _ = reply.send(Err(e.into()));
                     }
                 }
             }
@@ -213,19 +203,19 @@ impl Actor for ShardActor {
                         let _ = a.cast(EntityMsg::Page(after, limit, reply));
                     }
                     Err(e) => {
-                        let _ = reply.send(Err(e));
+                        let _ = reply.send(Err(e.into()));
                     }
                 }
             }
-            ShardMsg::BoardQuery { rank, type_key, query, reply } => {
-                match self.board(&myself, state, rank, type_key).await {
+            ShardMsg::BoardQuery { rank, type_key, rules, query, reply } => {
+                match self.board(&myself, state, rank, type_key, rules).await {
                     Ok(a) => {
                         // The board answers the asker itself. If it stopped
                         // meanwhile, the dropped reply port tells the asker.
                         let _ = a.cast(BoardMsg::Query(query, reply));
                     }
                     Err(e) => {
-                        let _ = reply.send(Err(e));
+                        let _ = reply.send(Err(e.into()));
                     }
                 }
             }
@@ -300,6 +290,7 @@ impl Actor for ShardActor {
     }
 }
 
+/// Activation of the virtual actors a shard hosts.
 impl ShardActor {
     fn list_memory(&self, biz: BizId, user_side: bool) -> usize {
         self.directory
@@ -314,7 +305,7 @@ impl ShardActor {
         state: &mut ShardState,
         biz: BizId,
         user: UserId,
-    ) -> Result<ActorRef<UserMsg>, String> {
+    ) -> Result<ActorRef<UserMsg>, Fatal> {
         let now = Instant::now();
         if let Some(a) = state.users.touch(&(biz, user), now) {
             return Ok(a);
@@ -324,7 +315,7 @@ impl ShardActor {
         let actor = UserActor { store: self.store.clone() };
         let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
             .await
-            .map_err(|e| format!("activating user {user}: {e}"))?;
+            .map_err(|e| Fatal::Actor(format!("activating user {user}: {e}")))?;
         state.users.insert((biz, user), a.clone(), now);
         Ok(a)
     }
@@ -335,7 +326,7 @@ impl ShardActor {
         state: &mut ShardState,
         biz: BizId,
         entity: EntityId,
-    ) -> Result<ActorRef<EntityMsg>, String> {
+    ) -> Result<ActorRef<EntityMsg>, Fatal> {
         let now = Instant::now();
         if let Some(a) = state.entities.touch(&(biz, entity), now) {
             return Ok(a);
@@ -349,56 +340,67 @@ impl ShardActor {
         let actor = EntityActor { store: self.store.clone() };
         let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
             .await
-            .map_err(|e| format!("activating entity {entity}: {e}"))?;
+            .map_err(|e| Fatal::Actor(format!("activating entity {entity}: {e}")))?;
         state.entities.insert((biz, entity), a.clone(), now);
         Ok(a)
     }
 
-    /// The rules of a ranking's boards, from its current definition.
-    fn rules(&self, rank: RankId) -> Result<Rules, String> {
-        let def = self.directory.rank(rank).ok_or_else(|| format!("ranking {rank} is unknown"))?;
-        Ok(Rules { aggregation: def.aggregation, ties: def.ties, cap: def.settings.cap as usize })
-    }
-
+    /// The actor of a sub-board, activated with `rules` if it is not active.
     async fn board(
         &self,
         myself: &ActorRef<ShardMsg>,
         state: &mut ShardState,
         rank: RankId,
         type_key: Vec<u8>,
-    ) -> Result<ActorRef<BoardMsg>, String> {
+        rules: Rules,
+    ) -> Result<ActorRef<BoardMsg>, Fatal> {
         let now = Instant::now();
         let key = (rank, type_key);
         if let Some(a) = state.boards.touch(&key, now) {
             return Ok(a);
         }
-        let args = BoardArgs {
-            rank,
-            type_key: key.1.clone(),
-            shard: self.cfg.shard,
-            rules: self.rules(rank)?,
-        };
+        let args = BoardArgs { rank, type_key: key.1.clone(), shard: self.cfg.shard, rules };
         let actor = BoardActor { store: self.store.clone(), gauges: self.gauges.clone() };
         let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
             .await
-            .map_err(|e| format!("activating a board of ranking {rank}: {e}"))?;
+            .map_err(|e| Fatal::Actor(format!("activating a board of ranking {rank}: {e}")))?;
         state.boards.insert(key, a.clone(), now);
         Ok(a)
     }
 
-    /// Deletes every stored key of a sub-board.
-    fn drop_board(&self, ws: &mut WriteSet, rank: RankId, type_key: &[u8]) -> Result<(), String> {
-        let shard = self.cfg.shard;
-        let members = self.store.board_members(rank, shard, type_key).map_err(|e| e.to_string())?;
-        for (item, _, _) in members {
-            ws.del_board_member(rank, shard, type_key, item);
+    /// Passivates the least recently used actors of each kind over budget.
+    fn evict_over_budget(&self, state: &mut ShardState) {
+        for a in state.users.evict_over(self.cfg.actor_budget) {
+            let _ = a.cast(UserMsg::Passivate);
         }
-        let events = self.store.board_events(rank, shard, type_key).map_err(|e| e.to_string())?;
-        for (seq, _) in events {
-            ws.del_board_events(rank, shard, type_key, seq);
+        for a in state.entities.evict_over(self.cfg.actor_budget) {
+            let _ = a.cast(EntityMsg::Passivate);
         }
-        ws.del_board_meta(rank, shard, type_key);
-        Ok(())
+        for a in state.boards.evict_over(self.cfg.actor_budget) {
+            let _ = a.cast(BoardMsg::Passivate);
+        }
+    }
+
+    fn reset(&self, state: &mut ShardState) {
+        for a in state.users.drain() {
+            a.stop(None);
+        }
+        for a in state.entities.drain() {
+            a.stop(None);
+        }
+        for a in state.boards.drain() {
+            a.stop(None);
+        }
+        state.inbox.clear();
+        state.outbox_next.clear();
+        state.floor = None;
+        self.publish(state);
+    }
+
+    fn publish(&self, state: &ShardState) {
+        self.gauges.active_users.store(state.users.len(), Ordering::Relaxed);
+        self.gauges.active_entities.store(state.entities.len(), Ordering::Relaxed);
+        self.gauges.active_boards.store(state.boards.len(), Ordering::Relaxed);
     }
 
     /// Starts a checkpoint of this shard's staged state on the blocking pool
@@ -408,7 +410,7 @@ impl ShardActor {
     /// readable); only when the staged state reaches its hard limit does
     /// this wait, and fail, since then storage is broken and memory must
     /// not grow without bound.
-    async fn checkpoint_if_due(&self, state: &mut ShardState) -> Result<(), String> {
+    async fn checkpoint_if_due(&self, state: &mut ShardState) -> Result<(), Fatal> {
         let shard = self.cfg.shard;
         if let Some(task) = state.checkpointing.take() {
             let must_wait = self.store.over_hard_limit(shard);
@@ -426,340 +428,14 @@ impl ShardActor {
         }
         if self.store.over_hard_limit(shard) {
             // Synchronously: one more try, and the caller fails if it fails.
-            return self
-                .store
-                .checkpoint(shard)
-                .map_err(|e| format!("checkpoints of shard {shard} keep failing: {e}"));
+            return Ok(self.store.checkpoint(shard)?);
         }
         if self.store.checkpoint_due(shard) {
             let store = self.store.clone();
-            state.checkpointing = Some(tokio::task::spawn_blocking(move || {
-                store.checkpoint(shard).map_err(|e| e.to_string())
-            }));
+            state.checkpointing =
+                Some(tokio::task::spawn_blocking(move || store.checkpoint(shard)));
         }
         Ok(())
-    }
-
-    fn reset(&self, state: &mut ShardState) {
-        for a in state.users.drain() {
-            a.stop(None);
-        }
-        for a in state.entities.drain() {
-            a.stop(None);
-        }
-        for a in state.boards.drain() {
-            a.stop(None);
-        }
-        state.inbox.clear();
-        state.outbox_next.clear();
-        self.publish(state);
-    }
-
-    fn publish(&self, state: &ShardState) {
-        self.gauges.active_users.store(state.users.len(), Ordering::Relaxed);
-        self.gauges.active_entities.store(state.entities.len(), Ordering::Relaxed);
-        self.gauges.active_boards.store(state.boards.len(), Ordering::Relaxed);
-    }
-
-    fn inbox_seq(&self, state: &mut ShardState, source: ShardId) -> Result<u64, String> {
-        if let Some(s) = state.inbox.get(&source) {
-            return Ok(*s);
-        }
-        let s = self.store.inbox_seq(self.cfg.shard, source).map_err(|e| e.to_string())?;
-        state.inbox.insert(source, s);
-        Ok(s)
-    }
-
-    fn push_outbox(
-        &self,
-        state: &mut ShardState,
-        ws: &mut WriteSet,
-        target: ShardId,
-        deltas: &[Delta],
-    ) -> Result<(), String> {
-        let next = match state.outbox_next.get(&target) {
-            Some(n) => *n,
-            None => self.store.outbox_next(self.cfg.shard, target).map_err(|e| e.to_string())?,
-        };
-        let bytes = codec::to_bytes(deltas).map_err(|e| e.to_string())?;
-        ws.push_outbox(self.cfg.shard, target, next, &bytes);
-        state.outbox_next.insert(target, next + 1);
-        Ok(())
-    }
-
-    async fn apply(
-        &self,
-        myself: &ActorRef<ShardMsg>,
-        state: &mut ShardState,
-        entries: Vec<ApplyEntry>,
-    ) -> ApplyResult {
-        let shard = self.cfg.shard;
-        let mut results: Vec<Vec<CmdResult>> = Vec::with_capacity(entries.len());
-        let mut ws = WriteSet::new(shard);
-        let mut users: Grouped<(BizId, UserId), UserOp> = Grouped::new();
-        let mut ents: Grouped<(BizId, EntityId), EntityDelta> = Grouped::new();
-        let mut boards: Grouped<BoardKey, ScoreCmd> = Grouped::new();
-        let mut drops: Vec<BoardKey> = Vec::new();
-
-        for (ei, entry) in entries.iter().enumerate() {
-            if let Some(m) = &entry.membership {
-                ws.put_membership(shard, m);
-            }
-            let Some(batch) = &entry.batch else {
-                results.push(Vec::new());
-                continue;
-            };
-            let mut out = Vec::with_capacity(batch.cmds.len());
-            // Delivered deltas of this entry, numbered in command order.
-            let mut delivered = 0;
-            for (ci, cmd) in batch.cmds.iter().enumerate() {
-                out.push(CmdResult::Done);
-                match cmd {
-                    Command::Like(r) => {
-                        let op = UserOp::Like {
-                            entity: r.entity,
-                            owner: r.owner,
-                            action: r.action,
-                            now: batch.now,
-                        };
-                        users.push((r.biz, r.user), op, Some((ei, ci)));
-                    }
-                    Command::Deliver { source, records } => {
-                        let mut seen = self.inbox_seq(state, *source)?;
-                        let before = seen;
-                        for (seq, d) in
-                            records.iter().flat_map(|(seq, ds)| ds.iter().map(move |d| (seq, d)))
-                        {
-                            if *seq <= before {
-                                continue; // a repeat after a leader change or retry
-                            }
-                            seen = seen.max(*seq);
-                            match *d {
-                                Delta::Entity(ed) => {
-                                    // The slot only orders what this delta emits.
-                                    ents.push((ed.biz, ed.entity), ed, Some((ei, delivered)));
-                                    delivered += 1;
-                                }
-                                Delta::Received { biz, owner, d_likes } => {
-                                    users.push((biz, owner), UserOp::Received(d_likes), None)
-                                }
-                            }
-                        }
-                        if seen > before {
-                            state.inbox.insert(*source, seen);
-                            ws.put_inbox_seq(shard, *source, seen);
-                        }
-                    }
-                    Command::Score(c) => {
-                        boards.push((c.rank, c.type_key.clone()), c.clone(), Some((ei, ci)))
-                    }
-                    Command::DropBoard { rank, type_key } => {
-                        drops.push((*rank, type_key.clone()));
-                    }
-                    Command::Ack { target, seqs } => {
-                        ws.ack_outbox(shard, *target, seqs.iter().copied())
-                    }
-                    Command::CreateBiz(c) if self.cfg.is_meta => {
-                        *out.last_mut().unwrap_or(&mut CmdResult::Done) =
-                            match self.directory.apply_create(c, &mut ws) {
-                                Ok(b) => CmdResult::Biz(b),
-                                Err(e) => CmdResult::Failed(e),
-                            };
-                    }
-                    Command::UpdateBiz(u) if self.cfg.is_meta => {
-                        *out.last_mut().unwrap_or(&mut CmdResult::Done) =
-                            match self.directory.apply_update(u, &mut ws) {
-                                Ok(b) => CmdResult::Biz(b),
-                                Err(e) => CmdResult::Failed(e),
-                            };
-                    }
-                    Command::CreateRank(d) if self.cfg.is_meta => {
-                        *out.last_mut().unwrap_or(&mut CmdResult::Done) =
-                            match self.directory.apply_create_rank(d, &mut ws) {
-                                Ok(d) => CmdResult::Rank(d),
-                                Err(e) => CmdResult::Failed(e),
-                            };
-                    }
-                    Command::UpdateRank(u) if self.cfg.is_meta => {
-                        *out.last_mut().unwrap_or(&mut CmdResult::Done) =
-                            match self.directory.apply_update_rank(u, &mut ws) {
-                                Ok(d) => CmdResult::Rank(d),
-                                Err(e) => CmdResult::Failed(e),
-                            };
-                    }
-                    Command::CreateBiz(_)
-                    | Command::UpdateBiz(_)
-                    | Command::CreateRank(_)
-                    | Command::UpdateRank(_) => {
-                        *out.last_mut().unwrap_or(&mut CmdResult::Done) = CmdResult::Failed(
-                            WireError::internal("registry command sent to a data shard"),
-                        );
-                    }
-                }
-            }
-            results.push(out);
-        }
-
-        // Cast every group first so all actors work concurrently, then collect
-        // in order of first appearance.
-        let mut user_waits = Vec::with_capacity(users.groups.len());
-        for (key, ops, slots) in users.groups {
-            let actor = self.user(myself, state, key.0, key.1).await?;
-            let (tx, rx) = oneshot::channel();
-            actor.cast(UserMsg::Apply(ops, tx.into())).map_err(|e| e.to_string())?;
-            user_waits.push((key, slots, rx));
-        }
-        let mut ent_waits = Vec::with_capacity(ents.groups.len());
-        for (key, deltas, slots) in ents.groups {
-            let actor = self.entity(myself, state, key.0, key.1).await?;
-            let (tx, rx) = oneshot::channel();
-            actor.cast(EntityMsg::Apply(deltas, tx.into())).map_err(|e| e.to_string())?;
-            ent_waits.push((key, slots, rx));
-        }
-
-        let mut board_waits = Vec::with_capacity(boards.groups.len());
-        for (key, cmds, slots) in boards.groups {
-            let rank = key.0;
-            // A ranking unknown here fails its events (the router checks
-            // first, so only a race with a future delete could get here).
-            if let Err(e) = self.rules(rank) {
-                for (ei, ci) in slots.into_iter().flatten() {
-                    results[ei][ci] = CmdResult::Failed(WireError::not_found(e.clone()));
-                }
-                continue;
-            }
-            let actor = self.board(myself, state, rank, key.1.clone()).await?;
-            let (tx, rx) = oneshot::channel();
-            let msg = BoardMsg::Apply { cmds, reply: tx.into() };
-            actor.cast(msg).map_err(|e| e.to_string())?;
-            board_waits.push((key, slots, rx));
-        }
-
-        // Derived deltas, one outbox record per (log entry, target), each in
-        // command order. A record is then a function of its entry alone: a
-        // replay after a crash (which may group entries into apply calls
-        // differently, and which targets may have seen before) rebuilds the
-        // same records under the same seqs, and targets dedup by seq.
-        let mut outbox: BTreeMap<(usize, ShardId), Vec<(OutboxOrder, Delta)>> = BTreeMap::new();
-        for ((biz, user), slots, rx) in user_waits {
-            let outs = rx.await.map_err(|_| format!("user actor {user} died while applying"))??;
-            for (slot, o) in slots.into_iter().zip(outs) {
-                match o {
-                    UserOut::Like(applied) => {
-                        let Some((ei, ci)) = slot else {
-                            return Err(format!("a like of user {user} lost its log position"));
-                        };
-                        results[ei][ci] = CmdResult::Like(applied.reply);
-                        if let Some(c) = applied.change {
-                            ws.put_state(biz, shard, user, c.entity, c.state, c.mtime);
-                            if let Some(m) = c.list_del {
-                                ws.del_user_item(biz, shard, user, m, c.entity);
-                            }
-                            if let Some(m) = c.list_add {
-                                ws.add_user_item(biz, shard, user, m, c.entity);
-                            }
-                            let target = shard_of(biz, c.entity, self.cfg.shard_count);
-                            let order = (LIKE_DELTA, ci);
-                            outbox
-                                .entry((ei, target))
-                                .or_default()
-                                .push((order, Delta::Entity(c.delta)));
-                        }
-                    }
-                    UserOut::Received(total) => ws.put_received(biz, shard, user, total),
-                }
-            }
-        }
-        for ((biz, entity), slots, rx) in ent_waits {
-            let (counts, effects) =
-                rx.await.map_err(|_| format!("entity actor {entity} died while applying"))?;
-            ws.put_counts(biz, shard, entity, counts);
-            for (slot, fx) in slots.into_iter().zip(effects) {
-                for ch in fx.likers {
-                    match ch {
-                        LikerChange::Add(i) => ws.add_liker(biz, shard, entity, i.mtime, i.id),
-                        LikerChange::Remove(i) => ws.del_liker(biz, shard, entity, i.mtime, i.id),
-                    }
-                }
-                if let Some((owner, d_likes)) = fx.owner_delta {
-                    let Some((ei, k)) = slot else {
-                        return Err(format!("a delta of entity {entity} lost its log position"));
-                    };
-                    let target = shard_of(biz, owner, self.cfg.shard_count);
-                    let d = Delta::Received { biz, owner, d_likes };
-                    outbox.entry((ei, target)).or_default().push(((OWNER_DELTA, k), d));
-                }
-            }
-        }
-
-        for ((rank, type_key), slots, rx) in board_waits {
-            let (outs, w) =
-                rx.await.map_err(|_| format!("a board of ranking {rank} died while applying"))?;
-            for (slot, o) in slots.into_iter().zip(outs) {
-                if let Some((ei, ci)) = slot {
-                    results[ei][ci] = CmdResult::Scored(o);
-                }
-            }
-            for (item, m) in w.members {
-                match m {
-                    Some(m) => ws.put_board_member(rank, shard, &type_key, item, m.score, m.tie),
-                    None => ws.del_board_member(rank, shard, &type_key, item),
-                }
-            }
-            ws.put_board_meta(rank, shard, &type_key, w.meta);
-            for (seq, ids) in &w.events {
-                ws.put_board_events(rank, shard, &type_key, *seq, ids);
-            }
-            for seq in w.drop_events {
-                ws.del_board_events(rank, shard, &type_key, seq);
-            }
-        }
-
-        // Deletions go last, after any write of this batch (a board is only
-        // dropped once its window expired, and the edge refuses new events
-        // for it, so the two meet only in a race that the next sweep cleans).
-        for key in drops {
-            if let Some(a) = state.boards.remove(&key) {
-                a.stop(None);
-            }
-            self.drop_board(&mut ws, key.0, &key.1)?;
-        }
-
-        let outbox_grew = !outbox.is_empty();
-        for ((_, target), mut deltas) in outbox {
-            deltas.sort_by_key(|(order, _)| *order);
-            let deltas: Vec<Delta> = deltas.into_iter().map(|(_, d)| d).collect();
-            self.push_outbox(state, &mut ws, target, &deltas)?;
-        }
-        if let Some(last) = entries.last() {
-            ws.put_applied(shard, &last.log_id);
-        }
-        self.store.stage(ws);
-        if self.cfg.is_meta {
-            // Data shards apply events against the registry (a ranking's
-            // rules), and after a crash they replay their logs before this
-            // group replays its own. Registry writes therefore reach sled at
-            // once: sled keeps its writes in order, so any later entry a data
-            // shard made durable carries them. They are rare; this is cheap.
-            self.store.checkpoint(shard).map_err(|e| e.to_string())?;
-        } else {
-            self.checkpoint_if_due(state).await?;
-        }
-        if outbox_grew {
-            self.outbox_ready.notify_one();
-        }
-        for a in state.users.evict_over(self.cfg.actor_budget) {
-            let _ = a.cast(UserMsg::Passivate);
-        }
-        for a in state.entities.evict_over(self.cfg.actor_budget) {
-            let _ = a.cast(EntityMsg::Passivate);
-        }
-        for a in state.boards.evict_over(self.cfg.actor_budget) {
-            let _ = a.cast(BoardMsg::Passivate);
-        }
-        self.gauges.applied_batches.fetch_add(entries.len(), Ordering::Relaxed);
-        self.publish(state);
-        Ok(results)
     }
 }
 
@@ -772,20 +448,30 @@ pub struct ShardHandle {
 
 impl ShardHandle {
     /// Spawns the shard actor (unsupervised: the node owns its lifetime).
-    pub async fn spawn(actor: ShardActor) -> Result<ShardHandle, String> {
+    pub async fn spawn(actor: ShardActor) -> Result<ShardHandle, Fatal> {
         let gauges = actor.gauges.clone();
-        let (a, _) = Actor::spawn(None, actor, ()).await.map_err(|e| e.to_string())?;
+        let (a, _) = Actor::spawn(None, actor, ())
+            .await
+            .map_err(|e| Fatal::Actor(format!("starting the shard actor: {e}")))?;
         Ok(ShardHandle { actor: a, gauges })
     }
 
-    async fn ask<T>(&self, build: impl FnOnce(RpcReplyPort<T>) -> ShardMsg) -> Result<T, String> {
+    async fn ask<T>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<T>) -> ShardMsg,
+    ) -> Result<T, ShardError> {
         let (tx, rx) = oneshot::channel();
-        self.actor.cast(build(tx.into())).map_err(|_| "shard actor stopped".to_string())?;
-        rx.await.map_err(|_| "shard actor dropped the request".to_string())
+        self.actor.cast(build(tx.into())).map_err(|_| ShardError::Stopped)?;
+        rx.await.map_err(|_| ShardError::Stopped)
     }
 
+    /// Applies committed entries. A stopped shard is as broken as a failed
+    /// apply: the entries did not apply here.
     pub async fn apply(&self, entries: Vec<ApplyEntry>) -> ApplyResult {
-        self.ask(|r| ShardMsg::Apply(entries, r)).await?
+        match self.ask(|r| ShardMsg::Apply(entries, r)).await {
+            Ok(res) => res,
+            Err(e) => Err(Fatal::Actor(format!("applying: {e}"))),
+        }
     }
 
     pub async fn user_page(
@@ -812,12 +498,13 @@ impl ShardHandle {
         &self,
         rank: RankId,
         type_key: Vec<u8>,
+        rules: Rules,
         query: BoardQuery,
-    ) -> Result<QueryOut, String> {
-        self.ask(|reply| ShardMsg::BoardQuery { rank, type_key, query, reply }).await?
+    ) -> Result<QueryOut, ShardError> {
+        self.ask(|reply| ShardMsg::BoardQuery { rank, type_key, rules, query, reply }).await?
     }
 
-    pub async fn reset(&self) -> Result<(), String> {
+    pub async fn reset(&self) -> Result<(), ShardError> {
         self.ask(ShardMsg::Reset).await
     }
 

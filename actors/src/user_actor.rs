@@ -2,6 +2,7 @@
 //! from storage on activation, answers list pages from its recent window.
 //! It never writes: the shard persists what it returns, batch by batch.
 
+use crate::error::{Fatal, ShardError};
 use crate::likes::recent::Recent;
 use crate::likes::user::{Applied, UserLikes};
 use plaudit_proto::likes::{ListItem, PageCursor};
@@ -21,8 +22,8 @@ pub enum UserOut {
 }
 
 pub enum UserMsg {
-    Apply(Vec<UserOp>, RpcReplyPort<Result<Vec<UserOut>, String>>),
-    Page(Option<PageCursor>, usize, RpcReplyPort<Result<Vec<ListItem>, String>>),
+    Apply(Vec<UserOp>, RpcReplyPort<Result<Vec<UserOut>, Fatal>>),
+    Page(Option<PageCursor>, usize, RpcReplyPort<Result<Vec<ListItem>, ShardError>>),
     /// Stop after the messages already queued.
     Passivate,
 }
@@ -74,7 +75,7 @@ impl Actor for UserActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             UserMsg::Apply(ops, reply) => {
-                let _ = reply.send(self.apply(state, ops).map_err(|e| e.to_string()));
+                let _ = reply.send(self.apply(state, ops).map_err(Fatal::from));
             }
             UserMsg::Page(after, limit, reply) => {
                 let page = match state.core.recent().page(after, limit) {
@@ -82,7 +83,7 @@ impl Actor for UserActor {
                     None => self
                         .store
                         .user_list(state.args.biz, state.args.shard, state.args.user, after, limit)
-                        .map_err(|e| e.to_string()),
+                        .map_err(ShardError::from),
                 };
                 let _ = reply.send(page);
             }

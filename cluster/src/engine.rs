@@ -10,7 +10,9 @@
 
 use crate::group::{Group, GroupConfig};
 use crate::outbox::Delivery;
-use plaudit_actors::{CmdResult, Command, Directory, ShardActor, ShardConfig, ShardHandle};
+use plaudit_actors::{
+    CmdResult, Command, Directory, ShardActor, ShardConfig, ShardError, ShardHandle,
+};
 use plaudit_proto::business::Business;
 use plaudit_proto::likes::{EntityCounts, EntityState, Page, PageCursor, ReceivedReply};
 use plaudit_proto::routing::shard_of;
@@ -246,7 +248,7 @@ impl Engine {
                     .handle
                     .user_page(r.biz, r.user, after, r.limit as usize + 1)
                     .await
-                    .map_err(internal)?;
+                    .map_err(ShardError::into_wire)?;
                 Ok(Response::Page(page(items, r.limit)))
             }
             Request::Likers(r) => {
@@ -258,7 +260,7 @@ impl Engine {
                     .handle
                     .liker_page(r.biz, r.entity, after, r.limit as usize + 1)
                     .await
-                    .map_err(internal)?;
+                    .map_err(ShardError::into_wire)?;
                 Ok(Response::Page(page(items, r.limit)))
             }
             Request::Received(r) => {

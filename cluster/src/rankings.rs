@@ -11,7 +11,9 @@
 use crate::engine::{internal, unknown_rank, Engine};
 use plaudit_actors::board_actor::QueryOut;
 use plaudit_actors::command::{ScoreCmd, ScoreEvent};
+use plaudit_actors::rankings::board::Rules;
 use plaudit_actors::rankings::route::{self, Admission};
+use plaudit_actors::ShardError;
 use plaudit_actors::{CmdResult, Command};
 use plaudit_proto::rankings::MAX_PRIORITY;
 use plaudit_proto::routing::board_shard;
@@ -53,6 +55,7 @@ impl Engine {
             let r = &r;
             let priority = def.settings.priority;
             let cap = def.settings.cap;
+            let (aggregation, ties) = (def.aggregation, def.ties);
             async move {
                 let type_id = t.type_id.format();
                 if t.expired {
@@ -68,6 +71,8 @@ impl Engine {
                     rank: r.rank,
                     type_key,
                     item: r.item,
+                    aggregation,
+                    ties,
                     cap,
                     events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
                 });
@@ -105,7 +110,13 @@ impl Engine {
             BoardQuery::RankOf { item } => item,
             _ => 0,
         };
-        let out = g.handle.board_query(q.rank, type_key, q.query).await.map_err(internal)?;
+        let rules =
+            Rules { aggregation: def.aggregation, ties: def.ties, cap: def.settings.cap as usize };
+        let out = g
+            .handle
+            .board_query(q.rank, type_key, rules, q.query)
+            .await
+            .map_err(ShardError::into_wire)?;
         let type_id = t.format();
         Ok(Response::Query(match out {
             QueryOut::Items(items) => QueryReply::Items { type_id, items },

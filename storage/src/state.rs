@@ -66,6 +66,8 @@ mod meta {
     pub const APPLIED: &[u8] = b"a:applied";
     pub const MEMBERSHIP: &[u8] = b"a:membership";
     pub const SNAPSHOT: &[u8] = b"a:snapshot";
+    /// The time of the last applied entry: apply never stamps below it.
+    pub const FLOOR: &[u8] = b"a:floor";
     /// `i:` + source shard -> highest applied delta seq from that source.
     pub const INBOX: u8 = b'i';
     /// `o:` + target shard + seq -> encoded delta.
@@ -563,6 +565,15 @@ impl StateStore {
         self.get(shard, TreeRef::Shard(shard), meta::APPLIED)
     }
 
+    /// The time floor of a shard: the time of its last applied entry (0
+    /// before any).
+    pub fn time_floor(&self, shard: u32) -> Result<u64> {
+        match self.get(shard, TreeRef::Shard(shard), meta::FLOOR)? {
+            None => Ok(0),
+            Some(v) => decode_u64_value(&v, "time floor"),
+        }
+    }
+
     pub fn membership(&self, shard: u32) -> Result<Option<Value>> {
         self.get(shard, TreeRef::Shard(shard), meta::MEMBERSHIP)
     }
@@ -876,6 +887,11 @@ impl WriteSet {
         self.ops.is_empty()
     }
 
+    /// The shard whose apply these writes are.
+    pub fn owner(&self) -> u32 {
+        self.owner
+    }
+
     /// Stores a state with the time it was set. A cleared state (`None`)
     /// keeps its row: `status` reports when it was cleared, and a repeated
     /// unlike reports that time whether or not the user's actor is active.
@@ -959,6 +975,10 @@ impl WriteSet {
 
     pub fn put_applied(&mut self, shard: u32, encoded_log_id: &[u8]) {
         self.put(TreeRef::Shard(shard), meta::APPLIED, encoded_log_id);
+    }
+
+    pub fn put_time_floor(&mut self, shard: u32, ms: u64) {
+        self.put(TreeRef::Shard(shard), meta::FLOOR, &u64_value(ms));
     }
 
     pub fn put_membership(&mut self, shard: u32, encoded: &[u8]) {

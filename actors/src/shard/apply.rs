@@ -1,0 +1,189 @@
+//! The order of one apply call: plan every command of every entry (in log
+//! order), fan the planned work out to the owning actors, collect their
+//! results (in order of first appearance, so that what is derived from them
+//! is the same on every replica), then stage the batch's writes with the
+//! applied log id and the shard's time floor.
+//!
+//! ```text
+//! entries ─ plan ─> LikesPlan, BoardsPlan, registry results, inbox/acks
+//!         ─ cast ─> actors work concurrently
+//!         ─ collect ─> results[entry][cmd], WriteSet, OutboxDraft
+//!         ─ drops, outbox records, applied id, floor ─> stage ─> checkpoint if due
+//! ```
+
+use super::delivery::OutboxDraft;
+use super::likes::LikesPlan;
+use super::rankings::BoardsPlan;
+use super::{registry, ApplyEntry, ApplyResult, ShardActor, ShardMsg, ShardState};
+use crate::command::{CmdResult, Command};
+use crate::error::Fatal;
+use plaudit_proto::Millis;
+use plaudit_storage::WriteSet;
+use ractor::ActorRef;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+/// Where a command's result goes: `(entry, command)`, or `None` for derived
+/// work (deltas) whose result nobody waits for.
+pub(super) type Slot = Option<(usize, usize)>;
+
+/// Commands of one batch grouped by the actor that owns them, in order of
+/// first appearance so that result processing is deterministic.
+pub(super) struct Grouped<K, Op> {
+    index: HashMap<K, usize>,
+    pub groups: Vec<(K, Vec<Op>, Vec<Slot>)>,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, Op> Grouped<K, Op> {
+    pub fn new() -> Self {
+        Grouped { index: HashMap::new(), groups: Vec::new() }
+    }
+
+    pub fn push(&mut self, k: K, op: Op, slot: Slot) {
+        let i = *self.index.entry(k.clone()).or_insert_with(|| {
+            self.groups.push((k, Vec::new(), Vec::new()));
+            self.groups.len() - 1
+        });
+        self.groups[i].1.push(op);
+        self.groups[i].2.push(slot);
+    }
+}
+
+/// What one apply call produces as it goes.
+pub(super) struct Applied {
+    /// One result per command, per entry.
+    pub results: Vec<Vec<CmdResult>>,
+    pub ws: WriteSet,
+    pub outbox: OutboxDraft,
+}
+
+impl Applied {
+    /// Records the result of the command at `slot` (derived work has none).
+    pub fn set(&mut self, slot: Slot, r: CmdResult) {
+        if let Some((ei, ci)) = slot {
+            self.results[ei][ci] = r;
+        }
+    }
+}
+
+impl ShardActor {
+    /// The time of the last applied entry: apply never goes below it.
+    fn time_floor(&self, state: &mut ShardState) -> Result<Millis, Fatal> {
+        if let Some(f) = state.floor {
+            return Ok(f);
+        }
+        let f = self.store.time_floor(self.cfg.shard)?;
+        state.floor = Some(f);
+        Ok(f)
+    }
+
+    pub(super) async fn apply(
+        &self,
+        myself: &ActorRef<ShardMsg>,
+        state: &mut ShardState,
+        entries: Vec<ApplyEntry>,
+    ) -> ApplyResult {
+        let shard = self.cfg.shard;
+        let mut out = Applied {
+            results: Vec::with_capacity(entries.len()),
+            ws: WriteSet::new(shard),
+            outbox: OutboxDraft::default(),
+        };
+        let mut likes = LikesPlan::new();
+        let mut boards = BoardsPlan::new();
+        let mut floor = self.time_floor(state)?;
+
+        for (ei, entry) in entries.iter().enumerate() {
+            if let Some(m) = &entry.membership {
+                out.ws.put_membership(shard, m);
+            }
+            let Some(batch) = &entry.batch else {
+                out.results.push(Vec::new());
+                continue;
+            };
+            // Time never goes backwards within a shard, whichever leader
+            // stamped the entry, so list order (by mtime) follows log order.
+            let now = batch.now.max(floor);
+            floor = now;
+            let mut results = Vec::with_capacity(batch.cmds.len());
+            // Delivered deltas of this entry, numbered in command order.
+            let mut delivered = 0;
+            for (ci, cmd) in batch.cmds.iter().enumerate() {
+                let slot = Some((ei, ci));
+                let r = match cmd {
+                    Command::Like(r) => {
+                        likes.like(r, now, slot);
+                        CmdResult::Done
+                    }
+                    Command::Deliver { source, records } => {
+                        let seen = self.inbox_seq(state, *source)?;
+                        let applied = likes.deliver(seen, records, ei, &mut delivered);
+                        if applied > seen {
+                            state.inbox.insert(*source, applied);
+                            out.ws.put_inbox_seq(shard, *source, applied);
+                        }
+                        CmdResult::Done
+                    }
+                    Command::Ack { target, seqs } => {
+                        out.ws.ack_outbox(shard, *target, seqs.iter().copied());
+                        CmdResult::Done
+                    }
+                    Command::Score(c) => {
+                        boards.score(c, slot);
+                        CmdResult::Done
+                    }
+                    Command::DropBoard { rank, type_key } => {
+                        boards.drop_board(*rank, type_key);
+                        CmdResult::Done
+                    }
+                    Command::CreateBiz(_)
+                    | Command::UpdateBiz(_)
+                    | Command::CreateRank(_)
+                    | Command::UpdateRank(_) => {
+                        registry::apply(&self.directory, self.cfg.is_meta, cmd, &mut out.ws)
+                    }
+                };
+                results.push(r);
+            }
+            out.results.push(results);
+        }
+
+        // Cast every group first so all actors work concurrently, then
+        // collect in order of first appearance.
+        let likes = self.cast_likes(myself, state, likes).await?;
+        let (boards, drops) = self.cast_boards(myself, state, boards).await?;
+        likes.collect(&mut out, self.cfg.shard_count).await?;
+        boards.collect(&mut out).await?;
+        // Deletions go last, after any write of this batch (a board is only
+        // dropped once its window expired, and the edge refuses new events
+        // for it, so the two meet only in a race that the next sweep cleans).
+        self.drop_boards(state, &mut out.ws, drops)?;
+
+        let outbox_grew = !out.outbox.is_empty();
+        let Applied { results, mut ws, outbox } = out;
+        self.push_outbox(state, &mut ws, outbox)?;
+        if let Some(last) = entries.last() {
+            ws.put_applied(shard, &last.log_id);
+        }
+        if state.floor != Some(floor) {
+            ws.put_time_floor(shard, floor);
+            state.floor = Some(floor);
+        }
+        self.store.stage(ws);
+        if self.cfg.is_meta {
+            // The registry is small and rarely written; checkpointing it at
+            // once keeps the on-disk registry current for the edge's view
+            // after a restart (the log replays it anyway).
+            self.store.checkpoint(shard)?;
+        } else {
+            self.checkpoint_if_due(state).await?;
+        }
+        if outbox_grew {
+            self.outbox_ready.notify_one();
+        }
+        self.evict_over_budget(state);
+        self.gauges.applied_batches.fetch_add(entries.len(), Ordering::Relaxed);
+        self.publish(state);
+        Ok(results)
+    }
+}

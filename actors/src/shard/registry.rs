@@ -1,0 +1,31 @@
+//! Applying the registry family (create and update businesses and
+//! rankings): on the metadata group only. The directory computes each
+//! result deterministically (an assigned id is the next free one in the
+//! replicated registry), so every replica answers alike; a rejected command
+//! (a duplicate id, an unknown ranking) is a result, not an error.
+
+use crate::command::{CmdResult, Command};
+use crate::directory::Directory;
+use plaudit_proto::WireError;
+use plaudit_storage::WriteSet;
+
+/// The result of one registry command; `is_meta` says whether this shard is
+/// the metadata group (a data shard refuses registry commands).
+pub(super) fn apply(
+    directory: &Directory,
+    is_meta: bool,
+    cmd: &Command,
+    ws: &mut WriteSet,
+) -> CmdResult {
+    if !is_meta {
+        return CmdResult::Failed(WireError::internal("registry command sent to a data shard"));
+    }
+    let res = match cmd {
+        Command::CreateBiz(c) => directory.apply_create(c, ws).map(CmdResult::Biz),
+        Command::UpdateBiz(u) => directory.apply_update(u, ws).map(CmdResult::Biz),
+        Command::CreateRank(d) => directory.apply_create_rank(d, ws).map(CmdResult::Rank),
+        Command::UpdateRank(u) => directory.apply_update_rank(u, ws).map(CmdResult::Rank),
+        other => Err(WireError::internal(format!("not a registry command: {other:?}"))),
+    };
+    res.unwrap_or_else(CmdResult::Failed)
+}
