@@ -17,7 +17,8 @@
 
 use crate::keys::{read_u64, VALUE_V1};
 use crate::pending::prefix_range;
-use crate::state::{corrupt, Result, StateStore, TreeRef, WriteSet};
+use crate::state::{corrupt, Result, StateStore, WriteSet};
+use crate::trees::TreeRef;
 use std::ops::Bound;
 
 pub const KIND_MEMBER: u8 = 1;

@@ -11,7 +11,11 @@
 //! | likers | `shard, 3, entity, mtime, mid` | empty |
 //! | counts | `shard, 4, entity` | `v1, likes u64, dislikes u64, owner u64 (0 = none)` |
 //! | received | `shard, 5, owner` | `v1, total u64` |
+//!
+//! The values are encoded and read in `likes.rs`; the builders here are the
+//! only place the keys are spelled out.
 
+use crate::state::{corrupt, Result};
 use plaudit_proto::{EntityId, Millis, UserId};
 
 pub const KIND_STATE: u8 = 1;
@@ -80,6 +84,26 @@ pub(crate) fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
         a.copy_from_slice(b);
         u64::from_be_bytes(a)
     })
+}
+
+/// The shard id a state key starts with.
+pub(crate) fn read_u32(bytes: &[u8]) -> Option<u32> {
+    bytes.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The `v1, u64` value of received totals, inbox seqs and outbox next seqs.
+pub(crate) fn u64_value(x: u64) -> [u8; 9] {
+    let mut v = [0u8; 9];
+    v[0] = VALUE_V1;
+    v[1..].copy_from_slice(&x.to_be_bytes());
+    v
+}
+
+pub(crate) fn decode_u64_value(v: &[u8], what: &'static str) -> Result<u64> {
+    match v {
+        [VALUE_V1, rest @ ..] if rest.len() == 8 => Ok(read_u64(rest, 0).unwrap_or(0)),
+        _ => Err(corrupt(what, v)),
+    }
 }
 
 #[cfg(test)]

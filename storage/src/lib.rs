@@ -10,18 +10,32 @@
 //! Modules:
 //! - `group_commit`: the flusher thread that turns many `append`s into one fsync;
 //! - `log_store`: openraft `RaftLogStorage` over sled, generic over the type config;
-//! - `keys`: the big-endian key layouts of applied state;
-//! - `state`: `StateStore` (reads, staging, checkpoints) and `WriteSet`
-//!   (one applied batch's writes across trees);
+//! - `state`: `StateStore` (reads, staging, atomic checkpoints, crash recovery)
+//!   and `WriteSet` (one applied batch's writes across trees);
 //! - `pending`: the per-shard overlay of staged writes not yet in sled;
-//! - `boards`: the key layout of ranking sub-boards.
+//! - `merge`: the walk over stored and staged entries that every scan takes;
+//! - `trees`: the sled trees of applied state and the cache of their handles;
+//! - `counts_cache`: the in-memory read cache of entity counts;
+//! - `keys`: the big-endian key layouts of like state;
+//! - `likes`: like states, lists, counts and received totals: encoders and reads;
+//! - `boards`: the key layout of ranking sub-boards, its encoders and reads;
+//! - `shard_meta`: a shard's meta tree: applied log id, membership, inbox, outbox;
+//! - `registry`: the registry tree of businesses and rankings;
+//! - `snapshot`: export and import of one shard's slice of state.
 
 pub mod boards;
+mod counts_cache;
 pub mod group_commit;
 pub mod keys;
+mod likes;
 pub mod log_store;
+mod merge;
 mod pending;
+mod registry;
+mod shard_meta;
+mod snapshot;
 pub mod state;
+mod trees;
 
 pub use boards::BoardMeta;
 pub use state::{CheckpointPolicy, CountsRec, StateError, StateStore, WriteSet};

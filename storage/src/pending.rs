@@ -15,7 +15,7 @@
 //! `flushing` only after sled holds all of it, so no read ever misses a
 //! write that was staged before it started.
 
-use crate::state::TreeRef;
+use crate::trees::TreeRef;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;

@@ -1,0 +1,283 @@
+//! The like state of a business tree: the values of states, user lists,
+//! likers, counts and received totals, their encoders (on `WriteSet`) and
+//! their reads (on `StateStore`). The keys they sit under, and the byte
+//! layout of each value, are the table in `keys.rs`; every key starts with
+//! the shard id, so each read names the shard whose overlay it consults.
+//!
+//! Counts are read through the counts cache (`counts_cache.rs`): `put_counts`
+//! records what it wrote so that staging can write it through.
+
+use crate::keys::{self, decode_u64_value, read_u32, read_u64, u64_value, VALUE_V1};
+use crate::pending::prefix_range;
+use crate::state::{corrupt, Result, StateStore, WriteSet};
+use crate::trees::TreeRef;
+use plaudit_proto::likes::{ListItem, PageCursor};
+use plaudit_proto::{BizId, EntityId, LikeState, Millis, UserId};
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
+
+/// An entity's stored counters and owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CountsRec {
+    pub likes: u64,
+    pub dislikes: u64,
+    pub owner: Option<UserId>,
+}
+
+impl StateStore {
+    pub fn get_state(
+        &self,
+        biz: BizId,
+        shard: u32,
+        mid: UserId,
+        entity: EntityId,
+    ) -> Result<Option<(LikeState, Millis)>> {
+        match self.get(shard, TreeRef::Biz(biz), &keys::state(shard, mid, entity))? {
+            None => Ok(None),
+            Some(v) => decode_state(&v).map(Some),
+        }
+    }
+
+    pub fn get_counts(&self, biz: BizId, shard: u32, entity: EntityId) -> Result<CountsRec> {
+        let cache = &self.counts_cache;
+        if let Some(c) = cache.part(shard, entity).get(&(biz, shard, entity)) {
+            return Ok(*c);
+        }
+        let before = cache.epoch(shard).load(Ordering::Acquire);
+        let c = match self.get(shard, TreeRef::Biz(biz), &keys::counts(shard, entity))? {
+            None => CountsRec::default(),
+            Some(v) => decode_counts(&v)?,
+        };
+        let mut part = cache.part(shard, entity);
+        if before.is_multiple_of(2) && cache.epoch(shard).load(Ordering::Acquire) == before {
+            cache.put(&mut part, (biz, shard, entity), c);
+        }
+        Ok(c)
+    }
+
+    pub fn get_received(&self, biz: BizId, shard: u32, owner: UserId) -> Result<u64> {
+        match self.get(shard, TreeRef::Biz(biz), &keys::received(shard, owner))? {
+            None => Ok(0),
+            Some(v) => decode_u64_value(&v, "received"),
+        }
+    }
+
+    /// A user's liked entities, newest first, strictly after `after`.
+    pub fn user_list(
+        &self,
+        biz: BizId,
+        shard: u32,
+        mid: UserId,
+        after: Option<PageCursor>,
+        limit: usize,
+    ) -> Result<Vec<ListItem>> {
+        self.list_page(biz, keys::user_list_prefix(shard, mid), after, limit)
+    }
+
+    /// An entity's likers, newest first, strictly after `after`.
+    pub fn likers(
+        &self,
+        biz: BizId,
+        shard: u32,
+        entity: EntityId,
+        after: Option<PageCursor>,
+        limit: usize,
+    ) -> Result<Vec<ListItem>> {
+        self.list_page(biz, keys::likers_prefix(shard, entity), after, limit)
+    }
+
+    /// Both list layouts are `prefix, mtime, id`: walk backwards from the
+    /// cursor (exclusive) or from the end of the prefix.
+    fn list_page(
+        &self,
+        biz: BizId,
+        prefix: Vec<u8>,
+        after: Option<PageCursor>,
+        limit: usize,
+    ) -> Result<Vec<ListItem>> {
+        let shard = read_u32(&prefix).ok_or_else(|| corrupt("list prefix", &prefix))?;
+        let end = match after {
+            Some(c) => {
+                let mut k = prefix.clone();
+                k.extend_from_slice(&c.mtime.to_be_bytes());
+                k.extend_from_slice(&c.id.to_be_bytes());
+                Bound::Excluded(k)
+            }
+            None => prefix_range(&prefix).1,
+        };
+        let range = (Bound::Included(prefix.clone()), end);
+        let mut out = Vec::with_capacity(limit);
+        if limit == 0 {
+            return Ok(out);
+        }
+        let at = prefix.len();
+        self.scan(shard, TreeRef::Biz(biz), range, true, |k, _| {
+            match (read_u64(k, at), read_u64(k, at + 8)) {
+                (Some(mtime), Some(id)) => out.push(ListItem { id, mtime }),
+                _ => return Err(corrupt("list key", k)),
+            }
+            Ok(out.len() < limit)
+        })?;
+        Ok(out)
+    }
+}
+
+fn decode_state(v: &[u8]) -> Result<(LikeState, Millis)> {
+    match v {
+        [VALUE_V1, s, rest @ ..] if rest.len() == 8 => {
+            let state = match s {
+                0 => LikeState::None,
+                1 => LikeState::Like,
+                2 => LikeState::Dislike,
+                _ => return Err(corrupt("state", v)),
+            };
+            Ok((state, read_u64(rest, 0).unwrap_or(0)))
+        }
+        _ => Err(corrupt("state", v)),
+    }
+}
+
+fn decode_counts(v: &[u8]) -> Result<CountsRec> {
+    match v {
+        [VALUE_V1, rest @ ..] if rest.len() == 24 => {
+            let owner = read_u64(rest, 16).unwrap_or(0);
+            Ok(CountsRec {
+                likes: read_u64(rest, 0).unwrap_or(0),
+                dislikes: read_u64(rest, 8).unwrap_or(0),
+                owner: (owner != 0).then_some(owner),
+            })
+        }
+        _ => Err(corrupt("counts", v)),
+    }
+}
+
+impl WriteSet {
+    /// Stores a state with the time it was set. A cleared state (`None`)
+    /// keeps its row: `status` reports when it was cleared, and a repeated
+    /// unlike reports that time whether or not the user's actor is active.
+    pub fn put_state(
+        &mut self,
+        biz: BizId,
+        shard: u32,
+        mid: UserId,
+        entity: EntityId,
+        state: LikeState,
+        mtime: Millis,
+    ) {
+        let mut v = [0u8; 10];
+        v[0] = VALUE_V1;
+        v[1] = match state {
+            LikeState::None => 0,
+            LikeState::Like => 1,
+            LikeState::Dislike => 2,
+        };
+        v[2..].copy_from_slice(&mtime.to_be_bytes());
+        self.put(TreeRef::Biz(biz), keys::state(shard, mid, entity), &v);
+    }
+
+    pub fn add_user_item(
+        &mut self,
+        biz: BizId,
+        shard: u32,
+        mid: UserId,
+        mtime: Millis,
+        entity: EntityId,
+    ) {
+        self.put(TreeRef::Biz(biz), keys::user_item(shard, mid, mtime, entity), &[]);
+    }
+
+    pub fn del_user_item(
+        &mut self,
+        biz: BizId,
+        shard: u32,
+        mid: UserId,
+        mtime: Millis,
+        entity: EntityId,
+    ) {
+        self.del(TreeRef::Biz(biz), keys::user_item(shard, mid, mtime, entity));
+    }
+
+    pub fn add_liker(
+        &mut self,
+        biz: BizId,
+        shard: u32,
+        entity: EntityId,
+        mtime: Millis,
+        mid: UserId,
+    ) {
+        self.put(TreeRef::Biz(biz), keys::liker(shard, entity, mtime, mid), &[]);
+    }
+
+    pub fn del_liker(
+        &mut self,
+        biz: BizId,
+        shard: u32,
+        entity: EntityId,
+        mtime: Millis,
+        mid: UserId,
+    ) {
+        self.del(TreeRef::Biz(biz), keys::liker(shard, entity, mtime, mid));
+    }
+
+    pub fn put_counts(&mut self, biz: BizId, shard: u32, entity: EntityId, c: CountsRec) {
+        let mut v = [0u8; 25];
+        v[0] = VALUE_V1;
+        v[1..9].copy_from_slice(&c.likes.to_be_bytes());
+        v[9..17].copy_from_slice(&c.dislikes.to_be_bytes());
+        v[17..25].copy_from_slice(&c.owner.unwrap_or(0).to_be_bytes());
+        self.put(TreeRef::Biz(biz), keys::counts(shard, entity), &v);
+        self.counts.push((biz, shard, entity, c));
+    }
+
+    pub fn put_received(&mut self, biz: BizId, shard: u32, owner: UserId, total: u64) {
+        self.put(TreeRef::Biz(biz), keys::received(shard, owner), &u64_value(total));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, StateStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let s = StateStore::open(&db).unwrap();
+        (dir, s)
+    }
+
+    #[test]
+    fn state_counts_and_received_round_trip() {
+        let (_d, s) = store();
+        let mut ws = WriteSet::new(0);
+        ws.put_state(1, 0, 10, 20, LikeState::Dislike, 99);
+        ws.put_counts(1, 0, 20, CountsRec { likes: 3, dislikes: 4, owner: Some(7) });
+        ws.put_received(1, 0, 7, 12);
+        ws.put_applied(0, b"x");
+        s.stage(ws);
+        assert_eq!(s.get_state(1, 0, 10, 20).unwrap(), Some((LikeState::Dislike, 99)));
+        assert_eq!(
+            s.get_counts(1, 0, 20).unwrap(),
+            CountsRec { likes: 3, dislikes: 4, owner: Some(7) }
+        );
+        assert_eq!(s.get_received(1, 0, 7).unwrap(), 12);
+        assert_eq!(s.applied(0).unwrap().as_deref(), Some(&b"x"[..]));
+        // Another business sees nothing: data is isolated per tree.
+        assert_eq!(s.get_state(2, 0, 10, 20).unwrap(), None);
+    }
+
+    #[test]
+    fn lists_page_newest_first() {
+        let (_d, s) = store();
+        let mut ws = WriteSet::new(2);
+        for i in 0..10u64 {
+            ws.add_user_item(1, 2, 5, 100 + i / 2, i);
+        }
+        ws.add_user_item(1, 2, 6, 500, 1); // another user
+        s.stage(ws);
+        let p1 = s.user_list(1, 2, 5, None, 4).unwrap();
+        assert_eq!(p1.iter().map(|i| i.id).collect::<Vec<_>>(), vec![9, 8, 7, 6]);
+        let c = PageCursor { mtime: p1[3].mtime, id: p1[3].id };
+        let p2 = s.user_list(1, 2, 5, Some(c), 100).unwrap();
+        assert_eq!(p2.iter().map(|i| i.id).collect::<Vec<_>>(), vec![5, 4, 3, 2, 1, 0]);
+    }
+}
