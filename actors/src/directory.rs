@@ -46,6 +46,17 @@ impl Directory {
         Ok(Directory { inner: Arc::new(RwLock::new(map)), ranks: Arc::new(RwLock::new(ranks)) })
     }
 
+    /// Replaces this view with the registry as stored (after the metadata
+    /// group installed a snapshot). Every clone of the view sees the change.
+    pub fn reload(&self, store: &StateStore) -> Result<(), StateError> {
+        let fresh = Directory::load(store)?;
+        let bizs = std::mem::take(&mut *fresh.inner.write().unwrap_or_else(|e| e.into_inner()));
+        let ranks = std::mem::take(&mut *fresh.ranks.write().unwrap_or_else(|e| e.into_inner()));
+        *self.inner.write().unwrap_or_else(|e| e.into_inner()) = bizs;
+        *self.ranks.write().unwrap_or_else(|e| e.into_inner()) = ranks;
+        Ok(())
+    }
+
     fn ranks_read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<RankId, Arc<RankDef>>> {
         self.ranks.read().unwrap_or_else(|e| e.into_inner())
     }

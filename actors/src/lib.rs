@@ -36,4 +36,4 @@ pub mod user_actor;
 pub use command::{Batch, CmdResult, Command, Delta, EntityDelta};
 pub use directory::Directory;
 pub use error::{Fatal, ShardError};
-pub use shard::{ApplyEntry, ShardActor, ShardConfig, ShardGauges, ShardHandle};
+pub use shard::{ApplyEntry, OutboxSignal, ShardActor, ShardConfig, ShardGauges, ShardHandle};

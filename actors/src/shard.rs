@@ -25,6 +25,8 @@
 
 mod apply;
 mod delivery;
+
+pub use delivery::OutboxSignal;
 mod likes;
 mod rankings;
 mod registry;
@@ -47,7 +49,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::oneshot;
 
 /// One committed Raft entry, as the cluster hands it over.
 pub struct ApplyEntry {
@@ -125,8 +127,8 @@ pub struct ShardActor {
     /// it only for the size of an actor's in-memory list window (a cache
     /// size, never an input to what apply computes).
     pub directory: Directory,
-    /// Woken after a batch that added outbox entries.
-    pub outbox_ready: Arc<Notify>,
+    /// Told after a batch that added outbox records, and for which targets.
+    pub outbox: Arc<OutboxSignal>,
     pub gauges: Arc<ShardGauges>,
 }
 
@@ -427,6 +429,11 @@ impl ShardActor {
             }
         }
         if self.store.over_hard_limit(shard) {
+            // A snapshot export holds sled's copy still for a moment: wait
+            // for it rather than stage without bound.
+            while self.store.is_frozen(shard) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             // Synchronously: one more try, and the caller fails if it fails.
             return Ok(self.store.checkpoint(shard)?);
         }

@@ -31,7 +31,7 @@ async fn shard(store: &StateStore, directory: Directory) -> ShardHandle {
         },
         store: store.clone(),
         directory,
-        outbox_ready: Arc::default(),
+        outbox: Arc::default(),
         gauges: Arc::default(),
     };
     ShardHandle::spawn(actor).await.expect("spawn shard")

@@ -8,10 +8,10 @@
 //!                                         └─ read:  shard_of(key) ─> read_barrier ─> state / actor page
 //! ```
 
-use crate::group::{Group, GroupConfig};
+use crate::group::{Group, GroupConfig, StateMachineContext};
 use crate::outbox::Delivery;
 use plaudit_actors::{
-    CmdResult, Command, Directory, ShardActor, ShardConfig, ShardError, ShardHandle,
+    CmdResult, Command, Directory, OutboxSignal, ShardActor, ShardConfig, ShardError, ShardHandle,
 };
 use plaudit_proto::business::Business;
 use plaudit_proto::likes::{EntityCounts, EntityState, Page, PageCursor, ReceivedReply};
@@ -24,7 +24,6 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
 
 /// The metadata group (business registry) uses the shard id after the data shards.
 #[derive(Debug, Clone)]
@@ -93,7 +92,7 @@ impl Engine {
         let mut readies = Vec::with_capacity(cfg.shards as usize);
         for shard in 0..=cfg.shards {
             let is_meta = shard == cfg.shards;
-            let ready = Arc::new(Notify::new());
+            let ready = Arc::new(OutboxSignal::default());
             let actor = ShardActor {
                 cfg: ShardConfig {
                     shard,
@@ -104,14 +103,27 @@ impl Engine {
                 },
                 store: store.clone(),
                 directory: directory.clone(),
-                outbox_ready: ready.clone(),
+                outbox: ready.clone(),
                 gauges: Default::default(),
             };
             let handle = ShardHandle::spawn(actor).await.map_err(anyhow::Error::msg)?;
             let name = if is_meta { "meta".to_string() } else { format!("shard{shard}") };
-            let g =
-                Group::start(shard, &name, &cfg.group, &db, commit.clone(), store.clone(), handle)
-                    .await?;
+            let ctx = StateMachineContext {
+                is_meta,
+                directory: directory.clone(),
+                data_dir: cfg.data_dir.clone(),
+            };
+            let g = Group::start(
+                shard,
+                &name,
+                &cfg.group,
+                &db,
+                commit.clone(),
+                store.clone(),
+                handle,
+                ctx,
+            )
+            .await?;
             groups.push(Arc::new(g));
             readies.push(ready);
         }
@@ -127,7 +139,7 @@ impl Engine {
                 shard: shard as u32,
                 groups: groups.clone(),
                 store: store.clone(),
-                ready,
+                signal: ready,
                 batch: cfg.outbox_batch,
             };
             workers.push(tokio::spawn(d.run()));

@@ -45,6 +45,15 @@ pub struct GroupConfig {
     pub max_pending: usize,
 }
 
+/// What a group's state machine needs beyond its storage.
+pub struct StateMachineContext {
+    pub is_meta: bool,
+    /// The registry view (reloaded when the metadata group installs a snapshot).
+    pub directory: plaudit_actors::Directory,
+    /// The node's data directory (snapshots go under `snapshots/<group>`).
+    pub data_dir: std::path::PathBuf,
+}
+
 struct Proposal {
     cmd: Command,
     reply: oneshot::Sender<Result<CmdResult, WireError>>,
@@ -69,6 +78,7 @@ pub struct Group {
 impl Group {
     /// Opens the group's log and state machine, starts Raft, and makes this
     /// node the single initial member if the group is new.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         id: u32,
         name: &str,
@@ -77,9 +87,19 @@ impl Group {
         commit: GroupCommit,
         store: StateStore,
         handle: ShardHandle,
+        sm_ctx: StateMachineContext,
     ) -> anyhow::Result<Group> {
         let log = SledLogStore::<TypeConfig>::open(db, commit.clone(), name)?;
-        let sm = ShardStateMachine { shard: id, handle: handle.clone(), store, commit };
+        let sm = ShardStateMachine {
+            shard: id,
+            is_meta: sm_ctx.is_meta,
+            handle: handle.clone(),
+            store,
+            commit,
+            directory: sm_ctx.directory,
+            snapshot_dir: sm_ctx.data_dir.join("snapshots").join(name),
+        };
+        sm.resume_install().await?;
         let raft_cfg = RaftConfig {
             cluster_name: "plaudit".into(),
             heartbeat_interval: cfg.heartbeat_ms,
@@ -144,6 +164,19 @@ impl Group {
             mpsc::error::TrySendError::Closed(_) => stopped(self.id),
         })?;
         rx.await.map_err(|_| stopped(self.id))?
+    }
+
+    /// Resolves when the group's leader changes; never, if the group has
+    /// stopped (callers bound the wait).
+    pub async fn leader_changed(&self) {
+        let mut m = self.raft.metrics();
+        let leader = m.borrow().current_leader;
+        while m.changed().await.is_ok() {
+            if m.borrow().current_leader != leader {
+                return;
+            }
+        }
+        std::future::pending::<()>().await
     }
 
     /// Whether this node currently leads the group.

@@ -20,6 +20,7 @@ pub mod network;
 pub mod outbox;
 mod rankings;
 pub mod retention;
+pub mod snapshot_file;
 pub mod state_machine;
 pub mod types;
 

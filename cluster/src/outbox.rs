@@ -1,67 +1,130 @@
 //! Delivery of a shard's outbox: the derived deltas its applies produced
 //! (user shard -> entity shard -> owner shard), one record per target per
-//! applied batch. One worker per shard leader
-//! reads pending entries in seq order, proposes them to the target shard as a
-//! `Deliver` command, and once that is applied proposes an `Ack` to its own
-//! shard, which deletes them.
+//! log entry, numbered by a seq per (source, target).
+//!
+//! One worker per shard, active only while this node leads the shard. For
+//! each target with pending records it reads from where it stopped (a cursor
+//! per target, so a long backlog is never rescanned), proposes them to the
+//! target shard as one `Deliver`, and once that is applied proposes an `Ack`
+//! to its own shard, which deletes them. Targets are served concurrently,
+//! each one round at a time, so records reach a target in seq order.
 //!
 //! Exactly-once: a target ignores seqs it has already applied (its inbox is
-//! replicated state), so a crash between `Deliver` and `Ack`, or a retry
-//! after a timeout, only resends what the target will skip.
+//! replicated state), so a crash or leader change between `Deliver` and
+//! `Ack`, or a retry after a timeout, only resends what the target skips.
+//! Cursors are this node's memory only: they are reset whenever it becomes
+//! leader again, since another leader may have acknowledged, or left, any
+//! record meanwhile.
 
 use crate::group::Group;
-use plaudit_actors::{Command, Delta};
-use plaudit_proto::codec;
+use plaudit_actors::{Command, Delta, OutboxSignal};
+use plaudit_proto::{codec, ShardId};
 use plaudit_storage::StateStore;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
+
+/// How long a worker waits before retrying a target whose delivery failed.
+const RETRY_AFTER: Duration = Duration::from_millis(50);
+/// A safety net: look for work this often even without a signal.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 pub struct Delivery {
-    pub shard: u32,
+    pub shard: ShardId,
     pub groups: Arc<Vec<Arc<Group>>>,
     pub store: StateStore,
-    pub ready: Arc<Notify>,
+    pub signal: Arc<OutboxSignal>,
     pub batch: usize,
 }
 
+/// Where the worker is, per target: the highest seq acknowledged by this
+/// leader's own rounds.
+#[derive(Default)]
+struct Cursors {
+    after: BTreeMap<ShardId, u64>,
+    /// Targets that may have records beyond their cursor.
+    pending: BTreeSet<ShardId>,
+}
+
 impl Delivery {
+    fn own(&self) -> &Group {
+        &self.groups[self.shard as usize]
+    }
+
     pub async fn run(self) {
-        // Start with a pass: entries may be left from before a restart.
+        let mut was_leader = false;
+        let mut cursors = Cursors::default();
         loop {
-            match self.drain().await {
-                Ok(()) => {
-                    // Sleep until an apply adds entries; the timeout is a
-                    // safety net, not the delivery mechanism.
-                    let _ =
-                        tokio::time::timeout(Duration::from_secs(1), self.ready.notified()).await;
+            let leader = self.own().is_leader();
+            if !leader {
+                was_leader = false;
+                // Followers keep the replicated outbox but never deliver it.
+                let _ = tokio::time::timeout(IDLE_CHECK, self.own().leader_changed()).await;
+                continue;
+            }
+            if !was_leader {
+                // Newly leading: start over from what storage says is pending.
+                was_leader = true;
+                cursors = Cursors::default();
+                match self.store.outbox_targets(self.shard) {
+                    Ok(t) => cursors.pending.extend(t),
+                    Err(e) => {
+                        tracing::warn!(shard = self.shard, error = %e, "reading the outbox failed");
+                        was_leader = false;
+                        tokio::time::sleep(RETRY_AFTER).await;
+                        continue;
+                    }
+                }
+            }
+            cursors.pending.extend(self.signal.take());
+            if cursors.pending.is_empty() {
+                let _ = tokio::time::timeout(IDLE_CHECK, self.signal.wait()).await;
+                continue;
+            }
+            if !self.round(&mut cursors).await {
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+        }
+    }
+
+    /// One delivery to every pending target, concurrently. Returns false if
+    /// any failed (it stays pending, its cursor where it was).
+    async fn round(&self, cursors: &mut Cursors) -> bool {
+        let targets: Vec<ShardId> = cursors.pending.iter().copied().collect();
+        let rounds = targets.iter().map(|&t| {
+            let after = cursors.after.get(&t).copied().unwrap_or(0);
+            async move { (t, self.deliver(t, after).await) }
+        });
+        let mut ok = true;
+        for (target, res) in futures::future::join_all(rounds).await {
+            match res {
+                Ok(Some((last, full))) => {
+                    cursors.after.insert(target, last);
+                    if !full {
+                        cursors.pending.remove(&target);
+                    }
+                }
+                Ok(None) => {
+                    cursors.pending.remove(&target);
                 }
                 Err(e) => {
-                    tracing::warn!(shard = self.shard, error = %e, "outbox delivery failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    ok = false;
+                    tracing::debug!(shard = self.shard, target, error = %e, "delivery failed; retrying");
                 }
             }
         }
+        ok
     }
 
-    async fn drain(&self) -> Result<(), String> {
-        loop {
-            let pending =
-                self.store.outbox_pending(self.shard, self.batch).map_err(|e| e.to_string())?;
-            if pending.is_empty() {
-                return Ok(());
-            }
-            // Targets are independent: deliver to all of them at once, so one
-            // round costs one commit wait, not one per target. The Acks of
-            // the round coalesce into one entry on this shard.
-            let rounds = pending.into_iter().map(|(target, items)| self.deliver(target, items));
-            for res in futures::future::join_all(rounds).await {
-                res?;
-            }
-        }
-    }
-
-    async fn deliver(&self, target: u32, items: Vec<(u64, Vec<u8>)>) -> Result<(), String> {
+    /// Delivers the records after `after` to `target` and acknowledges them:
+    /// `Some((last seq, whether the batch was full))`, `None` if there were none.
+    async fn deliver(&self, target: ShardId, after: u64) -> Result<Option<(u64, bool)>, String> {
+        let items = self
+            .store
+            .outbox_after(self.shard, target, after, self.batch)
+            .map_err(|e| e.to_string())?;
+        let Some(&(last, _)) = items.last() else { return Ok(None) };
+        let full = items.len() >= self.batch;
         let target_group = self
             .groups
             .get(target as usize)
@@ -77,8 +140,7 @@ impl Delivery {
             .propose(Command::Deliver { source: self.shard, records })
             .await
             .map_err(|e| e.to_string())?;
-        let source = &self.groups[self.shard as usize];
-        source.propose(Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
-        Ok(())
+        self.own().propose(Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
+        Ok(Some((last, full)))
     }
 }

@@ -1,41 +1,66 @@
 //! openraft's state machine for one group: hands committed entries to the
-//! shard actor and serves snapshots from the shard's stored state.
+//! shard actor, and builds and installs snapshots as files.
 //!
 //! The applied log id is staged by the shard actor in the same write set as
 //! the state it describes, and a checkpoint writes both to sled together, so
 //! `applied_state` after a crash names exactly what storage holds and
 //! openraft replays the rest from the durable log.
+//!
+//! Snapshots (`plaudit_storage::snapshot` has the file format and the
+//! guarantees):
+//!
+//! ```text
+//! build:   (state machine task) freeze: checkpoint, hold sled's copy still
+//!          (builder task)       stream the shard's trees to building-*.tmp,
+//!                               fsync, rename to <id>.snap, thaw
+//! send:    openraft reads <id>.snap in chunks (install_snapshot RPCs)
+//! receive: incoming-*.tmp ─> installing.snap ─> marker, replace keys, marker removed,
+//!          flush ─> <id>.snap; actors reset; the registry view reloaded (metadata group)
+//! restart: a marker left by a crash ─> finish from installing.snap, or refuse to start
+//! ```
 
+use crate::snapshot_file::{self, SnapshotFile};
 use crate::types::{LogId, StorageError, StoredMembership, TypeConfig};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, SnapshotMeta, StorageIOError,
 };
-use plaudit_actors::{ApplyEntry, CmdResult, ShardHandle};
+use plaudit_actors::{ApplyEntry, CmdResult, Directory, ShardHandle};
 use plaudit_proto::codec;
 use plaudit_storage::group_commit::GroupCommit;
+use plaudit_storage::snapshot::{read_header, Frozen};
 use plaudit_storage::StateStore;
-use serde::{Deserialize, Serialize};
-use std::io::Cursor;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-type Item = (String, Vec<u8>, Vec<u8>);
-
-#[derive(Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<u64, openraft::BasicNode>,
-    items: Vec<Item>,
-}
+type Meta = SnapshotMeta<u64, openraft::BasicNode>;
 
 pub struct ShardStateMachine {
     pub shard: u32,
+    /// The metadata group's state includes the registry.
+    pub is_meta: bool,
     pub handle: ShardHandle,
     pub store: StateStore,
     pub commit: GroupCommit,
+    /// The registry view, reloaded after the metadata group installs a snapshot.
+    pub directory: Directory,
+    /// Where this group's snapshot files live.
+    pub snapshot_dir: PathBuf,
 }
 
 fn sm_err(verb: ErrorVerb, e: impl ToString) -> StorageError {
     let io = std::io::Error::other(e.to_string());
     StorageIOError::new(ErrorSubject::StateMachine, verb, openraft::AnyError::new(&io)).into()
+}
+
+fn snap_err(verb: ErrorVerb, e: impl ToString) -> StorageError {
+    let io = std::io::Error::other(e.to_string());
+    StorageIOError::new(ErrorSubject::Snapshot(None), verb, openraft::AnyError::new(&io)).into()
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
 }
 
 // openraft's own trait methods return `StorageError` by value; helpers that
@@ -56,44 +81,113 @@ impl ShardStateMachine {
         Ok((applied, membership))
     }
 
-    /// Exports the shard at its current applied position. Runs inside the
-    /// state machine task, between applies, so the export is consistent.
-    async fn export(&self) -> Result<StoredSnapshot, StorageError> {
-        // The log is purged up to the snapshot: write the staged state to
-        // sled and make it durable first.
-        self.store.checkpoint(self.shard).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        self.commit.flush().await.map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        let (last_log_id, last_membership) = self.applied()?;
-        let items = self.store.export_shard(self.shard).map_err(|e| sm_err(ErrorVerb::Read, e))?;
-        let snapshot_id = format!(
-            "{}-{}",
-            last_log_id.map(|l| l.index).unwrap_or(0),
-            last_log_id.map(|l| l.leader_id.term).unwrap_or(0)
-        );
-        let meta = SnapshotMeta { last_log_id, last_membership, snapshot_id };
-        Ok(StoredSnapshot { meta, items })
+    /// Finishes an install that a crash interrupted, before the group
+    /// starts: from the kept `installing.snap`, or not at all (an error: a
+    /// half-installed shard must not serve or replay).
+    pub async fn resume_install(&self) -> anyhow::Result<()> {
+        let Some(note) = self.store.pending_install(self.shard)? else { return Ok(()) };
+        let path = PathBuf::from(String::from_utf8_lossy(&note).to_string());
+        if !path.is_file() {
+            anyhow::bail!(
+                "shard {}: a snapshot install was interrupted and its file {} is gone; \
+                 this replica's state is half replaced and it will not serve the shard \
+                 (clear this node's data directory to re-seed it from its peers)",
+                self.shard,
+                path.display()
+            );
+        }
+        tracing::warn!(shard = self.shard, "finishing a snapshot install a crash interrupted");
+        let meta = self.install_file(&path).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        tracing::info!(shard = self.shard, snapshot = %meta.snapshot_id, "snapshot install finished");
+        Ok(())
+    }
+
+    /// Replaces the shard's state with the snapshot at `path` (which must be
+    /// `installing.snap` in the snapshot dir), durably, and keeps the file
+    /// as the current snapshot.
+    async fn install_file(&self, path: &Path) -> Result<Meta, StorageError> {
+        // An export holds sled's copy still; wait for it to finish.
+        while self.store.is_frozen(self.shard) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (store, shard, registry) = (self.store.clone(), self.shard, self.is_meta);
+        let file = path.to_path_buf();
+        let meta = tokio::task::spawn_blocking(move || -> Result<Meta, String> {
+            let mut input = BufReader::new(std::fs::File::open(&file).map_err(|e| e.to_string())?);
+            let header = read_header(&mut input).map_err(|e| e.to_string())?;
+            let meta: Meta = codec::from_bytes(&header).map_err(|e| e.to_string())?;
+            let note = file.to_string_lossy().into_owned();
+            store
+                .install(shard, registry, note.as_bytes(), &mut input)
+                .map_err(|e| e.to_string())?;
+            Ok(meta)
+        })
+        .await
+        .map_err(|e| snap_err(ErrorVerb::Write, e))?
+        .map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        // The file's state must be the state at the meta's log id.
+        let (applied, _) = self.applied()?;
+        if applied != meta.last_log_id {
+            return Err(snap_err(
+                ErrorVerb::Read,
+                format!("snapshot {} holds state at {applied:?}", meta.snapshot_id),
+            ));
+        }
+        self.store.finish_install(self.shard).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        self.commit.flush().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let current = self.snapshot_dir.join(snapshot_file::complete_name(&meta.snapshot_id));
+        std::fs::rename(path, &current).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let _ = snapshot_file::sync_dir(&self.snapshot_dir);
+        snapshot_file::remove_all_but(&self.snapshot_dir, &current);
+        self.handle.reset().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        if self.is_meta {
+            self.directory.reload(&self.store).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        }
+        Ok(meta)
     }
 }
 
-/// Holds an export taken in the state machine task; building only encodes it.
+/// Holds the shard frozen at the point it was taken; building streams it
+/// to a file.
 pub struct Builder {
     shard: u32,
+    is_meta: bool,
     store: StateStore,
-    snapshot: Option<StoredSnapshot>,
-    error: Option<String>,
+    snapshot_dir: PathBuf,
+    taken: Result<(Frozen, Meta), String>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let snap = match (self.snapshot.take(), self.error.take()) {
-            (Some(s), _) => s,
-            (None, e) => return Err(sm_err(ErrorVerb::Read, e.unwrap_or_default())),
-        };
-        let bytes = codec::to_bytes(&snap).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        self.store
-            .put_snapshot_meta(self.shard, &bytes)
-            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        Ok(Snapshot { meta: snap.meta, snapshot: Box::new(Cursor::new(bytes)) })
+        let (frozen, meta) = std::mem::replace(&mut self.taken, Err("built already".into()))
+            .map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        let header = codec::to_bytes(&meta).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let (store, registry, dir) = (self.store.clone(), self.is_meta, self.snapshot_dir.clone());
+        let name = snapshot_file::complete_name(&meta.snapshot_id);
+        let shard = self.shard;
+        let path = tokio::task::spawn_blocking(move || -> Result<PathBuf, String> {
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let tmp = snapshot_file::tmp_path(&dir, "building");
+            let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            let stats =
+                store.export(&frozen, registry, &header, &mut out).map_err(|e| e.to_string())?;
+            // Thaw as soon as sled's copy has been read.
+            drop(frozen);
+            let file = out.into_inner().map_err(|e| e.to_string())?;
+            file.sync_all().map_err(|e| e.to_string())?;
+            let done = dir.join(&name);
+            std::fs::rename(&tmp, &done).map_err(|e| e.to_string())?;
+            let _ = snapshot_file::sync_dir(&dir);
+            snapshot_file::remove_all_but(&dir, &done);
+            tracing::info!(shard, items = stats.items, bytes = stats.bytes, "snapshot built");
+            Ok(done)
+        })
+        .await
+        .map_err(|e| snap_err(ErrorVerb::Write, e))?
+        .map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let file = SnapshotFile::open(path).await.map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        Ok(Snapshot { meta, snapshot: Box::new(file) })
     }
 }
 
@@ -128,56 +222,70 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         self.handle.apply(batch).await.map_err(|e| sm_err(ErrorVerb::Write, e))
     }
 
+    /// Runs in the state machine task, between applies: the point frozen
+    /// here is exactly the applied state, at the applied id.
     async fn get_snapshot_builder(&mut self) -> Builder {
-        let (snapshot, error) = match self.export().await {
-            Ok(s) => (Some(s), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
-        Builder { shard: self.shard, store: self.store.clone(), snapshot, error }
+        let taken = (|| {
+            let frozen = self.store.freeze(self.shard).map_err(|e| e.to_string())?;
+            let (last_log_id, last_membership) = self.applied().map_err(|e| e.to_string())?;
+            let snapshot_id = format!(
+                "{}-{}-{}",
+                last_log_id.map(|l| l.index).unwrap_or(0),
+                last_log_id.map(|l| l.leader_id.term).unwrap_or(0),
+                now_ms()
+            );
+            Ok((frozen, Meta { last_log_id, last_membership, snapshot_id }))
+        })();
+        Builder {
+            shard: self.shard,
+            is_meta: self.is_meta,
+            store: self.store.clone(),
+            snapshot_dir: self.snapshot_dir.clone(),
+            taken,
+        }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        let f = SnapshotFile::create_incoming(&self.snapshot_dir)
+            .await
+            .map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        Ok(Box::new(f))
     }
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<u64, openraft::BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &Meta,
+        snapshot: Box<SnapshotFile>,
     ) -> Result<(), StorageError> {
-        let bytes = snapshot.into_inner();
-        let snap: StoredSnapshot =
-            codec::from_bytes(&bytes).map_err(|e| sm_err(ErrorVerb::Read, e))?;
-        self.store.import_shard(self.shard, snap.items).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        let mut ws = plaudit_storage::WriteSet::new(self.shard);
-        if let Some(l) = meta.last_log_id {
-            ws.put_applied(
-                self.shard,
-                &codec::to_bytes(&l).map_err(|e| sm_err(ErrorVerb::Write, e))?,
-            );
+        let received = snapshot.finish().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let installing = self.snapshot_dir.join("installing.snap");
+        std::fs::rename(&received, &installing).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let _ = snapshot_file::sync_dir(&self.snapshot_dir);
+        let got = self.install_file(&installing).await?;
+        if got.snapshot_id != meta.snapshot_id {
+            return Err(snap_err(
+                ErrorVerb::Read,
+                format!("received {} but its file holds {}", meta.snapshot_id, got.snapshot_id),
+            ));
         }
-        ws.put_membership(
-            self.shard,
-            &codec::to_bytes(&meta.last_membership).map_err(|e| sm_err(ErrorVerb::Write, e))?,
-        );
-        self.store.stage(ws);
-        // The imported keys are in sled already; their applied id must be
-        // too, or a crash would replay the log over the snapshot's state.
-        self.store.checkpoint(self.shard).map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        self.store
-            .put_snapshot_meta(self.shard, &bytes)
-            .map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        self.handle.reset().await.map_err(|e| sm_err(ErrorVerb::Write, e))
+        tracing::info!(shard = self.shard, snapshot = %meta.snapshot_id, "snapshot installed");
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(bytes) =
-            self.store.snapshot_meta(self.shard).map_err(|e| sm_err(ErrorVerb::Read, e))?
+        let Some(path) = snapshot_file::newest_complete(&self.snapshot_dir)
+            .map_err(|e| snap_err(ErrorVerb::Read, e))?
         else {
             return Ok(None);
         };
-        let snap: StoredSnapshot =
-            codec::from_bytes(&bytes).map_err(|e| sm_err(ErrorVerb::Read, e))?;
-        Ok(Some(Snapshot { meta: snap.meta, snapshot: Box::new(Cursor::new(bytes.to_vec())) }))
+        let header = {
+            let mut f = BufReader::new(
+                std::fs::File::open(&path).map_err(|e| snap_err(ErrorVerb::Read, e))?,
+            );
+            read_header(&mut f).map_err(|e| snap_err(ErrorVerb::Read, e))?
+        };
+        let meta: Meta = codec::from_bytes(&header).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        let file = SnapshotFile::open(path).await.map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
     }
 }

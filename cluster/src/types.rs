@@ -1,7 +1,7 @@
 //! The openraft type configuration shared by every group on a node.
 
+use crate::snapshot_file::SnapshotFile;
 use plaudit_actors::{Batch, CmdResult};
-use std::io::Cursor;
 
 openraft::declare_raft_types!(
     /// One Raft entry carries a `Batch` of commands; its response is one
@@ -12,7 +12,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = SnapshotFile,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -6,7 +6,7 @@
 //! shard ran meanwhile (a seqlock-style epoch per shard: odd while a commit
 //! is applying), so a stale value is never installed. `StateStore::stage`
 //! writes through, `StateStore::get_counts` fills, and
-//! `StateStore::import_shard` drops a shard's entries.
+//! a snapshot install drops a shard's entries.
 
 use crate::likes::CountsRec;
 use plaudit_proto::{BizId, EntityId};
@@ -83,7 +83,7 @@ mod tests {
         s.checkpoint(0).unwrap();
         let fresh = StateStore::open(&s.db).unwrap();
         assert_eq!(fresh.get_counts(1, 0, 5).unwrap().likes, 3);
-        s.import_shard(0, Vec::new()).unwrap();
+        s.install_bytes(0, &crate::snapshot::empty_snapshot());
         assert_eq!(s.get_counts(1, 0, 5).unwrap(), CountsRec::default());
     }
 }

@@ -21,7 +21,8 @@
 //! - `boards`: the key layout of ranking sub-boards, its encoders and reads;
 //! - `shard_meta`: a shard's meta tree: applied log id, membership, inbox, outbox;
 //! - `registry`: the registry tree of businesses and rankings;
-//! - `snapshot`: export and import of one shard's slice of state.
+//! - `snapshot`: a shard's state streamed to a snapshot file from a consistent
+//!   point (`freeze`), and installed from one atomically (a marker, then the keys).
 
 pub mod boards;
 mod counts_cache;
@@ -33,7 +34,7 @@ mod merge;
 mod pending;
 mod registry;
 mod shard_meta;
-mod snapshot;
+pub mod snapshot;
 pub mod state;
 mod trees;
 

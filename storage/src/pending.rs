@@ -83,6 +83,13 @@ impl Overlay {
         })
     }
 
+    /// Drops every staged write of one tree.
+    pub fn drop_tree(&mut self, tree: TreeRef) {
+        if let Some(entries) = self.trees.remove(&tree) {
+            self.keys -= entries.len();
+        }
+    }
+
     /// Drops every staged write of one shard's slice: keys starting with
     /// `prefix` in the business and ranking trees, and the whole shard meta
     /// tree `meta`.

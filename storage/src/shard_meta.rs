@@ -6,7 +6,6 @@
 //! | --- | --- |
 //! | `a:applied` | the applied log id, as the cluster encoded it |
 //! | `a:membership` | the membership, as the cluster encoded it |
-//! | `a:snapshot` | the snapshot meta (written straight to sled, not staged) |
 //! | `a:floor` | `v1, time of the last applied entry u64`: apply never stamps below it |
 //! | `i:` + source shard | `v1, highest applied delta seq u64` |
 //! | `o:` + target shard + seq | the encoded delta |
@@ -17,19 +16,16 @@
 //! them. Shard ids and seqs are big-endian, so the outbox scans grouped by
 //! target, oldest first.
 
-use crate::keys::{decode_u64_value, read_u64, u64_value};
+use crate::keys::{decode_u64_value, read_u32, read_u64, u64_value};
 use crate::pending::prefix_range;
 use crate::state::{corrupt, Result, StateStore, Value, WriteSet};
 use crate::trees::TreeRef;
-
-/// Pending outbox entries towards one target shard: `(target, [(seq, encoded delta)])`.
-pub type OutboxRun = (u32, Vec<(u64, Vec<u8>)>);
+use std::ops::Bound;
 
 /// Meta keys of a shard tree.
 pub(crate) mod meta {
     pub const APPLIED: &[u8] = b"a:applied";
     pub const MEMBERSHIP: &[u8] = b"a:membership";
-    pub const SNAPSHOT: &[u8] = b"a:snapshot";
     pub const FLOOR: &[u8] = b"a:floor";
     /// `i:` + source shard -> highest applied delta seq from that source.
     pub const INBOX: u8 = b'i';
@@ -64,15 +60,6 @@ impl StateStore {
         self.get(shard, TreeRef::Shard(shard), meta::MEMBERSHIP)
     }
 
-    pub fn snapshot_meta(&self, shard: u32) -> Result<Option<sled::IVec>> {
-        Ok(self.shard_tree(shard)?.get(meta::SNAPSHOT)?)
-    }
-
-    pub fn put_snapshot_meta(&self, shard: u32, value: &[u8]) -> Result<()> {
-        self.shard_tree(shard)?.insert(meta::SNAPSHOT, value)?;
-        Ok(())
-    }
-
     /// Highest delta seq applied from `source` into `shard`.
     pub fn inbox_seq(&self, shard: u32, source: u32) -> Result<u64> {
         match self.get(shard, TreeRef::Shard(shard), &tagged(meta::INBOX, source))? {
@@ -89,18 +76,56 @@ impl StateStore {
         }
     }
 
-    /// Pending outbox entries of `shard`, grouped by target, oldest first, at
-    /// most `limit` per target.
-    pub fn outbox_pending(&self, shard: u32, limit: usize) -> Result<Vec<OutboxRun>> {
-        let mut out: Vec<OutboxRun> = Vec::new();
-        // The outbox is drained continuously, so it is short; a plain scan is
-        // cheaper than seeking per target.
-        let range = prefix_range(&[meta::OUTBOX, b':']);
+    /// Pending outbox entries of `shard` towards `target` with a seq above
+    /// `after`, oldest first, at most `limit`: a delivery round reads from
+    /// where the previous one stopped, and never past what it can send.
+    pub fn outbox_after(
+        &self,
+        shard: u32,
+        target: u32,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, Vec<u8>)>> {
+        let prefix = tagged(meta::OUTBOX, target);
+        let mut from = prefix.clone();
+        from.extend_from_slice(&after.saturating_add(1).to_be_bytes());
+        let range = (Bound::Included(from), prefix_range(&prefix).1);
+        let mut out = Vec::new();
+        if limit == 0 || after == u64::MAX {
+            return Ok(out);
+        }
         self.scan(shard, TreeRef::Shard(shard), range, false, |k, v| {
-            push_outbox(&mut out, k, v.to_vec(), limit)?;
-            Ok(true)
+            let seq = read_u64(k, prefix.len()).ok_or_else(|| corrupt("outbox key", k))?;
+            out.push((seq, v.to_vec()));
+            Ok(out.len() < limit)
         })?;
         Ok(out)
+    }
+
+    /// The targets `shard` has pending outbox entries for, ascending. One
+    /// seek per target, however long each target's backlog is.
+    pub fn outbox_targets(&self, shard: u32) -> Result<Vec<u32>> {
+        let mut targets = Vec::new();
+        let mut from = tagged(meta::OUTBOX, 0);
+        let end = prefix_range(&[meta::OUTBOX, b':']).1;
+        loop {
+            let mut found = None;
+            let range = (Bound::Included(from.clone()), end.clone());
+            self.scan(shard, TreeRef::Shard(shard), range, false, |k, _| {
+                found = Some(read_u32(&k[2..]).ok_or_else(|| corrupt("outbox key", k))?);
+                Ok(false)
+            })?;
+            match found {
+                Some(t) => {
+                    targets.push(t);
+                    match t.checked_add(1) {
+                        Some(next) => from = tagged(meta::OUTBOX, next),
+                        None => return Ok(targets),
+                    }
+                }
+                None => return Ok(targets),
+            }
+        }
     }
 
     /// Number of outbox entries waiting in `shard` (for metrics).
@@ -113,22 +138,6 @@ impl StateStore {
         })?;
         Ok(n)
     }
-}
-
-fn push_outbox(out: &mut Vec<OutboxRun>, k: &[u8], v: Vec<u8>, limit: usize) -> Result<()> {
-    let target = k.get(2..6).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-    let (Some(target), Some(seq)) = (target, read_u64(k, 6)) else {
-        return Err(corrupt("outbox key", k));
-    };
-    match out.last_mut() {
-        Some((t, items)) if *t == target => {
-            if items.len() < limit {
-                items.push((seq, v));
-            }
-        }
-        _ => out.push((target, vec![(seq, v)])),
-    }
-    Ok(())
 }
 
 impl WriteSet {
@@ -176,23 +185,25 @@ mod tests {
     }
 
     #[test]
-    fn outbox_groups_by_target_and_acks() {
+    fn outbox_reads_from_a_cursor_per_target_and_acks() {
         let (_d, s) = store();
         let mut ws = WriteSet::new(0);
         ws.push_outbox(0, 3, 1, b"a");
         ws.push_outbox(0, 3, 2, b"b");
         ws.push_outbox(0, 1, 1, b"c");
         s.stage(ws);
-        let p = s.outbox_pending(0, 10).unwrap();
-        assert_eq!(p.len(), 2);
-        assert_eq!(p[0].0, 1);
-        assert_eq!(p[1].1.iter().map(|(q, _)| *q).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(s.outbox_targets(0).unwrap(), vec![1, 3]);
+        let seqs = |v: Vec<(u64, Vec<u8>)>| v.into_iter().map(|(q, _)| q).collect::<Vec<_>>();
+        assert_eq!(seqs(s.outbox_after(0, 3, 0, 10).unwrap()), vec![1, 2]);
+        assert_eq!(seqs(s.outbox_after(0, 3, 0, 1).unwrap()), vec![1], "at most the limit");
+        assert_eq!(seqs(s.outbox_after(0, 3, 1, 10).unwrap()), vec![2], "from a cursor");
+        assert_eq!(s.outbox_after(0, 3, u64::MAX, 10).unwrap(), vec![]);
+        assert_eq!(s.outbox_after(0, 1, 0, 10).unwrap(), vec![(1, b"c".to_vec())]);
         assert_eq!(s.outbox_next(0, 3).unwrap(), 3);
-        let limited = s.outbox_pending(0, 1).unwrap();
-        assert_eq!(limited[1].1.len(), 1);
         let mut ws = WriteSet::new(0);
         ws.ack_outbox(0, 3, [1, 2]);
         s.stage(ws);
         assert_eq!(s.outbox_len(0).unwrap(), 1);
+        assert_eq!(s.outbox_targets(0).unwrap(), vec![1], "acknowledged targets drop out");
     }
 }

@@ -1,76 +1,293 @@
-//! A shard's slice of applied state as a flat list of keys, for Raft
-//! snapshots: every key of the shard in every business and ranking tree
-//! (each of their keys starts with the shard id, so the slice is one prefix
-//! scan per tree) and its meta tree. Exporting checkpoints first, so the
-//! export holds everything applied; importing replaces the slice and drops
-//! what is staged for it, and the shard's counts from the read cache.
+//! Raft snapshots of a shard: its applied state streamed to a file in
+//! chunks from a consistent point, and installed from such a file
+//! atomically.
+//!
+//! **What a shard's state is.** Every key of the shard in every business
+//! and ranking tree (each starts with the shard id, so the slice is one
+//! prefix scan per tree), its whole meta tree (applied id, membership, time
+//! floor, inbox and outbox), and, for the metadata group, the registry.
+//!
+//! **A consistent point without stopping apply.** Applied state is written
+//! behind (`state.rs`): sled changes only when a checkpoint writes a staged
+//! overlay. `freeze` checkpoints the shard (so sled holds exactly what is
+//! applied, with its applied id) and then stops further checkpoints of it
+//! until the returned guard drops. Apply goes on meanwhile, staging into
+//! the overlay, while the export walks sled's unchanging copy, chunk by
+//! chunk, with memory bounded by one chunk.
+//!
+//! **Atomic install.** sled recovers a prefix of its writes after a crash.
+//! An install therefore first writes a marker (`installs` tree, key = shard),
+//! then replaces the shard's keys, then removes the marker. After a crash,
+//! either no key changed, or the marker is there: the shard is half
+//! installed, and `pending_install` says so, so that the node finishes the
+//! install from the same file or refuses to serve the shard (never a mix of
+//! old and new state).
+//!
+//! File layout:
+//!
+//! ```text
+//! "PLAUDITSNAP" 0x01 | header len u32 BE | header (the cluster's snapshot meta, opaque here)
+//! then records: len u32 BE | bincode(Record)      Record = Chunk { tree, [(key, value)] } | End { items }
+//! ```
 
 use crate::keys;
-use crate::shard_meta::meta;
-use crate::state::{Result, StateStore};
+use crate::state::{Result, StateError, StateStore};
 use crate::trees::TreeRef;
+use plaudit_proto::codec;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-/// One key of an exported shard: `(tree name, key, value)`.
-pub type ExportItem = (String, Vec<u8>, Vec<u8>);
+const MAGIC: &[u8; 12] = b"PLAUDITSNAP\x01";
+/// Keys and values per chunk are gathered up to about this many bytes.
+const CHUNK_BYTES: usize = 1 << 20;
+/// A record longer than this is corrupt (chunks stay near `CHUNK_BYTES`,
+/// plus one key and value, which sled bounds well below this).
+const MAX_RECORD: usize = 256 << 20;
+
+#[derive(Serialize, Deserialize)]
+enum Record {
+    Chunk { tree: TreeRef, items: Vec<(Vec<u8>, Vec<u8>)> },
+    End { items: u64 },
+}
+
+/// What an export or install moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    pub items: u64,
+    pub bytes: u64,
+}
+
+/// Holds a shard's stored copy still: checkpoints of the shard are skipped
+/// (writes stay staged and readable) until this drops.
+pub struct Frozen {
+    shard: u32,
+    slot: Arc<crate::state::PendingSlot>,
+}
+
+impl Frozen {
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.slot.frozen.store(false, Ordering::Release);
+    }
+}
+
+fn snap_err(detail: impl ToString) -> StateError {
+    StateError::Corrupt { what: "snapshot", detail: detail.to_string() }
+}
+
+fn io_err(e: std::io::Error) -> StateError {
+    StateError::Io(e)
+}
+
+fn write_record(out: &mut impl Write, r: &Record) -> Result<u64> {
+    let bytes = codec::to_bytes(r).map_err(snap_err)?;
+    out.write_all(&(bytes.len() as u32).to_be_bytes()).map_err(io_err)?;
+    out.write_all(&bytes).map_err(io_err)?;
+    Ok(4 + bytes.len() as u64)
+}
+
+fn read_record(input: &mut impl Read, buf: &mut Vec<u8>) -> Result<Record> {
+    let mut len = [0u8; 4];
+    input.read_exact(&mut len).map_err(|e| snap_err(format!("truncated ({e})")))?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_RECORD {
+        return Err(snap_err(format!("a record of {len} bytes")));
+    }
+    buf.resize(len, 0);
+    input.read_exact(buf).map_err(|e| snap_err(format!("truncated ({e})")))?;
+    codec::from_bytes(buf).map_err(snap_err)
+}
+
+/// Reads the header of a snapshot file (what `export` was given).
+pub fn read_header(input: &mut impl Read) -> Result<Vec<u8>> {
+    let mut magic = [0u8; 12];
+    input.read_exact(&mut magic).map_err(|e| snap_err(format!("no header ({e})")))?;
+    if &magic != MAGIC {
+        return Err(snap_err("not a Plaudit snapshot (bad magic)"));
+    }
+    let mut len = [0u8; 4];
+    input.read_exact(&mut len).map_err(|e| snap_err(format!("no header ({e})")))?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_RECORD {
+        return Err(snap_err(format!("a header of {len} bytes")));
+    }
+    let mut header = vec![0u8; len];
+    input.read_exact(&mut header).map_err(|e| snap_err(format!("truncated header ({e})")))?;
+    Ok(header)
+}
+
+/// Gathers `(key, value)`s of one tree into chunks and writes them.
+struct ChunkWriter<'a, W: Write> {
+    out: &'a mut W,
+    tree: TreeRef,
+    items: Vec<(Vec<u8>, Vec<u8>)>,
+    size: usize,
+    stats: SnapshotStats,
+}
+
+impl<W: Write> ChunkWriter<'_, W> {
+    fn push(&mut self, tree: TreeRef, k: &[u8], v: &[u8]) -> Result<()> {
+        if tree != self.tree || self.size >= CHUNK_BYTES {
+            self.flush()?;
+            self.tree = tree;
+        }
+        self.size += k.len() + v.len();
+        self.items.push((k.to_vec(), v.to_vec()));
+        self.stats.items += 1;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.items.is_empty() {
+            return Ok(());
+        }
+        let items = std::mem::take(&mut self.items);
+        self.size = 0;
+        self.stats.bytes += write_record(self.out, &Record::Chunk { tree: self.tree, items })?;
+        Ok(())
+    }
+}
 
 impl StateStore {
-    /// Every key of `shard` in every business tree and its meta tree, for a
-    /// snapshot: `(tree name, key, value)`. Checkpoints first, so the export
-    /// holds everything applied.
-    pub fn export_shard(&self, shard: u32) -> Result<Vec<ExportItem>> {
-        self.checkpoint(shard)?;
-        let mut out = Vec::new();
+    /// Checkpoints `shard` and stops further checkpoints of it until the
+    /// guard drops, so that sled's copy is exactly the applied state, at
+    /// the applied id stored with it. Call between applies (the state
+    /// machine task does).
+    pub fn freeze(&self, shard: u32) -> Result<Frozen> {
+        let slot = self.slot(shard);
+        // Holding the checkpoint lock while setting the flag: a checkpoint
+        // that waits for the lock finds the shard frozen and does nothing.
+        let _one_at_a_time = slot.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.frozen.load(Ordering::Acquire) {
+            return Err(snap_err(format!("shard {shard} is frozen by another export")));
+        }
+        self.checkpoint_locked(shard, &slot)?;
+        slot.frozen.store(true, Ordering::Release);
+        Ok(Frozen { shard, slot: slot.clone() })
+    }
+
+    /// Whether a snapshot export holds `shard`'s stored copy still.
+    pub fn is_frozen(&self, shard: u32) -> bool {
+        self.slot(shard).frozen.load(Ordering::Acquire)
+    }
+
+    /// Streams the frozen shard (and the registry, with `registry`) to
+    /// `out` after `header`. Reads sled only: the frozen copy is the state
+    /// at the point of `freeze`, whatever is applied meanwhile.
+    pub fn export(
+        &self,
+        frozen: &Frozen,
+        registry: bool,
+        header: &[u8],
+        out: &mut impl Write,
+    ) -> Result<SnapshotStats> {
+        let shard = frozen.shard;
+        out.write_all(MAGIC).map_err(io_err)?;
+        out.write_all(&(header.len() as u32).to_be_bytes()).map_err(io_err)?;
+        out.write_all(header).map_err(io_err)?;
+        let mut w = ChunkWriter {
+            out,
+            tree: TreeRef::Shard(shard),
+            items: Vec::new(),
+            size: 0,
+            stats: SnapshotStats::default(),
+        };
+        for kv in self.shard_tree(shard)?.iter() {
+            let (k, v) = kv?;
+            w.push(TreeRef::Shard(shard), &k, &v)?;
+        }
         for biz in self.biz_ids_on_disk() {
-            let tree = self.biz_tree(biz)?;
-            for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
+            for kv in self.biz_tree(biz)?.scan_prefix(keys::shard_prefix(shard)) {
                 let (k, v) = kv?;
-                out.push((format!("biz/{biz}"), k.to_vec(), v.to_vec()));
+                w.push(TreeRef::Biz(biz), &k, &v)?;
             }
         }
         for rank in self.rank_ids_on_disk() {
-            let tree = self.rank_tree(rank)?;
-            for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
+            for kv in self.rank_tree(rank)?.scan_prefix(keys::shard_prefix(shard)) {
                 let (k, v) = kv?;
-                out.push((format!("rank/{rank}"), k.to_vec(), v.to_vec()));
+                w.push(TreeRef::Rank(rank), &k, &v)?;
             }
         }
-        for kv in self.shard_tree(shard)?.iter() {
-            let (k, v) = kv?;
-            if k.as_ref() != meta::SNAPSHOT {
-                out.push((format!("shard/{shard}/meta"), k.to_vec(), v.to_vec()));
+        if registry {
+            for kv in self.registry.iter() {
+                let (k, v) = kv?;
+                w.push(TreeRef::Registry, &k, &v)?;
             }
         }
-        Ok(out)
+        w.flush()?;
+        let mut stats = w.stats;
+        stats.bytes += write_record(w.out, &Record::End { items: stats.items })?;
+        w.out.flush().map_err(io_err)?;
+        Ok(stats)
     }
 
-    /// Replaces every key of `shard` with `items` (from `export_shard`),
-    /// dropping what is staged for it. Not atomic: a crash part-way leaves
-    /// the shard to be re-installed from a snapshot.
-    pub fn import_shard(&self, shard: u32, items: Vec<ExportItem>) -> Result<()> {
+    /// The note of an install that a crash interrupted, if `shard` has one.
+    pub fn pending_install(&self, shard: u32) -> Result<Option<Vec<u8>>> {
+        Ok(self.installs.get(shard.to_be_bytes())?.map(|v| v.to_vec()))
+    }
+
+    /// Replaces `shard`'s state (and the registry, with `registry`) with the
+    /// snapshot `input` (positioned after its header; see `read_header`).
+    /// `note` is kept in the install marker until the install completes (the
+    /// caller's way to find the file again after a crash). Staged writes of
+    /// the shard are dropped and its cached counts forgotten.
+    pub fn install(
+        &self,
+        shard: u32,
+        registry: bool,
+        note: &[u8],
+        input: &mut impl Read,
+    ) -> Result<SnapshotStats> {
         let slot = self.slot(shard);
         let _no_checkpoint = slot.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.frozen.load(Ordering::Acquire) {
+            return Err(snap_err(format!("shard {shard} is being exported")));
+        }
+        // First the marker: sled keeps writes in order, so any change below
+        // that survives a crash comes with it.
+        self.installs.insert(shard.to_be_bytes(), note)?;
         {
             let mut layers = slot.layers();
             layers.active.drop_shard(&keys::shard_prefix(shard), TreeRef::Shard(shard));
+            if registry {
+                layers.active.drop_tree(TreeRef::Registry);
+            }
             layers.flushing = None;
             if layers.active.is_empty() {
                 layers.since = None;
             }
         }
-        // The import rewrites counts behind the cache: hold the shard's epoch
-        // odd throughout so no read refills it, and drop what it holds.
+        // The install rewrites counts behind the cache: hold the shard's
+        // epoch odd throughout so no read refills it, and drop what it holds.
         let epoch = self.counts_cache.epoch(shard);
         epoch.fetch_add(1, Ordering::AcqRel);
         for part in &self.counts_cache.parts {
             part.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.1 != shard);
         }
-        let res = self.import_shard_keys(shard, items);
+        let res = self.replace_keys(shard, registry, input);
         epoch.fetch_add(1, Ordering::AcqRel);
         res
     }
 
-    fn import_shard_keys(&self, shard: u32, items: Vec<ExportItem>) -> Result<()> {
+    /// Removes the install marker: the shard's new state is complete.
+    pub fn finish_install(&self, shard: u32) -> Result<()> {
+        self.installs.remove(shard.to_be_bytes())?;
+        Ok(())
+    }
+
+    fn replace_keys(
+        &self,
+        shard: u32,
+        registry: bool,
+        input: &mut impl Read,
+    ) -> Result<SnapshotStats> {
         for biz in self.biz_ids_on_disk() {
             let tree = self.biz_tree(biz)?;
             for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
@@ -84,16 +301,220 @@ impl StateStore {
             }
         }
         self.shard_tree(shard)?.clear()?;
-        let meta_name = format!("shard/{shard}/meta");
-        for (name, k, v) in items {
-            if name == meta_name {
-                self.shard_tree(shard)?.insert(k, v)?;
-            } else if let Some(biz) = name.strip_prefix("biz/").and_then(|b| b.parse().ok()) {
-                self.biz_tree(biz)?.insert(k, v)?;
-            } else if let Some(r) = name.strip_prefix("rank/").and_then(|r| r.parse().ok()) {
-                self.rank_tree(r)?.insert(k, v)?;
+        if registry {
+            self.registry.clear()?;
+        }
+        let mut stats = SnapshotStats::default();
+        let mut buf = Vec::new();
+        loop {
+            match read_record(input, &mut buf)? {
+                Record::Chunk { tree, items } => {
+                    let belongs = match tree {
+                        TreeRef::Shard(s) => s == shard,
+                        TreeRef::Biz(_) | TreeRef::Rank(_) => true,
+                        TreeRef::Registry => registry,
+                    };
+                    if !belongs {
+                        return Err(snap_err(format!("a chunk of {tree:?} in shard {shard}")));
+                    }
+                    // The source may be another shard id only for the meta
+                    // tree, which is refused above; data keys are checked here.
+                    let t = self.tree(tree)?;
+                    for (k, v) in items {
+                        if matches!(tree, TreeRef::Biz(_) | TreeRef::Rank(_))
+                            && !k.starts_with(&keys::shard_prefix(shard))
+                        {
+                            return Err(snap_err(format!("a key of another shard in {tree:?}")));
+                        }
+                        stats.bytes += (k.len() + v.len()) as u64;
+                        t.insert(k, v)?;
+                        stats.items += 1;
+                    }
+                }
+                Record::End { items } if items == stats.items => return Ok(stats),
+                Record::End { items } => {
+                    return Err(snap_err(format!(
+                        "the snapshot announces {items} items and holds {}",
+                        stats.items
+                    )))
+                }
             }
         }
-        Ok(())
+    }
+}
+
+/// Test helpers: a whole snapshot as bytes, and installing one.
+#[cfg(test)]
+impl StateStore {
+    pub(crate) fn snapshot_bytes(&self, shard: u32) -> Vec<u8> {
+        let frozen = self.freeze(shard).unwrap();
+        let mut file = Vec::new();
+        self.export(&frozen, false, b"", &mut file).unwrap();
+        file
+    }
+
+    pub(crate) fn install_bytes(&self, shard: u32, mut file: &[u8]) {
+        read_header(&mut file).unwrap();
+        self.install(shard, false, b"test", &mut file).unwrap();
+        self.finish_install(shard).unwrap();
+    }
+}
+
+/// A snapshot of a shard with no state at all.
+#[cfg(test)]
+pub(crate) fn empty_snapshot() -> Vec<u8> {
+    let mut file = MAGIC.to_vec();
+    file.extend_from_slice(&0u32.to_be_bytes());
+    write_record(&mut file, &Record::End { items: 0 }).unwrap();
+    file
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::WriteSet;
+    use plaudit_proto::LikeState;
+
+    fn store() -> (tempfile::TempDir, StateStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let s = StateStore::open(&db).unwrap();
+        (dir, s)
+    }
+
+    /// Every key of every tree, as sled holds it after a checkpoint.
+    fn dump(s: &StateStore, shard: u32) -> Vec<(String, Vec<u8>, Vec<u8>)> {
+        s.checkpoint(shard).unwrap();
+        let mut out = Vec::new();
+        for name in s.db.tree_names() {
+            let name = String::from_utf8_lossy(&name).to_string();
+            if name == "installs" || name == "redo" {
+                continue;
+            }
+            for kv in s.db.open_tree(&name).unwrap().iter() {
+                let (k, v) = kv.unwrap();
+                out.push((name.clone(), k.to_vec(), v.to_vec()));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn fill(s: &StateStore, shard: u32, n: u64) {
+        let mut ws = WriteSet::new(shard);
+        for i in 0..n {
+            ws.put_state(1, shard, i, i * 7, LikeState::Like, 1000 + i);
+            ws.add_user_item(1, shard, i, 1000 + i, i * 7);
+            ws.put_board_member(5, shard, b"day", i, i as i64 * 3, i);
+            // Long values, so the export spans several chunks.
+            ws.put_board_events(5, shard, b"day", i, &vec![i; 4000]);
+        }
+        ws.put_applied(shard, b"applied-at-n");
+        ws.put_time_floor(shard, 77);
+        ws.push_outbox(shard, 3, 1, b"delta");
+        s.stage(ws);
+    }
+
+    #[test]
+    fn export_then_install_elsewhere_gives_the_same_state() {
+        let (_a, src) = store();
+        fill(&src, 2, 200);
+        // Another shard's keys and a registry entry must stay out of shard 2's export.
+        let mut other = WriteSet::new(4);
+        other.put_state(1, 4, 1, 1, LikeState::Dislike, 5);
+        src.stage(other);
+        let mut reg = WriteSet::new(2);
+        reg.put_registry(b"r1", b"def");
+        src.stage(reg);
+
+        let frozen = src.freeze(2).unwrap();
+        let mut file = Vec::new();
+        let stats = src.export(&frozen, true, b"hdr", &mut file).unwrap();
+        drop(frozen);
+        assert!(stats.bytes > 2 * CHUNK_BYTES as u64, "several chunks: {stats:?}");
+
+        let (_b, dst) = store();
+        // The destination had state of its own in shard 2, and in shard 4.
+        let mut old = WriteSet::new(2);
+        old.put_state(1, 2, 9999, 1, LikeState::Like, 1);
+        dst.stage(old);
+        let mut keep = WriteSet::new(4);
+        keep.put_state(1, 4, 1, 1, LikeState::Like, 9);
+        dst.stage(keep);
+
+        let mut input = &file[..];
+        assert_eq!(read_header(&mut input).unwrap(), b"hdr");
+        let got = dst.install(2, true, b"note", &mut input).unwrap();
+        assert_eq!(got.items, stats.items);
+        assert_eq!(dst.pending_install(2).unwrap().as_deref(), Some(&b"note"[..]));
+        dst.finish_install(2).unwrap();
+        assert_eq!(dst.pending_install(2).unwrap(), None);
+
+        let shard2 = |d: Vec<(String, Vec<u8>, Vec<u8>)>| -> Vec<_> {
+            d.into_iter()
+                .filter(|(t, k, _)| {
+                    t == "registry"
+                        || t == "shard/2/meta"
+                        || (t.starts_with("biz/") || t.starts_with("rank/"))
+                            && k.starts_with(&2u32.to_be_bytes())
+                })
+                .collect()
+        };
+        assert_eq!(shard2(dump(&dst, 2)), shard2(dump(&src, 2)));
+        assert_eq!(dst.get_state(1, 2, 9999, 1).unwrap(), None, "the old state is gone");
+        assert_eq!(dst.get_state(1, 4, 1, 1).unwrap(), Some((LikeState::Like, 9)), "shard 4 kept");
+        assert_eq!(dst.time_floor(2).unwrap(), 77);
+        assert_eq!(dst.outbox_len(2).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_frozen_shard_keeps_applying_while_sled_holds_still() {
+        let (_d, s) = store();
+        fill(&s, 1, 3);
+        let frozen = s.freeze(1).unwrap();
+        let mut ws = WriteSet::new(1);
+        ws.put_state(1, 1, 500, 500, LikeState::Dislike, 9);
+        ws.put_applied(1, b"later");
+        s.stage(ws);
+        s.checkpoint(1).unwrap(); // skipped while frozen
+        assert_eq!(s.get_state(1, 1, 500, 500).unwrap(), Some((LikeState::Dislike, 9)));
+        let mut file = Vec::new();
+        s.export(&frozen, false, b"", &mut file).unwrap();
+        drop(frozen);
+        assert!(!s.is_frozen(1));
+
+        let (_e, dst) = store();
+        let mut input = &file[..];
+        read_header(&mut input).unwrap();
+        dst.install(1, false, b"", &mut input).unwrap();
+        dst.finish_install(1).unwrap();
+        assert_eq!(dst.get_state(1, 1, 500, 500).unwrap(), None, "applied after the freeze");
+        assert_eq!(dst.applied(1).unwrap().as_deref(), Some(&b"applied-at-n"[..]));
+        // Once thawed, the next checkpoint writes what was staged meanwhile.
+        s.checkpoint(1).unwrap();
+        assert_eq!(s.applied(1).unwrap().as_deref(), Some(&b"later"[..]));
+    }
+
+    #[test]
+    fn a_truncated_or_foreign_snapshot_is_refused() {
+        let (_a, src) = store();
+        fill(&src, 0, 20);
+        let frozen = src.freeze(0).unwrap();
+        let mut file = Vec::new();
+        src.export(&frozen, false, b"h", &mut file).unwrap();
+        drop(frozen);
+
+        let (_b, dst) = store();
+        let cut = &file[..file.len() - 3];
+        let mut input = cut;
+        read_header(&mut input).unwrap();
+        assert!(dst.install(0, false, b"n", &mut input).is_err());
+        // The marker stays: the shard is known to be half installed.
+        assert!(dst.pending_install(0).unwrap().is_some());
+        // A snapshot of shard 0 cannot be installed as shard 1.
+        let mut input = &file[..];
+        read_header(&mut input).unwrap();
+        assert!(dst.install(1, false, b"n", &mut input).is_err());
+        assert!(read_header(&mut &b"garbage that is long enough"[..]).is_err());
     }
 }

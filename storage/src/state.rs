@@ -35,14 +35,12 @@ use plaudit_proto::{BizId, EntityId};
 use serde::{Deserialize, Serialize};
 use sled::Tree;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 // Paths that were defined here before the store was split by concept.
 pub use crate::likes::CountsRec;
-pub use crate::shard_meta::OutboxRun;
-pub use crate::snapshot::ExportItem;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -50,6 +48,8 @@ pub enum StateError {
     Sled(#[from] sled::Error),
     #[error("corrupt value under {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 pub type Result<T> = std::result::Result<T, StateError>;
@@ -81,11 +81,13 @@ impl Default for CheckpointPolicy {
     }
 }
 
-/// One shard's staged writes, and the lock that serialises its checkpoints.
+/// One shard's staged writes, the lock that serialises its checkpoints,
+/// and whether a snapshot export holds its stored copy still.
 #[derive(Default)]
 pub(crate) struct PendingSlot {
     layers: Mutex<Layers>,
     pub(crate) checkpoint: Mutex<()>,
+    pub(crate) frozen: AtomicBool,
 }
 
 impl PendingSlot {
@@ -107,6 +109,8 @@ pub struct StateStore {
     pub(crate) registry: Tree,
     /// Redo records of checkpoints in progress, one key per shard.
     redo: Tree,
+    /// Markers of snapshot installs in progress, one key per shard (`snapshot.rs`).
+    pub(crate) installs: Tree,
     pub(crate) counts_cache: Arc<CountsCache>,
     /// Staged writes per shard (the write-behind overlay).
     pub(crate) pending: Arc<RwLock<HashMap<u32, Arc<PendingSlot>>>>,
@@ -130,6 +134,7 @@ impl StateStore {
             shards: Arc::default(),
             registry: db.open_tree("registry")?,
             redo: db.open_tree("redo")?,
+            installs: db.open_tree("installs")?,
             counts_cache: Arc::new(CountsCache::new()),
             pending: Arc::default(),
             policy,
@@ -222,9 +227,13 @@ impl StateStore {
         self.policy
     }
 
-    /// Whether `shard`'s staged writes should be checkpointed now.
+    /// Whether `shard`'s staged writes should be checkpointed now (never
+    /// while a snapshot export holds the shard still).
     pub fn checkpoint_due(&self, shard: u32) -> bool {
         let slot = self.slot(shard);
+        if slot.frozen.load(Ordering::Acquire) {
+            return false;
+        }
         let layers = slot.layers();
         layers.active.keys() >= self.policy.max_keys
             || layers.since.is_some_and(|t| t.elapsed() >= self.policy.max_age)
@@ -238,10 +247,20 @@ impl StateStore {
 
     /// Writes `shard`'s staged writes to sled atomically (see the module
     /// doc). A checkpoint that failed part-way leaves its layer readable and
-    /// is finished first by the next call.
+    /// is finished first by the next call. While a snapshot export holds the
+    /// shard still (`freeze`) this does nothing: the writes stay staged and
+    /// readable, and the next checkpoint after the export writes them.
     pub fn checkpoint(&self, shard: u32) -> Result<()> {
         let slot = self.slot(shard);
         let _one_at_a_time = slot.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.frozen.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.checkpoint_locked(shard, &slot)
+    }
+
+    /// `checkpoint`, with the shard's checkpoint lock held by the caller.
+    pub(crate) fn checkpoint_locked(&self, shard: u32, slot: &PendingSlot) -> Result<()> {
         loop {
             let (layer, last) = {
                 let mut layers = slot.layers();

@@ -159,9 +159,8 @@ impl ShardActor {
         // for it, so the two meet only in a race that the next sweep cleans).
         self.drop_boards(state, &mut out.ws, drops)?;
 
-        let outbox_grew = !out.outbox.is_empty();
         let Applied { results, mut ws, outbox } = out;
-        self.push_outbox(state, &mut ws, outbox)?;
+        let targets = self.push_outbox(state, &mut ws, outbox)?;
         if let Some(last) = entries.last() {
             ws.put_applied(shard, &last.log_id);
         }
@@ -178,9 +177,8 @@ impl ShardActor {
         } else {
             self.checkpoint_if_due(state).await?;
         }
-        if outbox_grew {
-            self.outbox_ready.notify_one();
-        }
+        // After staging: the worker reads what it is told about.
+        self.signal_outbox(targets);
         self.evict_over_budget(state);
         self.gauges.applied_batches.fetch_add(entries.len(), Ordering::Relaxed);
         self.publish(state);

@@ -18,7 +18,35 @@ use crate::command::Delta;
 use crate::error::Fatal;
 use plaudit_proto::{codec, ShardId};
 use plaudit_storage::WriteSet;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use tokio::sync::Notify;
+
+/// How apply tells the shard's delivery worker that records are waiting,
+/// and for which targets, so that the worker reads only those.
+#[derive(Default)]
+pub struct OutboxSignal {
+    targets: Mutex<BTreeSet<ShardId>>,
+    notify: Notify,
+}
+
+impl OutboxSignal {
+    fn mark(&self, targets: impl IntoIterator<Item = ShardId>) {
+        // Only a set insert runs under the lock.
+        self.targets.lock().unwrap_or_else(|e| e.into_inner()).extend(targets);
+        self.notify.notify_one();
+    }
+
+    /// The targets marked since the last call.
+    pub fn take(&self) -> BTreeSet<ShardId> {
+        std::mem::take(&mut *self.targets.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Resolves once something is marked (at once if marked since the last wait).
+    pub async fn wait(&self) {
+        self.notify.notified().await
+    }
+}
 
 /// Where a derived delta sits in its outbox record.
 type OutboxOrder = (u8, usize);
@@ -32,10 +60,6 @@ pub(super) struct OutboxDraft {
 }
 
 impl OutboxDraft {
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
-
     /// A delta caused by the like at `(entry, cmd)`.
     pub fn like_delta(&mut self, entry: usize, cmd: usize, target: ShardId, d: Delta) {
         self.records.entry((entry, target)).or_default().push(((LIKE_DELTA, cmd), d));
@@ -58,14 +82,17 @@ impl ShardActor {
         Ok(s)
     }
 
-    /// Numbers the draft's records per target, in entry order, and writes them.
+    /// Numbers the draft's records per target, in entry order, writes
+    /// them, and returns the targets that got records.
     pub(super) fn push_outbox(
         &self,
         state: &mut ShardState,
         ws: &mut WriteSet,
         draft: OutboxDraft,
-    ) -> Result<(), Fatal> {
+    ) -> Result<BTreeSet<ShardId>, Fatal> {
+        let mut targets = BTreeSet::new();
         for ((_, target), mut deltas) in draft.records {
+            targets.insert(target);
             deltas.sort_by_key(|(order, _)| *order);
             let deltas: Vec<Delta> = deltas.into_iter().map(|(_, d)| d).collect();
             let next = match state.outbox_next.get(&target) {
@@ -75,6 +102,13 @@ impl ShardActor {
             ws.push_outbox(self.cfg.shard, target, next, &codec::to_bytes(&deltas)?);
             state.outbox_next.insert(target, next + 1);
         }
-        Ok(())
+        Ok(targets)
+    }
+
+    /// Tells the delivery worker which targets have new records.
+    pub(super) fn signal_outbox(&self, targets: BTreeSet<ShardId>) {
+        if !targets.is_empty() {
+            self.outbox.mark(targets);
+        }
     }
 }
