@@ -58,6 +58,10 @@ pub enum BoardMsg {
     Passivate,
 }
 
+// A local message: never sent to another node (ractor's `cluster` feature
+// asks every message type to say so).
+impl ractor::Message for BoardMsg {}
+
 pub struct BoardArgs {
     pub rank: RankId,
     pub type_key: Vec<u8>,

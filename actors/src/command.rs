@@ -10,6 +10,7 @@
 //! format version, decoded into the current types by `BatchFormat`.
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
+use plaudit_proto::cluster::ClusterMap;
 use plaudit_proto::likes::{LikeReply, LikeRequest};
 use plaudit_proto::rankings::{Aggregation, ItemId, RankDef, RankId, TieMode, UpdateRank};
 use plaudit_proto::scoring::Outcome;
@@ -86,6 +87,9 @@ pub enum Command {
         rank: RankId,
         type_key: Vec<u8>,
     },
+    /// Replaces the cluster map (members and placement), metadata group
+    /// only; refused unless its epoch is above the current one.
+    SetCluster(ClusterMap),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

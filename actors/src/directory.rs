@@ -7,6 +7,7 @@
 //! `b'r'` + its 4-byte id, so the two never collide (different lengths).
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
+use plaudit_proto::cluster::ClusterMap;
 use plaudit_proto::limits::MAX_BIZ_ID;
 use plaudit_proto::rankings::{RankDef, RankId, UpdateRank};
 use plaudit_proto::{codec, BizId, WireError};
@@ -14,14 +15,30 @@ use plaudit_storage::keys::VALUE_V1;
 use plaudit_storage::{StateError, StateStore, WriteSet};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
+use tokio::sync::watch;
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Directory {
     inner: Arc<RwLock<BTreeMap<BizId, Business>>>,
     ranks: Arc<RwLock<BTreeMap<RankId, Arc<RankDef>>>>,
+    /// The cluster map, watched by the node (it starts the groups the map
+    /// places on it).
+    cluster: Arc<watch::Sender<Option<Arc<ClusterMap>>>>,
+}
+
+impl Default for Directory {
+    fn default() -> Self {
+        Directory {
+            inner: Arc::default(),
+            ranks: Arc::default(),
+            cluster: Arc::new(watch::channel(None).0),
+        }
+    }
 }
 
 const RANK_TAG: u8 = b'r';
+/// The cluster map's registry key (no business or ranking key has 7 bytes).
+const CLUSTER_KEY: &[u8] = b"cluster";
 
 fn rank_key(id: RankId) -> [u8; 5] {
     let mut k = [RANK_TAG; 5];
@@ -34,8 +51,11 @@ impl Directory {
     pub fn load(store: &StateStore) -> Result<Directory, StateError> {
         let mut map = BTreeMap::new();
         let mut ranks = BTreeMap::new();
+        let mut cluster = None;
         for (k, v) in store.registry_entries()? {
-            if k.len() == 5 && k[0] == RANK_TAG {
+            if k == CLUSTER_KEY {
+                cluster = Some(Arc::new(decode::<ClusterMap>(&v)?));
+            } else if k.len() == 5 && k[0] == RANK_TAG {
                 let def: RankDef = decode(&v)?;
                 ranks.insert(def.id, Arc::new(def));
             } else {
@@ -43,7 +63,11 @@ impl Directory {
                 map.insert(biz.id, biz);
             }
         }
-        Ok(Directory { inner: Arc::new(RwLock::new(map)), ranks: Arc::new(RwLock::new(ranks)) })
+        Ok(Directory {
+            inner: Arc::new(RwLock::new(map)),
+            ranks: Arc::new(RwLock::new(ranks)),
+            cluster: Arc::new(watch::channel(cluster).0),
+        })
     }
 
     /// Replaces this view with the registry as stored (after the metadata
@@ -54,6 +78,34 @@ impl Directory {
         let ranks = std::mem::take(&mut *fresh.ranks.write().unwrap_or_else(|e| e.into_inner()));
         *self.inner.write().unwrap_or_else(|e| e.into_inner()) = bizs;
         *self.ranks.write().unwrap_or_else(|e| e.into_inner()) = ranks;
+        let cluster = fresh.cluster.borrow().clone();
+        self.cluster.send_replace(cluster);
+        Ok(())
+    }
+
+    /// The cluster map, once the metadata group has one.
+    pub fn cluster(&self) -> Option<Arc<ClusterMap>> {
+        self.cluster.borrow().clone()
+    }
+
+    /// Sees every change of the cluster map.
+    pub fn watch_cluster(&self) -> watch::Receiver<Option<Arc<ClusterMap>>> {
+        self.cluster.subscribe()
+    }
+
+    /// Applies a new cluster map; its epoch must be above the current one,
+    /// so a map proposed twice (a retry) or from an older view changes
+    /// nothing.
+    pub fn apply_set_cluster(&self, m: &ClusterMap, ws: &mut WriteSet) -> Result<(), WireError> {
+        let current = self.cluster().map_or(0, |c| c.epoch);
+        if m.epoch <= current {
+            return Err(WireError::bad_request(format!(
+                "cluster map epoch {} is not above the current {current}",
+                m.epoch
+            )));
+        }
+        ws.put_registry(CLUSTER_KEY, &encode(m)?);
+        self.cluster.send_replace(Some(Arc::new(m.clone())));
         Ok(())
     }
 

@@ -18,6 +18,10 @@ pub enum EntityMsg {
     Passivate,
 }
 
+// A local message: never sent to another node (ractor's `cluster` feature
+// asks every message type to say so).
+impl ractor::Message for EntityMsg {}
+
 pub struct EntityArgs {
     pub biz: BizId,
     pub entity: EntityId,

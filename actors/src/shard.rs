@@ -98,6 +98,10 @@ pub enum ShardMsg {
     Reset(RpcReplyPort<()>),
 }
 
+// A local message: never sent to another node (ractor's `cluster` feature
+// asks every message type to say so).
+impl ractor::Message for ShardMsg {}
+
 #[derive(Debug, Clone)]
 pub struct ShardConfig {
     pub shard: ShardId,

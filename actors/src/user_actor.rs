@@ -28,6 +28,10 @@ pub enum UserMsg {
     Passivate,
 }
 
+// A local message: never sent to another node (ractor's `cluster` feature
+// asks every message type to say so).
+impl ractor::Message for UserMsg {}
+
 pub struct UserArgs {
     pub biz: BizId,
     pub user: UserId,

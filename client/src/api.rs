@@ -283,5 +283,8 @@ fn variant(r: &Response) -> &'static str {
         Response::Score(_) => "Score",
         Response::Query(_) => "Query",
         Response::Boards(_) => "Boards",
+        Response::Hello => "Hello",
+        Response::Routing(_) => "Routing",
+        Response::ClusterStatus(_) => "ClusterStatus",
     }
 }

@@ -1,31 +1,69 @@
-//! The engine: every group on this node and the routing of client requests
-//! to them. Writes go to the owning shard's proposer; reads wait for that
-//! shard's read barrier and then read applied state (counts, states, totals
-//! from storage; list pages from the owning actor's recent window).
+//! The engine: this node's part of the cluster. It owns storage, the Raft
+//! groups this node holds a replica of, the peer transport and the control
+//! plane, and serves requests (`dispatch.rs`) by running them on the leader
+//! of the shard they address, here or on another node (`router.rs`).
 //!
 //! ```text
-//! Request ─> validate ─> business known? ─┬─ write: shard_of(key) ─> Group::propose ─> CmdResult
-//!                                         └─ read:  shard_of(key) ─> read_barrier ─> state / actor page
+//! start ─ sled, registry view, metadata group ─┬─ peer server (Raft RPCs, forwarded requests)
+//!                                              ├─ control plane (liveness, gossip) ─ failover
+//!                                              ├─ bootstrap (a brand-new cluster, exactly once)
+//!                                              └─ placement watcher: the cluster map says which
+//!                                                 shards live here ─ start those groups (and create
+//!                                                 the ones this node is meant to lead) + delivery
 //! ```
+//!
+//! A one-node cluster (no `join`) is the same path: it creates its metadata
+//! group and a map that places every shard on itself.
 
+use crate::control::{Control, ControlConfig};
 use crate::group::{Group, GroupConfig, StateMachineContext};
 use crate::outbox::Delivery;
-use plaudit_actors::{
-    CmdResult, Command, Directory, OutboxSignal, ShardActor, ShardConfig, ShardError, ShardHandle,
-};
-use plaudit_proto::business::Business;
-use plaudit_proto::likes::{EntityCounts, EntityState, Page, PageCursor, ReceivedReply};
-use plaudit_proto::routing::shard_of;
-use plaudit_proto::{BizId, Request, Response, WireError};
+use crate::peer::links::Links;
+use crate::peer::server::PeerServer;
+use crate::peer::wire::GroupId;
+use crate::peer::Peers;
+use crate::raft_net::PeerNetwork;
+use crate::router::Router;
+use crate::types::NodeId;
+use plaudit_actors::{Directory, OutboxSignal, ShardActor, ShardConfig, ShardHandle};
+use plaudit_proto::cluster::{ClusterMap, NodeInfo};
+use plaudit_proto::WireError;
 use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::StateStore;
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::net::TcpListener;
 
-/// The metadata group (business registry) uses the shard id after the data shards.
+/// Where this node sits in a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// This node: id and the addresses others use to reach it.
+    pub me: NodeInfo,
+    /// Peer addresses of seed nodes.
+    pub seeds: Vec<String>,
+    /// Nodes that must find each other before a new cluster forms; 0 never
+    /// forms one (join only), 1 forms a one-node cluster at once.
+    pub bootstrap_expect: u32,
+    pub replication_factor: u32,
+    /// The cluster secret; `None` for a node that has no peers.
+    pub secret: Option<Vec<u8>>,
+}
+
+impl ClusterConfig {
+    /// A one-node cluster on the given node id (tests, the demo).
+    pub fn single(id: NodeId) -> ClusterConfig {
+        ClusterConfig {
+            me: NodeInfo { id, client: String::new(), peer: String::new(), admin: String::new() },
+            seeds: Vec::new(),
+            bootstrap_expect: 1,
+            replication_factor: 1,
+            secret: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub data_dir: PathBuf,
@@ -39,6 +77,9 @@ pub struct EngineConfig {
     pub checkpoint: plaudit_storage::CheckpointPolicy,
     pub outbox_batch: usize,
     pub sled_cache_bytes: u64,
+    pub cluster: ClusterConfig,
+    /// How long a request may spend finding its shard's leader.
+    pub request_timeout: Duration,
 }
 
 pub struct Engine {
@@ -47,10 +88,14 @@ pub struct Engine {
     commit: GroupCommit,
     pub(crate) store: StateStore,
     pub(crate) directory: Directory,
-    pub(crate) groups: Arc<Vec<Arc<Group>>>,
-    meta: Arc<Group>,
-    /// Delivery workers, taken (and awaited) by `shutdown`.
-    workers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    pub(crate) router: Arc<Router>,
+    pub(crate) peers: Arc<Peers>,
+    pub links: Arc<Links>,
+    pub(crate) control: Mutex<Option<Arc<Control>>>,
+    /// Background tasks, taken (and awaited) by `shutdown`.
+    workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Serialises starting groups (the placement watcher and bootstrap).
+    starting: tokio::sync::Mutex<()>,
 }
 
 /// Per-shard numbers for metrics.
@@ -69,6 +114,12 @@ pub struct ShardStats {
     pub outbox_len: usize,
     pub apply_lag: u64,
     pub is_leader: bool,
+    /// "leader", "follower", "candidate", "learner".
+    pub role: &'static str,
+    pub term: u64,
+    pub last_log: u64,
+    pub committed: Option<u64>,
+    pub applied: u64,
 }
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> WireError {
@@ -76,7 +127,13 @@ pub(crate) fn internal(e: impl std::fmt::Display) -> WireError {
 }
 
 impl Engine {
-    pub async fn open(cfg: EngineConfig) -> anyhow::Result<Engine> {
+    /// Starts a node. `peer_listener` serves other nodes (a one-node
+    /// cluster may have none). Returns at once: groups come up in the
+    /// background; `ready` says when this node can serve.
+    pub async fn start(
+        cfg: EngineConfig,
+        peer_listener: Option<TcpListener>,
+    ) -> anyhow::Result<Arc<Engine>> {
         std::fs::create_dir_all(&cfg.data_dir)?;
         let db = sled::Config::new()
             .path(cfg.data_dir.join("sled"))
@@ -87,248 +144,334 @@ impl Engine {
         let commit = GroupCommit::start(db.clone(), &cfg.data_dir.join("sled"))?;
         let store = StateStore::open_with(&db, cfg.checkpoint)?;
         let directory = Directory::load(&store)?;
-
-        let mut groups = Vec::with_capacity(cfg.shards as usize);
-        let mut readies = Vec::with_capacity(cfg.shards as usize);
-        for shard in 0..=cfg.shards {
-            let is_meta = shard == cfg.shards;
-            let ready = Arc::new(OutboxSignal::default());
-            let actor = ShardActor {
-                cfg: ShardConfig {
-                    shard,
-                    shard_count: cfg.shards,
-                    is_meta,
-                    actor_budget: cfg.actor_budget,
-                    actor_idle: cfg.actor_idle,
-                },
-                store: store.clone(),
-                directory: directory.clone(),
-                outbox: ready.clone(),
-                gauges: Default::default(),
-            };
-            let handle = ShardHandle::spawn(actor).await.map_err(anyhow::Error::msg)?;
-            let name = if is_meta { "meta".to_string() } else { format!("shard{shard}") };
-            let ctx = StateMachineContext {
-                is_meta,
-                directory: directory.clone(),
-                data_dir: cfg.data_dir.clone(),
-            };
-            let g = Group::start(
-                shard,
-                &name,
-                &cfg.group,
-                &db,
-                commit.clone(),
-                store.clone(),
-                handle,
-                ctx,
-            )
-            .await?;
-            groups.push(Arc::new(g));
-            readies.push(ready);
-        }
-        let meta = groups.pop().ok_or_else(|| anyhow::anyhow!("no metadata group"))?;
-        readies.pop();
-        for g in groups.iter().chain(std::iter::once(&meta)) {
-            g.wait_leader(Duration::from_millis(cfg.group.election_max_ms * 10)).await?;
-        }
-        let groups = Arc::new(groups);
-        let mut workers = Vec::new();
-        for (shard, ready) in readies.into_iter().enumerate() {
-            let d = Delivery {
-                shard: shard as u32,
-                groups: groups.clone(),
-                store: store.clone(),
-                signal: ready,
-                batch: cfg.outbox_batch,
-            };
-            workers.push(tokio::spawn(d.run()));
-        }
-        workers.push(tokio::spawn(crate::retention::run(
-            groups.clone(),
-            store.clone(),
+        let me = cfg.cluster.me.id;
+        let secret: Arc<[u8]> = cfg.cluster.secret.clone().unwrap_or_default().into();
+        let links = Arc::new(Links::default());
+        let peers = Arc::new(Peers::new(me, secret.clone(), links.clone()));
+        let meta_id = cfg.shards;
+        let router = Arc::new(Router::new(
+            me,
+            meta_id,
+            peers.clone(),
             directory.clone(),
-            cfg.retention_sweep,
-        )));
-        let workers = std::sync::Mutex::new(workers);
-        Ok(Engine { cfg, db, commit, store, directory, groups, meta, workers })
-    }
-
-    fn group_for(&self, biz: BizId, key: u64) -> (u32, &Group) {
-        let s = shard_of(biz, key, self.cfg.shards);
-        (s, &self.groups[s as usize])
-    }
-
-    fn business(&self, biz: BizId) -> Result<Business, WireError> {
-        self.directory.get(biz).ok_or_else(|| unknown_business(biz))
-    }
-
-    /// Fails with `NotFound` unless `biz` exists; returns whether it allows
-    /// dislikes. Reads in place: this runs on every request.
-    fn require_business(&self, biz: BizId) -> Result<bool, WireError> {
-        self.directory.with(biz, |b| b.config.dislike_enabled).ok_or_else(|| unknown_business(biz))
-    }
-
-    /// Serves one request. Never panics on bad input: every failure is a `Response::Error`.
-    pub async fn handle(&self, req: Request) -> Response {
-        match self.dispatch(req).await {
-            Ok(r) => r,
-            Err(e) => Response::Error(e),
+            cfg.request_timeout,
+        ));
+        let engine = Arc::new(Engine {
+            cfg,
+            db,
+            commit,
+            store,
+            directory,
+            router,
+            peers,
+            links,
+            control: Mutex::new(None),
+            workers: Mutex::default(),
+            starting: tokio::sync::Mutex::new(()),
+        });
+        // The metadata group runs on every node: voters on up to three, the
+        // others follow it as learners (they need the registry too).
+        let meta = engine.start_group(meta_id).await?;
+        if let Some(listener) = peer_listener {
+            engine.serve_peers(listener, secret);
         }
-    }
-
-    async fn dispatch(&self, req: Request) -> Result<Response, WireError> {
-        req.validate()?;
-        match req {
-            Request::Ping => Ok(Response::Pong),
-            Request::CreateBiz(c) => biz_result(self.meta.propose(Command::CreateBiz(c)).await?),
-            Request::UpdateBiz(u) => biz_result(self.meta.propose(Command::UpdateBiz(u)).await?),
-            Request::GetBiz(id) => {
-                self.meta.read_barrier().await?;
-                Ok(Response::Biz(self.business(id)?))
-            }
-            Request::ListBiz => {
-                self.meta.read_barrier().await?;
-                Ok(Response::BizList(self.directory.list()))
-            }
-            Request::CreateRank(d) => rank_result(self.meta.propose(Command::CreateRank(d)).await?),
-            Request::UpdateRank(u) => rank_result(self.meta.propose(Command::UpdateRank(u)).await?),
-            Request::GetRank(id) => {
-                self.meta.read_barrier().await?;
-                let def = self.directory.rank(id).ok_or_else(|| unknown_rank(id))?;
-                Ok(Response::Rank((*def).clone()))
-            }
-            Request::ListRanks => {
-                self.meta.read_barrier().await?;
-                Ok(Response::RankList(self.directory.ranks()))
-            }
-            Request::Score(r) => self.score(r).await,
-            Request::Query(q) => self.query(q).await,
-            Request::Boards(b) => self.boards(b).await,
-            Request::Like(r) => {
-                let dislikes_allowed = self.require_business(r.biz)?;
-                if r.action.is_dislike() && !dislikes_allowed {
-                    return Err(WireError::bad_request(format!(
-                        "business {} does not allow dislikes",
-                        r.biz
-                    )));
-                }
-                let (_, g) = self.group_for(r.biz, r.user);
-                match g.propose(Command::Like(r)).await? {
-                    CmdResult::Like(reply) => Ok(Response::Like(reply)),
-                    CmdResult::Failed(e) => Err(e),
-                    other => Err(internal(format!("unexpected result {other:?}"))),
-                }
-            }
-            Request::Status(r) => {
-                self.require_business(r.biz)?;
-                let (shard, g) = self.group_for(r.biz, r.user);
-                g.read_barrier().await?;
-                let mut out = Vec::with_capacity(r.entities.len());
-                for &entity in &r.entities {
-                    let (state, mtime) = self
-                        .store
-                        .get_state(r.biz, shard, r.user, entity)
-                        .map_err(internal)?
-                        .unwrap_or_default();
-                    out.push(EntityState { entity, state, mtime });
-                }
-                Ok(Response::Status(out))
-            }
-            Request::Counts(r) => {
-                self.require_business(r.biz)?;
-                let shards: BTreeSet<u32> =
-                    r.entities.iter().map(|&e| shard_of(r.biz, e, self.cfg.shards)).collect();
-                let barriers = shards.iter().map(|&s| self.groups[s as usize].read_barrier());
-                for res in futures::future::join_all(barriers).await {
-                    res?;
-                }
-                let mut out = Vec::with_capacity(r.entities.len());
-                for &entity in &r.entities {
-                    let shard = shard_of(r.biz, entity, self.cfg.shards);
-                    let c = self.store.get_counts(r.biz, shard, entity).map_err(internal)?;
-                    out.push(EntityCounts { entity, likes: c.likes, dislikes: c.dislikes });
-                }
-                Ok(Response::Counts(out))
-            }
-            Request::UserLikes(r) => {
-                self.require_business(r.biz)?;
-                let (_, g) = self.group_for(r.biz, r.user);
-                g.read_barrier().await?;
-                let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
-                let items = g
-                    .handle
-                    .user_page(r.biz, r.user, after, r.limit as usize + 1)
-                    .await
-                    .map_err(ShardError::into_wire)?;
-                Ok(Response::Page(page(items, r.limit)))
-            }
-            Request::Likers(r) => {
-                self.require_business(r.biz)?;
-                let (_, g) = self.group_for(r.biz, r.entity);
-                g.read_barrier().await?;
-                let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
-                let items = g
-                    .handle
-                    .liker_page(r.biz, r.entity, after, r.limit as usize + 1)
-                    .await
-                    .map_err(ShardError::into_wire)?;
-                Ok(Response::Page(page(items, r.limit)))
-            }
-            Request::Received(r) => {
-                self.require_business(r.biz)?;
-                let (shard, g) = self.group_for(r.biz, r.user);
-                g.read_barrier().await?;
-                let likes = self.store.get_received(r.biz, shard, r.user).map_err(internal)?;
-                Ok(Response::Received(ReceivedReply { user: r.user, likes }))
-            }
+        if engine.cfg.cluster.secret.is_some() {
+            engine.start_control().await?;
         }
+        let e = engine.clone();
+        engine.spawn(async move { e.watch_placement().await });
+        crate::bootstrap::begin(engine.clone(), meta).await?;
+        let e = engine.clone();
+        engine.spawn(async move {
+            crate::retention::run(
+                e.router.clone(),
+                e.store.clone(),
+                e.directory.clone(),
+                e.cfg.retention_sweep,
+            )
+            .await
+        });
+        Ok(engine)
     }
 
-    /// Whether every group has a leader and can serve.
-    pub fn ready(&self) -> bool {
-        self.groups.iter().chain(std::iter::once(&self.meta)).all(|g| {
-            let m = g.raft.metrics().borrow().clone();
-            m.current_leader.is_some() && m.running_state.is_ok()
+    /// Starts a one-node engine and waits until it serves (tests).
+    pub async fn open(cfg: EngineConfig) -> anyhow::Result<Arc<Engine>> {
+        let wait = Duration::from_millis(cfg.group.election_max_ms * 20);
+        let engine = Engine::start(cfg, None).await?;
+        let deadline = tokio::time::Instant::now() + wait;
+        while !engine.ready() {
+            if tokio::time::Instant::now() > deadline {
+                anyhow::bail!("the engine did not become ready within {wait:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(engine)
+    }
+
+    pub(crate) fn spawn(&self, f: impl std::future::Future<Output = ()> + Send + 'static) {
+        let h = tokio::spawn(f);
+        self.workers.lock().unwrap_or_else(|e| e.into_inner()).push(h);
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.cfg.cluster.me.id
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.cfg.shards
+    }
+
+    fn serve_peers(self: &Arc<Self>, listener: TcpListener, secret: Arc<[u8]>) {
+        let weak = Arc::downgrade(self);
+        let handler: crate::peer::server::Handler = Arc::new(move |from, req| {
+            let weak = weak.clone();
+            Box::pin(async move {
+                match weak.upgrade() {
+                    Some(e) => e.serve_peer(from, req).await,
+                    None => crate::peer::wire::PeerResponse::Unavailable("shutting down".into()),
+                }
+            })
+        });
+        let weak = Arc::downgrade(self);
+        let control: crate::peer::server::ControlSink = Arc::new(move |from, stream| {
+            let control = weak.upgrade().and_then(|e| e.control.lock().ok()?.clone());
+            if let Some(c) = control {
+                c.accept(from, stream);
+            }
+        });
+        let server = Arc::new(PeerServer {
+            me: self.node_id(),
+            secret,
+            links: self.links.clone(),
+            handler,
+            control,
+        });
+        self.spawn(server.run(listener, std::future::pending()));
+    }
+
+    async fn start_control(self: &Arc<Self>) -> anyhow::Result<()> {
+        let c = &self.cfg.cluster;
+        let secret = c.secret.clone().unwrap_or_default();
+        let cfg = ControlConfig {
+            me: c.me.clone(),
+            cookie: crate::peer::auth::control_cookie(&secret),
+            seeds: c.seeds.clone(),
+        };
+        let weak = Arc::downgrade(self);
+        let local: crate::control::LocalView = Arc::new(move || match weak.upgrade() {
+            Some(e) => (e.is_member(), e.router.local_leaders()),
+            None => (false, Vec::new()),
+        });
+        let router = self.router.clone();
+        let leaders: crate::control::LeaderSink = Arc::new(move |ls| {
+            for (g, l, t) in ls {
+                router.note(g, l, t);
+            }
+        });
+        let control =
+            Control::start(cfg, self.peers.clone(), self.links.clone(), local, leaders).await?;
+        *self.control.lock().unwrap_or_else(|e| e.into_inner()) = Some(control.clone());
+        let e = self.clone();
+        self.spawn(async move { crate::failover::run(e, control).await });
+        Ok(())
+    }
+
+    /// Whether this node belongs to a cluster (its metadata group has a membership).
+    pub fn is_member(&self) -> bool {
+        self.router.group(self.router.meta_id).is_some_and(|g| {
+            g.raft.metrics().borrow().membership_config.membership().nodes().next().is_some()
         })
     }
 
+    /// Opens (or creates) this node's replica of group `id`.
+    pub(crate) async fn start_group(self: &Arc<Self>, id: GroupId) -> anyhow::Result<Arc<Group>> {
+        if let Some(g) = self.router.group(id) {
+            return Ok(g);
+        }
+        let cfg = &self.cfg;
+        let is_meta = id == self.router.meta_id;
+        let signal = Arc::new(OutboxSignal::default());
+        let actor = ShardActor {
+            cfg: ShardConfig {
+                shard: id,
+                shard_count: cfg.shards,
+                is_meta,
+                actor_budget: cfg.actor_budget,
+                actor_idle: cfg.actor_idle,
+            },
+            store: self.store.clone(),
+            directory: self.directory.clone(),
+            outbox: signal.clone(),
+            gauges: Default::default(),
+        };
+        let handle = ShardHandle::spawn(actor).await?;
+        let name = if is_meta { "meta".to_string() } else { format!("shard{id}") };
+        let ctx = StateMachineContext {
+            is_meta,
+            directory: self.directory.clone(),
+            data_dir: cfg.data_dir.clone(),
+        };
+        let network = PeerNetwork { group: id, peers: self.peers.clone() };
+        let g = Group::start(
+            id,
+            &name,
+            &cfg.group,
+            &self.db,
+            self.commit.clone(),
+            self.store.clone(),
+            handle,
+            ctx,
+            network,
+        )
+        .await?;
+        let g = Arc::new(g);
+        self.router.insert(g.clone());
+        if !is_meta {
+            let d = Delivery {
+                shard: id,
+                router: self.router.clone(),
+                store: self.store.clone(),
+                signal,
+                batch: cfg.outbox_batch,
+            };
+            self.spawn(d.run());
+        }
+        Ok(g)
+    }
+
+    /// Starts the groups the cluster map places here, whenever it changes.
+    async fn watch_placement(self: Arc<Self>) {
+        let mut maps = self.directory.watch_cluster();
+        loop {
+            let map = maps.borrow_and_update().clone();
+            if let Some(map) = map {
+                if let Err(e) = self.place(&map).await {
+                    tracing::error!(error = %e, "starting this node's shards failed");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            }
+            if maps.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Brings this node in line with `map`: addresses, its replicas, the
+    /// groups it is meant to create, the metadata group's learners.
+    async fn place(self: &Arc<Self>, map: &ClusterMap) -> anyhow::Result<()> {
+        let _one = self.starting.lock().await;
+        for n in &map.nodes {
+            if n.id != self.node_id() {
+                self.peers.set_addr(n.id, n.peer.clone());
+            }
+        }
+        let me = self.node_id();
+        let addr = |id: NodeId| map.node(id).map(|n| n.peer.clone()).unwrap_or_default();
+        for shard in map.shards_of(me).collect::<Vec<_>>() {
+            let g = self.start_group(shard).await?;
+            let replicas = map.replicas(shard);
+            if replicas.first() == Some(&me) {
+                let members: Vec<_> = replicas.iter().map(|&r| (r, addr(r))).collect();
+                g.initialize(&members).await?;
+            }
+        }
+        crate::bootstrap::add_meta_learners(self, map).await;
+        Ok(())
+    }
+
+    /// Whether every group this node holds has a leader and the map is known.
+    pub fn ready(&self) -> bool {
+        let Some(map) = self.directory.cluster() else { return false };
+        let mine: Vec<GroupId> = map.shards_of(self.node_id()).collect();
+        let groups = self.router.local();
+        mine.iter().all(|s| self.router.group(*s).is_some())
+            && groups.iter().all(|g| {
+                let m = g.raft.metrics().borrow().clone();
+                m.current_leader.is_some() && m.running_state.is_ok()
+            })
+    }
+
     pub fn stats(&self) -> Vec<ShardStats> {
-        self.groups
-            .iter()
+        self.router
+            .local()
+            .into_iter()
+            .filter(|g| g.id != self.router.meta_id)
             .map(|g| {
                 let m = g.raft.metrics().borrow().clone();
                 let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
                 let last = m.last_log_index.unwrap_or(0);
+                let role = match m.state {
+                    openraft::ServerState::Leader => "leader",
+                    openraft::ServerState::Follower => "follower",
+                    openraft::ServerState::Candidate => "candidate",
+                    openraft::ServerState::Learner => "learner",
+                    openraft::ServerState::Shutdown => "shutdown",
+                };
+                let gauges = &g.handle.gauges;
                 ShardStats {
                     shard: g.id,
-                    active_users: g.handle.gauges.active_users.load(Ordering::Relaxed),
-                    active_entities: g.handle.gauges.active_entities.load(Ordering::Relaxed),
-                    active_boards: g.handle.gauges.active_boards.load(Ordering::Relaxed),
-                    board_members: g.handle.gauges.board_members.load(Ordering::Relaxed),
-                    board_heap_bytes: g.handle.gauges.board_heap_bytes.load(Ordering::Relaxed),
+                    active_users: gauges.active_users.load(Ordering::Relaxed),
+                    active_entities: gauges.active_entities.load(Ordering::Relaxed),
+                    active_boards: gauges.active_boards.load(Ordering::Relaxed),
+                    board_members: gauges.board_members.load(Ordering::Relaxed),
+                    board_heap_bytes: gauges.board_heap_bytes.load(Ordering::Relaxed),
                     shed_events: g.shed.load(Ordering::Relaxed),
                     coalesced_events: g.coalesced.load(Ordering::Relaxed),
                     outbox_len: self.store.outbox_len(g.id).unwrap_or(0),
                     apply_lag: last.saturating_sub(applied),
                     is_leader: m.current_leader == Some(m.id),
+                    role,
+                    term: m.current_term,
+                    last_log: last,
+                    committed: g.log.committed_index(),
+                    applied,
                 }
             })
             .collect()
     }
 
-    /// Total outbox entries waiting on this node (0 once derived state has converged).
+    /// Outbox entries waiting on the shards this node leads (0 once derived
+    /// state has converged; followers keep the replicated outbox too, but
+    /// only leaders deliver it).
     pub fn outbox_backlog(&self) -> usize {
-        self.groups.iter().map(|g| self.store.outbox_len(g.id).unwrap_or(0)).sum()
+        self.router
+            .local()
+            .iter()
+            .filter(|g| g.id != self.router.meta_id && g.is_leader())
+            .map(|g| self.store.outbox_len(g.id).unwrap_or(0))
+            .sum()
+    }
+
+    /// The cluster as this node sees it, with every reachable node's report.
+    pub async fn status(&self) -> plaudit_proto::cluster::ClusterStatus {
+        self.cluster_status().await
+    }
+
+    /// Cuts this node's links to `nodes` (and heals all others): the fault
+    /// injection seam for tests.
+    pub fn cut_links(&self, nodes: std::collections::BTreeSet<NodeId>) {
+        let newly = self.links.set(nodes);
+        for n in &newly {
+            self.peers.disconnect(*n);
+        }
+        if let Some(c) = self.control.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            c.cut(&newly);
+        }
+    }
+
+    /// `(peer, dial failures, call failures)`.
+    pub fn peer_errors(&self) -> Vec<(NodeId, u64, u64)> {
+        self.peers.counters()
     }
 
     pub fn group_commit_stats(&self) -> plaudit_storage::group_commit::GroupCommitStats {
         self.commit.stats()
     }
 
-    /// Stops delivery, Raft and actors, then makes storage durable. Writes
-    /// already acknowledged are durable before this starts; this makes the
-    /// restart fast (less to replay).
+    /// Stops background work, Raft and actors, then makes storage durable.
+    /// Writes already acknowledged are durable before this starts; this
+    /// makes the restart fast (less to replay).
     pub async fn shutdown(&self) {
         let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|e| e.into_inner()));
         for w in &workers {
@@ -338,7 +481,7 @@ impl Engine {
             // An aborted task resolves (as cancelled) at its next await point.
             let _ = w.await;
         }
-        for g in self.groups.iter().chain(std::iter::once(&self.meta)) {
+        for g in self.router.local() {
             if let Err(e) = g.raft.shutdown().await {
                 tracing::warn!(shard = g.id, error = %e, "raft shutdown");
             }
@@ -349,40 +492,4 @@ impl Engine {
         }
         let _ = self.db.flush();
     }
-}
-
-fn unknown_business(biz: BizId) -> WireError {
-    WireError::not_found(format!("business {biz} does not exist"))
-}
-
-pub(crate) fn unknown_rank(id: plaudit_proto::rankings::RankId) -> WireError {
-    WireError::not_found(format!("ranking {id} does not exist"))
-}
-
-fn rank_result(r: CmdResult) -> Result<Response, WireError> {
-    match r {
-        CmdResult::Rank(d) => Ok(Response::Rank(d)),
-        CmdResult::Failed(e) => Err(e),
-        other => Err(internal(format!("unexpected result {other:?}"))),
-    }
-}
-
-fn biz_result(r: CmdResult) -> Result<Response, WireError> {
-    match r {
-        CmdResult::Biz(b) => Ok(Response::Biz(b)),
-        CmdResult::Failed(e) => Err(e),
-        other => Err(internal(format!("unexpected result {other:?}"))),
-    }
-}
-
-/// `items` holds up to `limit + 1` entries; the extra one only says a next page exists.
-fn page(mut items: Vec<plaudit_proto::likes::ListItem>, limit: u32) -> Page {
-    let more = items.len() > limit as usize;
-    items.truncate(limit as usize);
-    let next = if more {
-        items.last().map(|i| PageCursor { mtime: i.mtime, id: i.id }.encode())
-    } else {
-        None
-    };
-    Page { items, next }
 }

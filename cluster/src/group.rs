@@ -21,8 +21,7 @@ use crate::types::{NodeId, Raft, TypeConfig};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config as RaftConfig, SnapshotPolicy};
 use plaudit_actors::{coalesce, Batch, CmdResult, Command, ShardHandle};
-use plaudit_proto::error::LeaderHint;
-use plaudit_proto::{ErrorCode, WireError};
+use plaudit_proto::WireError;
 use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::log_store::SledLogStore;
 use plaudit_storage::StateStore;
@@ -40,6 +39,8 @@ pub struct GroupConfig {
     pub election_min_ms: u64,
     pub election_max_ms: u64,
     pub snapshot_every: u64,
+    /// Log entries kept behind a snapshot when the log is purged.
+    pub logs_to_keep: u64,
     pub batch_max: usize,
     pub max_in_flight: usize,
     pub max_pending: usize,
@@ -65,6 +66,11 @@ pub struct Group {
     pub id: u32,
     pub raft: Raft,
     pub handle: ShardHandle,
+    /// The log store (its committed index, for metrics).
+    pub log: SledLogStore<TypeConfig>,
+    /// When this replica last heard from its leader (an AppendEntries),
+    /// for failover: the others' leader lease runs from about then.
+    last_heard: std::sync::Mutex<Option<std::time::Instant>>,
     proposals: mpsc::Sender<Proposal>,
     reads: mpsc::Sender<ReadWaiter>,
     /// This node leads and is the only voter (kept current from Raft metrics).
@@ -88,6 +94,7 @@ impl Group {
         store: StateStore,
         handle: ShardHandle,
         sm_ctx: StateMachineContext,
+        network: crate::raft_net::PeerNetwork,
     ) -> anyhow::Result<Group> {
         let log = SledLogStore::<TypeConfig>::open(db, commit.clone(), name)?;
         let sm = ShardStateMachine {
@@ -106,17 +113,15 @@ impl Group {
             election_timeout_min: cfg.election_min_ms,
             election_timeout_max: cfg.election_max_ms,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
-            max_in_snapshot_log_to_keep: 1000,
+            max_in_snapshot_log_to_keep: cfg.logs_to_keep,
             install_snapshot_timeout: 10_000,
+            // One AppendEntries carries at most this many entries (each a
+            // batch of commands); the store caps the bytes as well.
+            max_payload_entries: 64,
             ..Default::default()
         };
         let raft_cfg = Arc::new(raft_cfg.validate()?);
-        let raft = Raft::new(cfg.node_id, raft_cfg, crate::network::LocalOnly, log, sm).await?;
-        if !raft.is_initialized().await? {
-            let mut members = BTreeMap::new();
-            members.insert(cfg.node_id, BasicNode::default());
-            raft.initialize(members).await?;
-        }
+        let raft = Raft::new(cfg.node_id, raft_cfg, network, log.clone(), sm).await?;
         let (ptx, prx) = mpsc::channel(cfg.max_pending);
         let (rtx, rrx) = mpsc::channel(cfg.max_pending);
         let coalesced = Arc::new(AtomicU64::new(0));
@@ -135,6 +140,8 @@ impl Group {
             id,
             raft,
             handle,
+            log,
+            last_heard: std::sync::Mutex::new(None),
             proposals: ptx,
             reads: rtx,
             sole_voter,
@@ -143,8 +150,24 @@ impl Group {
         })
     }
 
-    /// Waits until this node leads the group (a single member elects itself
-    /// after one election timeout on a fresh start or restart).
+    /// Makes this group a new one of `members` (`(node, peer address)`),
+    /// unless it has a membership already. Only the node chosen to create
+    /// a group calls this, once (see `bootstrap.rs`).
+    pub async fn initialize(&self, members: &[(NodeId, String)]) -> anyhow::Result<()> {
+        if self.raft.is_initialized().await? {
+            return Ok(());
+        }
+        let nodes: BTreeMap<NodeId, BasicNode> =
+            members.iter().map(|(id, addr)| (*id, BasicNode { addr: addr.clone() })).collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            // Initialized meanwhile (a leader's first AppendEntries): fine.
+            Err(RaftError::APIError(openraft::error::InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Waits until this node leads the group.
     pub async fn wait_leader(&self, timeout: Duration) -> anyhow::Result<()> {
         let me = self.raft.metrics().borrow().id;
         self.raft
@@ -152,6 +175,23 @@ impl Group {
             .metrics(|m| m.current_leader == Some(me), "leader elected")
             .await?;
         Ok(())
+    }
+
+    /// Waits until the group has a leader, anywhere.
+    pub async fn wait_any_leader(&self, timeout: Duration) -> anyhow::Result<()> {
+        self.raft.wait(Some(timeout)).metrics(|m| m.current_leader.is_some(), "a leader").await?;
+        Ok(())
+    }
+
+    /// Records that the leader was just heard from.
+    pub fn heard_leader(&self) {
+        *self.last_heard.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(std::time::Instant::now());
+    }
+
+    /// When the leader was last heard from.
+    pub fn last_heard(&self) -> Option<std::time::Instant> {
+        *self.last_heard.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Proposes one command; resolves with its applied result.
@@ -227,9 +267,7 @@ fn now_ms() -> u64 {
 }
 
 fn not_leader(id: u32, leader: Option<NodeId>) -> WireError {
-    let mut e = WireError::new(ErrorCode::NotLeader, format!("this node does not lead shard {id}"));
-    e.leader = Some(LeaderHint { shard: id, leader, epoch: 0 });
-    e
+    crate::router::not_leader(id, leader, 0)
 }
 
 async fn propose_loop(

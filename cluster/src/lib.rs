@@ -14,15 +14,24 @@
 //! transport between nodes, the shard map and membership changes come with
 //! the cluster step and slot in behind `network` and `engine`.
 
+mod bootstrap;
+pub mod control;
+mod dispatch;
 pub mod engine;
+mod failover;
 pub mod group;
-pub mod network;
 pub mod outbox;
+pub mod peer;
+mod peer_service;
+pub mod placement;
+pub mod raft_net;
 mod rankings;
 pub mod retention;
+pub mod router;
 pub mod snapshot_file;
 pub mod state_machine;
+mod status;
 pub mod types;
 
-pub use engine::{Engine, EngineConfig, ShardStats};
+pub use engine::{ClusterConfig, Engine, EngineConfig, ShardStats};
 pub use group::GroupConfig;

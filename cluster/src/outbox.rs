@@ -2,7 +2,7 @@
 //! (user shard -> entity shard -> owner shard), one record per target per
 //! log entry, numbered by a seq per (source, target).
 //!
-//! One worker per shard, active only while this node leads the shard. For
+//! One worker per shard replica, active only while this node leads the shard. For
 //! each target with pending records it reads from where it stopped (a cursor
 //! per target, so a long backlog is never rescanned), proposes them to the
 //! target shard as one `Deliver`, and once that is applied proposes an `Ack`
@@ -17,6 +17,8 @@
 //! record meanwhile.
 
 use crate::group::Group;
+use crate::peer::wire::{PeerRequest, PeerResponse};
+use crate::router::{Hop, Router};
 use plaudit_actors::{Command, Delta, OutboxSignal};
 use plaudit_proto::{codec, ShardId};
 use plaudit_storage::StateStore;
@@ -31,7 +33,7 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 pub struct Delivery {
     pub shard: ShardId,
-    pub groups: Arc<Vec<Arc<Group>>>,
+    pub router: Arc<Router>,
     pub store: StateStore,
     pub signal: Arc<OutboxSignal>,
     pub batch: usize,
@@ -47,8 +49,9 @@ struct Cursors {
 }
 
 impl Delivery {
-    fn own(&self) -> &Group {
-        &self.groups[self.shard as usize]
+    fn own(&self) -> Arc<Group> {
+        // The worker is started with its group, which is never removed.
+        self.router.group(self.shard).expect("a delivery worker outlives its group")
     }
 
     pub async fn run(self) {
@@ -125,10 +128,6 @@ impl Delivery {
             .map_err(|e| e.to_string())?;
         let Some(&(last, _)) = items.last() else { return Ok(None) };
         let full = items.len() >= self.batch;
-        let target_group = self
-            .groups
-            .get(target as usize)
-            .ok_or_else(|| format!("outbox names shard {target}, which does not exist"))?;
         let mut seqs = Vec::with_capacity(items.len());
         let mut records = Vec::with_capacity(items.len());
         for (seq, bytes) in items {
@@ -136,11 +135,36 @@ impl Delivery {
             seqs.push(seq);
             records.push((seq, ds));
         }
-        target_group
-            .propose(Command::Deliver { source: self.shard, records })
+        self.deliver_to(target, Command::Deliver { source: self.shard, records })
             .await
             .map_err(|e| e.to_string())?;
         self.own().propose(Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
         Ok(Some((last, full)))
+    }
+
+    /// Proposes a `Deliver` on the target shard's leader, here or elsewhere.
+    async fn deliver_to(
+        &self,
+        target: ShardId,
+        cmd: Command,
+    ) -> Result<(), plaudit_proto::WireError> {
+        let cmd = &cmd;
+        self.router
+            .on_leader(
+                target,
+                false,
+                |g| async move { g.propose(cmd.clone()).await.map(|_| ()) },
+                |n| async move {
+                    let req = PeerRequest::Propose { group: target, cmd: cmd.clone(), shed: None };
+                    self.router
+                        .call(n, req, |r| match r {
+                            PeerResponse::Propose(Ok(_)) => Ok(()),
+                            PeerResponse::Propose(Err(e)) => Err(Hop::Answer(e)),
+                            other => Err(Hop::unexpected(other)),
+                        })
+                        .await
+                },
+            )
+            .await
     }
 }

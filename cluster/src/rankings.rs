@@ -3,18 +3,22 @@
 //! one sub-board, and the paged list of a ranking's sub-boards.
 //!
 //! ```text
-//! Score ─> ranking known? ─> admit (dims, filters, windows) ─┬─ board 1: shard_of(board) ─> propose
-//!                                                            └─ board 2: ...            (concurrently)
-//! Query ─> board_of(ref) ─> shard ─> read barrier ─> board actor
+//! Score ─> ranking known? ─> admit (dims, filters, windows) ─┬─ board 1: its shard's leader ─> propose
+//!                                                            └─ board 2: ...   (concurrently, here or there)
+//! Query ─> board_of(ref) ─> the board shard's leader ─> read barrier ─> board actor
+//! Boards ─> every shard's leader ─> its page of headers ─> merged in type-id order
 //! ```
 
-use crate::engine::{internal, unknown_rank, Engine};
+use crate::dispatch::unknown_rank;
+use crate::engine::{internal, Engine};
+use crate::group::Group;
+use crate::peer::wire::{PeerRequest, PeerResponse};
+use crate::router::Hop;
 use plaudit_actors::board_actor::QueryOut;
 use plaudit_actors::command::{ScoreCmd, ScoreEvent};
 use plaudit_actors::rankings::board::Rules;
 use plaudit_actors::rankings::route::{self, Admission};
-use plaudit_actors::ShardError;
-use plaudit_actors::{CmdResult, Command};
+use plaudit_actors::{CmdResult, Command, ShardError};
 use plaudit_proto::rankings::MAX_PRIORITY;
 use plaudit_proto::routing::board_shard;
 use plaudit_proto::scoring::{
@@ -22,7 +26,8 @@ use plaudit_proto::scoring::{
     QueryRequest, ScoreReply, ScoreRequest,
 };
 use plaudit_proto::window::TypeId;
-use plaudit_proto::{Response, WireError};
+use plaudit_proto::{Request, Response, WireError};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 fn now_secs() -> i64 {
@@ -30,9 +35,22 @@ fn now_secs() -> i64 {
 }
 
 impl Engine {
+    /// A ranking's definition, catching up with the registry first if this
+    /// node does not know it yet.
+    async fn rank_def(
+        &self,
+        rank: u32,
+    ) -> Result<Arc<plaudit_proto::rankings::RankDef>, WireError> {
+        if let Some(d) = self.directory.rank(rank) {
+            return Ok(d);
+        }
+        self.sync_registry().await?;
+        self.directory.rank(rank).ok_or_else(|| unknown_rank(rank))
+    }
+
     pub(crate) async fn score(&self, r: ScoreRequest) -> Result<Response, WireError> {
-        let def = self.directory.rank(r.rank).ok_or_else(|| unknown_rank(r.rank))?;
-        // Expiry is decided here, at the edge, with the leader's clock: the
+        let def = self.rank_def(r.rank).await?;
+        // Expiry is decided here, at the edge, with this node's clock: the
         // command that reaches the log is already admitted.
         let targets = match route::admit(&def, &r, now_secs())? {
             Admission::Boards(t) => t,
@@ -54,38 +72,33 @@ impl Engine {
         let per_board = targets.into_iter().map(|t| {
             let r = &r;
             let priority = def.settings.priority;
-            let cap = def.settings.cap;
-            let (aggregation, ties) = (def.aggregation, def.ties);
+            let cmd = ScoreCmd {
+                rank: r.rank,
+                type_key: t.type_id.to_key(),
+                item: r.item,
+                aggregation: def.aggregation,
+                ties: def.ties,
+                cap: def.settings.cap,
+                events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
+            };
             async move {
                 let type_id = t.type_id.format();
                 if t.expired {
                     return Ok(BoardOutcome { type_id, outcome: Outcome::Filtered, score: None });
                 }
-                let type_key = t.type_id.to_key();
-                let shard = board_shard(r.rank, &type_key, self.cfg.shards);
-                let g = &self.groups[shard as usize];
-                if g.should_shed(priority, MAX_PRIORITY) {
-                    return Ok(BoardOutcome { type_id, outcome: Outcome::Shed, score: None });
-                }
-                let cmd = Command::Score(ScoreCmd {
-                    rank: r.rank,
-                    type_key,
-                    item: r.item,
-                    aggregation,
-                    ties,
-                    cap,
-                    events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
-                });
-                match g.propose(cmd).await? {
-                    CmdResult::Scored(events) => match <[_; 1]>::try_from(events) {
+                let shard = board_shard(r.rank, &cmd.type_key, self.cfg.shards);
+                let cmd = Command::Score(cmd);
+                match self.propose_routed(shard, cmd, Some(priority)).await? {
+                    None => Ok(BoardOutcome { type_id, outcome: Outcome::Shed, score: None }),
+                    Some(CmdResult::Scored(events)) => match <[_; 1]>::try_from(events) {
                         Ok([event]) => {
                             let (outcome, score) = event?;
                             Ok(BoardOutcome { type_id, outcome, score })
                         }
                         Err(v) => Err(internal(format!("{} results for one event", v.len()))),
                     },
-                    CmdResult::Failed(e) => Err(e),
-                    other => Err(internal(format!("unexpected result {other:?}"))),
+                    Some(CmdResult::Failed(e)) => Err(e),
+                    Some(other) => Err(internal(format!("unexpected result {other:?}"))),
                 }
             }
         });
@@ -99,12 +112,66 @@ impl Engine {
         Ok(Response::Score(ScoreReply { boards }))
     }
 
-    pub(crate) async fn query(&self, q: QueryRequest) -> Result<Response, WireError> {
-        let def = self.directory.rank(q.rank).ok_or_else(|| unknown_rank(q.rank))?;
+    /// Proposes `cmd` on shard `shard`'s leader, here or on another node;
+    /// `None` if it was shed (`shed` gives the priority class to shed by).
+    pub(crate) async fn propose_routed(
+        &self,
+        shard: u32,
+        cmd: Command,
+        shed: Option<u8>,
+    ) -> Result<Option<CmdResult>, WireError> {
+        let cmd = &cmd;
+        self.router
+            .on_leader(
+                shard,
+                false,
+                |g| async move { propose_here(&g, cmd.clone(), shed).await },
+                |n| async move {
+                    let req = PeerRequest::Propose { group: shard, cmd: cmd.clone(), shed };
+                    self.router
+                        .call(n, req, |r| match r {
+                            PeerResponse::Propose(Ok(r)) => Ok(r),
+                            PeerResponse::Propose(Err(e)) => Err(Hop::Answer(e)),
+                            other => Err(Hop::unexpected(other)),
+                        })
+                        .await
+                },
+            )
+            .await
+    }
+
+    pub(crate) async fn query(
+        &self,
+        q: QueryRequest,
+        redirect: bool,
+    ) -> Result<Response, WireError> {
+        let def = self.rank_def(q.rank).await?;
         let t = route::board_of(&def, &q.board)?;
-        let type_key = t.to_key();
-        let shard = board_shard(q.rank, &type_key, self.cfg.shards);
-        let g = &self.groups[shard as usize];
+        let shard = board_shard(q.rank, &t.to_key(), self.cfg.shards);
+        let req = &Request::Query(q);
+        self.router
+            .on_leader(
+                shard,
+                redirect,
+                |g| async move {
+                    match req {
+                        Request::Query(q) => self.query_here(&g, q.clone()).await,
+                        _ => Err(internal("not a query")),
+                    }
+                },
+                |n| async move { self.router.forward(n, req.clone()).await },
+            )
+            .await
+    }
+
+    /// A board query on this node, which leads the board's shard.
+    pub(crate) async fn query_here(
+        &self,
+        g: &Group,
+        q: QueryRequest,
+    ) -> Result<Response, WireError> {
+        let def = self.rank_def(q.rank).await?;
+        let t = route::board_of(&def, &q.board)?;
         g.read_barrier().await?;
         let item = match q.query {
             BoardQuery::RankOf { item } => item,
@@ -114,7 +181,7 @@ impl Engine {
             Rules { aggregation: def.aggregation, ties: def.ties, cap: def.settings.cap as usize };
         let out = g
             .handle
-            .board_query(q.rank, type_key, rules, q.query)
+            .board_query(q.rank, t.to_key(), rules, q.query)
             .await
             .map_err(ShardError::into_wire)?;
         let type_id = t.format();
@@ -126,12 +193,24 @@ impl Engine {
         }))
     }
 
+    /// One shard's page of a ranking's sub-boards, on this node, which
+    /// leads the shard: `(type_key, size)` after `after`.
+    pub(crate) async fn boards_here(
+        &self,
+        g: &Group,
+        rank: u32,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, u64)>, WireError> {
+        g.read_barrier().await?;
+        let page = self.store.boards_on_shard(rank, g.id, after, limit).map_err(internal)?;
+        Ok(page.into_iter().map(|(k, m)| (k, m.size)).collect())
+    }
+
     /// Sub-boards in type-id order (granularity, window, dimension values),
     /// merged across shards; the cursor is the last type id returned.
     pub(crate) async fn boards(&self, b: BoardsRequest) -> Result<Response, WireError> {
-        if self.directory.rank(b.rank).is_none() {
-            return Err(unknown_rank(b.rank));
-        }
+        self.rank_def(b.rank).await?;
         let after = match &b.cursor {
             Some(c) => Some(
                 TypeId::parse(c)
@@ -140,32 +219,65 @@ impl Engine {
             ),
             None => None,
         };
-        let barriers = self.groups.iter().map(|g| g.read_barrier());
-        for res in futures::future::join_all(barriers).await {
-            res?;
-        }
-        let want = b.limit as usize + 1;
+        let want = b.limit + 1;
+        let after = &after;
+        let per_shard = (0..self.cfg.shards).map(|shard| async move {
+            self.router
+                .on_leader(
+                    shard,
+                    false,
+                    |g| async move {
+                        self.boards_here(&g, b.rank, after.as_deref(), want as usize).await
+                    },
+                    |n| async move {
+                        let req = PeerRequest::Boards {
+                            shard,
+                            rank: b.rank,
+                            after: after.clone(),
+                            limit: want,
+                        };
+                        self.router
+                            .call(n, req, |r| match r {
+                                PeerResponse::Boards(Ok(v)) => Ok(v),
+                                PeerResponse::Boards(Err(e)) => Err(Hop::Answer(e)),
+                                other => Err(Hop::unexpected(other)),
+                            })
+                            .await
+                    },
+                )
+                .await
+        });
         let mut all = Vec::new();
-        for g in self.groups.iter() {
-            let page = self
-                .store
-                .boards_on_shard(b.rank, g.id, after.as_deref(), want)
-                .map_err(internal)?;
-            all.extend(page);
+        for page in futures::future::join_all(per_shard).await {
+            all.extend(page?);
         }
         all.sort_by(|x, y| x.0.cmp(&y.0));
         let more = all.len() > b.limit as usize;
         all.truncate(b.limit as usize);
         let boards = all
             .iter()
-            .map(|(k, m)| {
+            .map(|(k, size)| {
                 let type_id = TypeId::from_key(k)
                     .map(|t| t.format())
                     .ok_or_else(|| internal(format!("stored board key {k:?} is not a type id")))?;
-                Ok(BoardInfo { type_id, size: m.size })
+                Ok(BoardInfo { type_id, size: *size })
             })
             .collect::<Result<Vec<_>, WireError>>()?;
         let next = if more { boards.last().map(|b| b.type_id.clone()) } else { None };
         Ok(Response::Boards(BoardsPage { boards, next }))
     }
+}
+
+/// Proposes on a group this node leads; `None` if the priority class is shed.
+pub(crate) async fn propose_here(
+    g: &Group,
+    cmd: Command,
+    shed: Option<u8>,
+) -> Result<Option<CmdResult>, WireError> {
+    if let Some(p) = shed {
+        if g.should_shed(p, MAX_PRIORITY) {
+            return Ok(None);
+        }
+    }
+    g.propose(cmd).await.map(Some)
 }

@@ -7,7 +7,7 @@
 //! `NotLeader` anyway); `total` boards never expire. New events for an
 //! expired window are refused at the edge, so a dropped board stays dropped.
 
-use crate::group::Group;
+use crate::router::Router;
 use plaudit_actors::rankings::route::is_kept;
 use plaudit_actors::{Command, Directory};
 use plaudit_proto::window::{Granularity, TypeId};
@@ -18,17 +18,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Boards read per shard and ranking per page of a sweep.
 const PAGE: usize = 1000;
 
-pub async fn run(
-    groups: Arc<Vec<Arc<Group>>>,
-    store: StateStore,
-    directory: Directory,
-    every: Duration,
-) {
+pub async fn run(router: Arc<Router>, store: StateStore, directory: Directory, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let groups: Vec<_> =
+            router.local().into_iter().filter(|g| g.id != router.meta_id).collect();
         match sweep(&groups, &store, &directory, now).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(dropped = n, "retention sweep deleted expired sub-boards"),
@@ -40,7 +37,7 @@ pub async fn run(
 /// One pass over every ranking and shard this node leads; returns how many
 /// boards it deleted.
 pub async fn sweep(
-    groups: &[Arc<Group>],
+    groups: &[Arc<crate::group::Group>],
     store: &StateStore,
     directory: &Directory,
     now: i64,

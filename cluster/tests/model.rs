@@ -226,6 +226,7 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
             election_min_ms: 150,
             election_max_ms: 300,
             snapshot_every: 50_000,
+            logs_to_keep: 1000,
             batch_max: 4096,
             max_in_flight: 4,
             max_pending: 65_536,
@@ -240,6 +241,8 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
         },
         outbox_batch: 4096,
         sled_cache_bytes: 16 * 1024 * 1024,
+        cluster: plaudit_cluster::ClusterConfig::single(1),
+        request_timeout: Duration::from_secs(5),
     }
 }
 
@@ -260,11 +263,11 @@ where
 }
 
 /// Opens an engine on `dir` and registers both businesses.
-async fn open_fresh(dir: &Path) -> Result<Engine> {
+async fn open_fresh(dir: &Path) -> Result<Arc<Engine>> {
     create_businesses(Engine::open(config(dir)).await.context("opening the engine")?).await
 }
 
-async fn create_businesses(engine: Engine) -> Result<Engine> {
+async fn create_businesses(engine: Arc<Engine>) -> Result<Arc<Engine>> {
     for biz in BIZS {
         let create =
             CreateBiz { id: Some(biz), name: format!("biz{biz}"), config: BizConfig::default() };
@@ -280,7 +283,7 @@ async fn create_businesses(engine: Engine) -> Result<Engine> {
 /// handle is released only once its actors and Raft tasks have finished
 /// dropping, which `Engine::shutdown` does not wait for; until then sled's
 /// file lock is still held, so this retries on exactly that error.
-async fn reopen(dir: &Path) -> Result<Engine> {
+async fn reopen(dir: &Path) -> Result<Arc<Engine>> {
     let started = Instant::now();
     loop {
         match Engine::open(config(dir)).await {
@@ -488,7 +491,7 @@ proptest! {
     #[test]
     fn concurrent_users_match_the_model(ops in ops()) {
         run_case(|dir| async move {
-            let engine = Arc::new(open_fresh(dir.path()).await?);
+            let engine = open_fresh(dir.path()).await?;
             let mut model = Model::default();
             with_shutdown(&engine, async {
                 apply_per_user(&engine, &ops, &mut model).await?;
@@ -505,7 +508,7 @@ proptest! {
         run_case(|dir| async move {
             let cfg = config_with_actors(dir.path(), 1, Duration::from_millis(50));
             let engine = Engine::open(cfg).await.context("opening the engine")?;
-            let engine = Arc::new(create_businesses(engine).await?);
+            let engine = create_businesses(engine).await?;
             let mut model = Model::default();
             with_shutdown(&engine, async {
                 apply_per_user(&engine, &ops, &mut model).await?;

@@ -5,9 +5,12 @@
 //! | `GET /healthz`   | `200 ok` while the process runs                         |
 //! | `GET /readyz`    | `200 ready` or `503 not ready`, from [`AdminSource::ready`] |
 //! | `GET /metrics`   | `200` with [`AdminSource::metrics_text`]                |
+//! | `GET /status`    | `200` with the cluster status as JSON ([`AdminSource::status_json`]) |
+//! | `POST /fault/links?cut=2,3` | cuts this node's links to nodes 2 and 3 (`cut=` heals all); `404` unless `fault_injection` is on |
 //!
 //! Any other path is `404`, any method but `GET` (and `HEAD`, which RFC 9110
-//! asks every server to support) is `405`, an unparsable request is `400`.
+//! asks every server to support; and `POST` for `/fault/links`) is `405`, an
+//! unparsable request is `400`.
 //!
 //! Three fixed endpoints read by probes and a scraper do not justify an HTTP
 //! framework, so this is a deliberately small HTTP/1.1 server over tokio TCP:
@@ -31,7 +34,15 @@ pub trait AdminSource: Send + Sync + 'static {
     fn ready(&self) -> bool;
     /// The Prometheus text exposition served at `/metrics`.
     fn metrics_text(&self) -> String;
+    /// The cluster status as JSON, for `/status`.
+    fn status_json(&self) -> BoxFuture<'_, String>;
+    /// Cuts this node's links to the nodes listed in `cut` (comma
+    /// separated; empty heals every link): `None` when fault injection is
+    /// off, else the new set or why `cut` is wrong.
+    fn set_links(&self, cut: &str) -> Option<Result<String, String>>;
 }
+
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Largest request head (request line and headers) accepted.
 pub const MAX_HEAD_BYTES: usize = 8 * 1024;
@@ -140,7 +151,7 @@ async fn handle(mut stream: TcpStream, source: &dyn AdminSource, limits: Limits)
         Ok(head) => match parse_request(&head) {
             Some(request) => {
                 debug!(method = request.method, path = request.path, "admin request");
-                (route(&request, source), request.method == "HEAD")
+                (route(&request, source).await, request.method == "HEAD")
             }
             None => (Response::text(400, "Bad Request", "bad request\n"), false),
         },
@@ -226,6 +237,8 @@ struct Request<'a> {
     method: &'a str,
     /// The target without its query string.
     path: &'a str,
+    /// The query string, without the `?`.
+    query: &'a str,
 }
 
 /// Parses the request line and checks the header lines are well formed.
@@ -251,11 +264,19 @@ fn parse_request(head: &[u8]) -> Option<Request<'_>> {
             return None;
         }
     }
-    let path = target.split_once('?').map_or(target, |(path, _query)| path);
-    Some(Request { method, path })
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Some(Request { method, path, query })
 }
 
-fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
+async fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
+    if request.method == "POST" && request.path == "/fault/links" {
+        let cut = request.query.strip_prefix("cut=").unwrap_or(request.query);
+        return match source.set_links(cut) {
+            None => Response::text(404, "Not Found", "fault injection is off\n"),
+            Some(Ok(set)) => Response::text(200, "OK", &format!("{set}\n")),
+            Some(Err(why)) => Response::text(400, "Bad Request", &format!("{why}\n")),
+        };
+    }
     if request.method != "GET" && request.method != "HEAD" {
         let mut response = Response::text(405, "Method Not Allowed", "method not allowed\n");
         response.allow = true;
@@ -270,6 +291,13 @@ fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
             reason: "OK",
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             body: source.metrics_text(),
+            allow: false,
+        },
+        "/status" => Response {
+            status: 200,
+            reason: "OK",
+            content_type: "application/json",
+            body: source.status_json().await,
             allow: false,
         },
         _ => Response::text(404, "Not Found", "not found\n"),
@@ -328,6 +356,12 @@ mod tests {
         }
         fn metrics_text(&self) -> String {
             "# HELP up Whether up.\n# TYPE up gauge\nup 1\n".to_string()
+        }
+        fn status_json(&self) -> BoxFuture<'_, String> {
+            Box::pin(async { "{}".to_string() })
+        }
+        fn set_links(&self, cut: &str) -> Option<Result<String, String>> {
+            Some(Ok(cut.to_string()))
         }
     }
 
@@ -519,7 +553,7 @@ mod tests {
     #[test]
     fn request_line_parsing() {
         let parsed = parse_request(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n");
-        assert_eq!(parsed, Some(Request { method: "GET", path: "/metrics" }));
+        assert_eq!(parsed, Some(Request { method: "GET", path: "/metrics", query: "x=1" }));
         assert_eq!(parse_request(b"GET  /metrics HTTP/1.1\r\n\r\n"), None);
         assert_eq!(parse_request(b"get /metrics HTTP/1.1\r\n\r\n"), None);
         assert_eq!(parse_request(b"GET /metrics HTTP/2\r\n\r\n"), None);

@@ -29,6 +29,13 @@ pub const DEFAULT_NODE_ID: u64 = 1;
 pub const DEFAULT_DATA_DIR: &str = "./data";
 pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7401);
 pub const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7402);
+pub const DEFAULT_PEER_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7403);
+/// `bootstrap_expect = 0` means: 1 (form a one-node cluster) without
+/// `join`, and never bootstrap (only join) with it.
+pub const DEFAULT_BOOTSTRAP_EXPECT: u32 = 0;
+pub const DEFAULT_REPLICATION_FACTOR: u32 = 3;
+/// A cluster secret shorter than this is refused.
+pub const MIN_SECRET_LEN: usize = 16;
 pub const DEFAULT_SHARDS: u32 = 16;
 /// The most shards a cluster may have; `shards` must lie in `1..=MAX_SHARDS`.
 pub const MAX_SHARDS: u32 = 1024;
@@ -50,10 +57,19 @@ pub const DEFAULT_ACTOR_IDLE_SECS: u64 = 120;
 pub const DEFAULT_SLED_CACHE_MB: u64 = 256;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5000;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
-pub const DEFAULT_RAFT_HEARTBEAT_MS: u64 = 250;
-pub const DEFAULT_RAFT_ELECTION_MIN_MS: u64 = 1000;
-pub const DEFAULT_RAFT_ELECTION_MAX_MS: u64 = 2000;
+/// Failover waits for the followers' leader lease, which openraft 0.9 fixes
+/// at `raft_election_max_ms` since the last heartbeat; a dead peer is seen
+/// within ~50 ms, and its followers elect as soon as the lease allows
+/// (docs/architecture.md). 100/600/800 puts failover under a second while a
+/// heartbeat late by more than the 600 ms lease-plus-timer gap is needed for
+/// a spurious election (measured in docs/benchmarks.md).
+pub const DEFAULT_RAFT_HEARTBEAT_MS: u64 = 100;
+pub const DEFAULT_RAFT_ELECTION_MIN_MS: u64 = 600;
+pub const DEFAULT_RAFT_ELECTION_MAX_MS: u64 = 800;
 pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 50_000;
+/// Log entries kept behind a snapshot, so a follower a little behind
+/// catches up from the log rather than a whole snapshot.
+pub const DEFAULT_SNAPSHOT_LOGS_TO_KEEP: u64 = 1000;
 /// Applied state is written behind: a shard's staged writes go to sled once
 /// this many distinct keys are staged or the oldest is this old. Keys
 /// written again before then reach sled once; a crash replays the log since
@@ -63,7 +79,10 @@ pub const DEFAULT_CHECKPOINT_MS: u64 = 1000;
 pub const DEFAULT_OUTBOX_BATCH: usize = 4096;
 /// openraft logs every election and replication change at info; keep its
 /// lifecycle noise out of the node log unless asked for.
-pub const DEFAULT_LOG: &str = "info,openraft=warn";
+/// ractor_cluster logs every session it opens and every duplicate session
+/// it drops (two nodes dialing each other at once) at info and warn; the
+/// control plane logs what matters (a node up or down) itself.
+pub const DEFAULT_LOG: &str = "info,openraft=warn,ractor_cluster=error,ractor=warn";
 
 /// Everything a node needs to know at start-up. See `deploy/plaudit.toml` for a
 /// commented sample with every field.
@@ -75,10 +94,31 @@ pub struct Config {
     pub node_id: u64,
     /// Where the node keeps its sled database (Raft logs and shard state).
     pub data_dir: PathBuf,
-    /// Address of the client protocol listener (and of Raft traffic between nodes).
+    /// Address of the client protocol listener.
     pub listen: SocketAddr,
     /// Address of the admin HTTP listener (`/healthz`, `/readyz`, `/metrics`).
     pub admin: SocketAddr,
+    /// Address of the peer listener: Raft traffic and the control plane
+    /// between nodes.
+    pub peer_listen: SocketAddr,
+    /// Peer addresses of seed nodes to find the cluster through (this
+    /// node's own may be among them). Empty: a one-node cluster.
+    pub join: Vec<SocketAddr>,
+    /// A brand-new cluster forms once this many nodes have found each other;
+    /// the lowest id among them creates it. A node that has data ignores it.
+    /// 0: 1 without `join`, and with `join` never create, only join.
+    pub bootstrap_expect: u32,
+    /// Replicas per shard (at most the number of nodes).
+    pub replication_factor: u32,
+    /// The secret nodes of one cluster share (at least 16 bytes); peers
+    /// without it are refused. Required with `join`. Prefer
+    /// `cluster_secret_file`; never logged.
+    pub cluster_secret: Secret,
+    /// A file holding the cluster secret (surrounding whitespace ignored).
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Lets the admin endpoint cut and heal links to chosen peers
+    /// (`POST /fault/links`): for tests only.
+    pub fault_injection: bool,
     /// Number of shards (Raft groups) the key space is split into, `1..=1024`.
     /// Fixed when the cluster is created.
     pub shards: u32,
@@ -116,6 +156,8 @@ pub struct Config {
     pub raft_election_max_ms: u64,
     /// A shard takes a snapshot (and may purge its log) after this many entries.
     pub snapshot_every_entries: u64,
+    /// Log entries kept behind a snapshot when the log is purged.
+    pub snapshot_logs_to_keep: u64,
     /// A shard writes its staged (applied, not yet stored) state to sled once
     /// this many distinct keys are staged.
     pub checkpoint_keys: usize,
@@ -135,6 +177,13 @@ impl Default for Config {
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             listen: DEFAULT_LISTEN,
             admin: DEFAULT_ADMIN,
+            peer_listen: DEFAULT_PEER_LISTEN,
+            join: Vec::new(),
+            bootstrap_expect: DEFAULT_BOOTSTRAP_EXPECT,
+            replication_factor: DEFAULT_REPLICATION_FACTOR,
+            cluster_secret: Secret::default(),
+            cluster_secret_file: None,
+            fault_injection: false,
             shards: DEFAULT_SHARDS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_in_flight_per_connection: DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION,
@@ -151,6 +200,7 @@ impl Default for Config {
             raft_election_min_ms: DEFAULT_RAFT_ELECTION_MIN_MS,
             raft_election_max_ms: DEFAULT_RAFT_ELECTION_MAX_MS,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
+            snapshot_logs_to_keep: DEFAULT_SNAPSHOT_LOGS_TO_KEEP,
             checkpoint_keys: DEFAULT_CHECKPOINT_KEYS,
             checkpoint_ms: DEFAULT_CHECKPOINT_MS,
             outbox_batch: DEFAULT_OUTBOX_BATCH,
@@ -178,6 +228,18 @@ pub struct Args {
     /// Admin HTTP listener address, e.g. 0.0.0.0:7402.
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
+    /// Peer listener address (Raft and control plane), e.g. 0.0.0.0:7403.
+    #[arg(long, value_name = "ADDR")]
+    pub peer_listen: Option<SocketAddr>,
+    /// Seed peer addresses, comma separated.
+    #[arg(long, value_name = "ADDR,ADDR", value_delimiter = ',')]
+    pub join: Option<Vec<SocketAddr>>,
+    /// Form a new cluster once this many nodes have found each other.
+    #[arg(long, value_name = "N")]
+    pub bootstrap_expect: Option<u32>,
+    /// File holding the cluster secret.
+    #[arg(long, value_name = "PATH")]
+    pub cluster_secret_file: Option<PathBuf>,
     /// Number of shards.
     #[arg(long)]
     pub shards: Option<u32>,
@@ -247,8 +309,33 @@ impl Config {
             "shards must be in 1..={MAX_SHARDS}, got {}",
             self.shards
         );
-        if self.listen == self.admin && self.listen.port() != 0 {
-            bail!("listen and admin must be different addresses, both are {}", self.listen);
+        let addrs =
+            [("listen", self.listen), ("admin", self.admin), ("peer_listen", self.peer_listen)];
+        for (i, (a, x)) in addrs.iter().enumerate() {
+            for (b, y) in &addrs[i + 1..] {
+                if x == y && x.port() != 0 {
+                    bail!("{a} and {b} must be different addresses, both are {x}");
+                }
+            }
+        }
+        ensure!(
+            !(self.join.is_empty() && self.bootstrap_expect > 1),
+            "bootstrap_expect {} needs join: the nodes must be able to find each other",
+            self.bootstrap_expect
+        );
+        ensure!(self.replication_factor >= 1, "replication_factor must be at least 1");
+        if !self.join.is_empty() || self.bootstrap_expect > 1 {
+            ensure!(
+                !self.cluster_secret.is_empty() || self.cluster_secret_file.is_some(),
+                "a cluster (join or bootstrap_expect > 1) needs cluster_secret_file \
+                 (or cluster_secret): peers without it are refused"
+            );
+        }
+        if !self.cluster_secret.is_empty() {
+            ensure!(
+                self.cluster_secret.0.len() >= MIN_SECRET_LEN,
+                "cluster_secret must be at least {MIN_SECRET_LEN} bytes"
+            );
         }
         let non_zero = [
             ("max_connections", self.max_connections as u64),
@@ -264,6 +351,7 @@ impl Config {
             ("shutdown_grace_ms", self.shutdown_grace_ms),
             ("raft_heartbeat_ms", self.raft_heartbeat_ms),
             ("snapshot_every_entries", self.snapshot_every_entries),
+            ("snapshot_logs_to_keep", self.snapshot_logs_to_keep),
             ("checkpoint_keys", self.checkpoint_keys as u64),
             ("checkpoint_ms", self.checkpoint_ms),
             ("outbox_batch", self.outbox_batch as u64),
@@ -306,6 +394,32 @@ impl Config {
         }
     }
 
+    /// How many nodes must find each other before a new cluster forms; 0:
+    /// never form one, only join.
+    pub fn effective_bootstrap_expect(&self) -> u32 {
+        match (self.bootstrap_expect, self.join.is_empty()) {
+            (0, true) => 1,
+            (n, _) => n,
+        }
+    }
+
+    /// The cluster secret, read from `cluster_secret_file` if set, else
+    /// `cluster_secret`; `None` if neither is set (a one-node cluster).
+    pub fn secret(&self) -> anyhow::Result<Option<Vec<u8>>> {
+        if let Some(path) = &self.cluster_secret_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading cluster_secret_file {}", path.display()))?;
+            let s = text.trim();
+            ensure!(
+                s.len() >= MIN_SECRET_LEN,
+                "the cluster secret in {} must be at least {MIN_SECRET_LEN} bytes",
+                path.display()
+            );
+            return Ok(Some(s.as_bytes().to_vec()));
+        }
+        Ok((!self.cluster_secret.is_empty()).then(|| self.cluster_secret.0.as_bytes().to_vec()))
+    }
+
     /// `actor_idle_secs` as a `Duration`.
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
@@ -319,6 +433,23 @@ impl Config {
             "data_dir" => self.data_dir = PathBuf::from(value),
             "listen" => self.listen = parse(value)?,
             "admin" => self.admin = parse(value)?,
+            "peer_listen" => self.peer_listen = parse(value)?,
+            "join" => {
+                self.join = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(parse)
+                    .collect::<anyhow::Result<_>>()?
+            }
+            "bootstrap_expect" => self.bootstrap_expect = parse(value)?,
+            "replication_factor" => self.replication_factor = parse(value)?,
+            "cluster_secret" => self.cluster_secret = Secret(value.to_string()),
+            "cluster_secret_file" => {
+                self.cluster_secret_file = (!value.is_empty()).then(|| PathBuf::from(value))
+            }
+            "fault_injection" => self.fault_injection = parse(value)?,
+            "snapshot_logs_to_keep" => self.snapshot_logs_to_keep = parse(value)?,
             "shards" => self.shards = parse(value)?,
             "max_connections" => self.max_connections = parse(value)?,
             "max_in_flight_per_connection" => self.max_in_flight_per_connection = parse(value)?,
@@ -346,7 +477,31 @@ impl Config {
 
     fn apply_args(&mut self, args: &Args) {
         // `config` is not a field: it chose the file this config started from.
-        let Args { config: _, node_id, data_dir, listen, admin, shards, log } = args;
+        let Args {
+            config: _,
+            node_id,
+            data_dir,
+            listen,
+            admin,
+            peer_listen,
+            join,
+            bootstrap_expect,
+            cluster_secret_file,
+            shards,
+            log,
+        } = args;
+        if let Some(v) = peer_listen {
+            self.peer_listen = *v;
+        }
+        if let Some(v) = join {
+            self.join = v.clone();
+        }
+        if let Some(v) = bootstrap_expect {
+            self.bootstrap_expect = *v;
+        }
+        if let Some(v) = cluster_secret_file {
+            self.cluster_secret_file = Some(v.clone());
+        }
         if let Some(v) = node_id {
             self.node_id = *v;
         }
@@ -365,6 +520,23 @@ impl Config {
         if let Some(v) = log {
             self.log = v.clone();
         }
+    }
+}
+
+/// A secret that never appears in `Debug` output (configs get logged).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl Secret {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() { "(none)" } else { "(redacted)" })
     }
 }
 
@@ -414,7 +586,7 @@ mod tests {
         assert_eq!(config.listen.to_string(), "127.0.0.1:7401");
         assert_eq!(config.admin.to_string(), "127.0.0.1:7402");
         assert_eq!(config.shards, 16);
-        assert_eq!(config.log, "info,openraft=warn");
+        assert_eq!(config.log, DEFAULT_LOG);
     }
 
     #[test]
@@ -465,6 +637,13 @@ mod tests {
             data_dir: PathBuf::from("/d"),
             listen: "10.0.0.1:1".parse().unwrap(),
             admin: "10.0.0.1:2".parse().unwrap(),
+            peer_listen: "10.0.0.1:3".parse().unwrap(),
+            join: vec!["10.0.0.2:3".parse().unwrap(), "10.0.0.3:3".parse().unwrap()],
+            bootstrap_expect: 3,
+            replication_factor: 2,
+            cluster_secret: Secret("0123456789abcdef-secret".into()),
+            cluster_secret_file: Some(PathBuf::from("/etc/plaudit/secret")),
+            fault_injection: true,
             shards: 3,
             max_connections: 4,
             max_in_flight_per_connection: 5,
@@ -481,6 +660,7 @@ mod tests {
             raft_election_min_ms: 15,
             raft_election_max_ms: 16,
             snapshot_every_entries: 17,
+            snapshot_logs_to_keep: 22,
             checkpoint_keys: 20,
             checkpoint_ms: 21,
             outbox_batch: 18,
@@ -492,6 +672,12 @@ mod tests {
             .map(|(key, value)| {
                 let text = match value {
                     toml::Value::String(s) => s.clone(),
+                    // Lists are comma separated in a variable.
+                    toml::Value::Array(items) => items
+                        .iter()
+                        .map(|i| i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string()))
+                        .collect::<Vec<_>>()
+                        .join(","),
                     other => other.to_string(),
                 };
                 (format!("PLAUDIT_{}", key.to_ascii_uppercase()), text)
@@ -499,6 +685,46 @@ mod tests {
             .collect();
         let got = Config::from_sources(None, &vars, &Args::default()).unwrap();
         assert_eq!(got, wanted);
+    }
+
+    #[test]
+    fn cluster_flags_parse_and_bootstrap_expect_defaults_by_join() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "  a-long-enough-cluster-secret\n").unwrap();
+        let secret_flag = format!("--cluster-secret-file={}", secret.display());
+        let flags = args(&[
+            "--node-id=2",
+            "--peer-listen=127.0.0.1:7413",
+            "--join=127.0.0.1:7403,127.0.0.1:7413,127.0.0.1:7423",
+            "--bootstrap-expect=3",
+            &secret_flag,
+        ]);
+        let c = Config::from_sources(None, &[], &flags).unwrap();
+        assert_eq!(c.peer_listen.to_string(), "127.0.0.1:7413");
+        assert_eq!(c.join.len(), 3);
+        assert_eq!(c.effective_bootstrap_expect(), 3);
+        assert_eq!(c.secret().unwrap().unwrap(), b"a-long-enough-cluster-secret");
+
+        let single = Config::default();
+        assert_eq!(single.effective_bootstrap_expect(), 1, "no join: a one-node cluster");
+        assert_eq!(single.secret().unwrap(), None);
+        let joiner = Config { join: c.join.clone(), ..c.clone() };
+        assert_eq!(Config { bootstrap_expect: 0, ..joiner }.effective_bootstrap_expect(), 0);
+    }
+
+    #[test]
+    fn a_cluster_needs_a_secret_that_is_never_printed() {
+        let text = invalid("join = [\"127.0.0.1:7403\"]");
+        assert!(text.contains("cluster_secret_file"), "{text}");
+        assert!(invalid("bootstrap_expect = 3").contains("needs join"));
+        let short = "join = [\"127.0.0.1:7403\"]\ncluster_secret = \"short\"";
+        assert!(invalid(short).contains("at least 16 bytes"));
+        let ok = "join = [\"127.0.0.1:7403\"]\ncluster_secret = \"0123456789abcdef-x\"";
+        let c = Config::from_sources(Some(ok), &[], &Args::default()).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("0123456789abcdef"), "{shown}");
+        assert!(shown.contains("(redacted)"), "{shown}");
     }
 
     #[test]

@@ -2,11 +2,12 @@
 
 use anyhow::Context;
 use clap::Parser;
-use plaudit_cluster::{Engine, EngineConfig, GroupConfig};
+use plaudit_cluster::{ClusterConfig, Engine, EngineConfig, GroupConfig};
 use plaudit_node::config::{Args, Config};
 use plaudit_node::metrics::Metrics;
 use plaudit_node::server::{Limits, Server};
 use plaudit_node::status::NodeStatus;
+use plaudit_proto::cluster::NodeInfo;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
@@ -41,6 +42,17 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let admin = tokio::net::TcpListener::bind(cfg.admin)
         .await
         .with_context(|| format!("binding admin listener {}", cfg.admin))?;
+    let secret = cfg.secret()?;
+    // Only a node with a cluster secret listens for peers: without one it
+    // could not tell a peer of its cluster from anyone else.
+    let peer_listener = match &secret {
+        Some(_) => Some(
+            tokio::net::TcpListener::bind(cfg.peer_listen)
+                .await
+                .with_context(|| format!("binding peer listener {}", cfg.peer_listen))?,
+        ),
+        None => None,
+    };
 
     let engine_cfg = EngineConfig {
         data_dir: cfg.data_dir.clone(),
@@ -51,6 +63,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             election_min_ms: cfg.raft_election_min_ms,
             election_max_ms: cfg.raft_election_max_ms,
             snapshot_every: cfg.snapshot_every_entries,
+            logs_to_keep: cfg.snapshot_logs_to_keep,
             batch_max: cfg.batch_max_commands,
             max_in_flight: cfg.max_proposals_in_flight,
             max_pending: cfg.max_pending_per_shard,
@@ -61,25 +74,37 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         checkpoint: cfg.checkpoint_policy(),
         outbox_batch: cfg.outbox_batch,
         sled_cache_bytes: cfg.sled_cache_mb * 1024 * 1024,
+        cluster: ClusterConfig {
+            me: NodeInfo {
+                id: cfg.node_id,
+                client: cfg.listen.to_string(),
+                peer: cfg.peer_listen.to_string(),
+                admin: cfg.admin.to_string(),
+            },
+            seeds: cfg.join.iter().map(|a| a.to_string()).collect(),
+            bootstrap_expect: cfg.effective_bootstrap_expect(),
+            replication_factor: cfg.replication_factor,
+            secret,
+        },
+        request_timeout: cfg.request_timeout(),
     };
     let metrics = Arc::new(Metrics::new());
-    // Admin comes up before the engine so /healthz answers during recovery
-    // while /readyz says "not ready".
-    let engine = Engine::open(engine_cfg).await.context("opening the engine")?;
-    let engine = Arc::new(engine);
+    let engine = Engine::start(engine_cfg, peer_listener).await.context("starting the engine")?;
     let status = Arc::new(NodeStatus {
         engine: engine.clone(),
         metrics: metrics.clone(),
         serving: AtomicBool::new(true),
+        fault_injection: cfg.fault_injection,
     });
     let (admin_stop_tx, admin_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let admin_task = tokio::spawn(plaudit_node::admin::serve(admin, status.clone(), async move {
         let _ = admin_stop_rx.await;
     }));
     info!(
-        listen = %cfg.listen, admin = %cfg.admin, shards = cfg.shards,
-        data_dir = %cfg.data_dir.display(), startup_ms = started.elapsed().as_millis() as u64,
-        "plaudit-node ready"
+        node_id = cfg.node_id, listen = %cfg.listen, admin = %cfg.admin,
+        peer_listen = %cfg.peer_listen, shards = cfg.shards, data_dir = %cfg.data_dir.display(),
+        startup_ms = started.elapsed().as_millis() as u64,
+        "plaudit-node started (GET /readyz says when it serves)"
     );
 
     let server = Arc::new(Server {

@@ -12,21 +12,10 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Every op name `plaudit_proto::Request::op` returns, in label order. An op
+/// Every op name `plaudit_proto::Request::op` returns, in label order (the
+/// protocol's own table, tested there against every request variant). An op
 /// not in this table is counted under [`OTHER_OP`].
-pub const OPS: [&str; 11] = [
-    "ping",
-    "biz_create",
-    "biz_get",
-    "biz_list",
-    "biz_update",
-    "like",
-    "status",
-    "counts",
-    "user_likes",
-    "likers",
-    "received",
-];
+pub const OPS: [&str; plaudit_proto::message::OPS.len()] = plaudit_proto::message::OPS;
 
 /// The label of ops missing from [`OPS`] (a new request kind not yet listed).
 pub const OTHER_OP: &str = "other";
@@ -343,7 +332,7 @@ mod tests {
     #[test]
     fn the_op_table_matches_the_protocol() {
         use plaudit_proto::Request;
-        for request in [Request::Ping, Request::ListBiz, Request::GetBiz(1)] {
+        for request in [Request::Ping, Request::ListBiz, Request::GetBiz(1), Request::ListRanks] {
             assert_eq!(OPS[op_slot(request.op())], request.op());
         }
         assert_eq!(op_slot("no_such_op"), OPS.len());

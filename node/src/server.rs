@@ -15,6 +15,7 @@
 
 use crate::metrics::Metrics;
 use plaudit_cluster::Engine;
+use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame::{self, FrameError};
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
 use std::future::Future;
@@ -116,6 +117,9 @@ impl Server {
         });
         let in_flight = Arc::new(Semaphore::new(self.limits.max_in_flight_per_connection));
         let mut payload = Vec::new();
+        // How this connection wants requests for shards led elsewhere
+        // handled (a smart client says `Redirect` in its `Hello`).
+        let mut routing = Routing::Forward;
         loop {
             let read = tokio::select! {
                 r = frame::read_payload(&mut rd, &mut payload) => r,
@@ -144,6 +148,13 @@ impl Server {
                     break;
                 }
             };
+            if let Request::Hello(h) = &env.body {
+                // In the reader loop, so it applies to every later request.
+                routing = h.routing;
+                self.metrics.observe("hello", Duration::ZERO, None);
+                send(&out_tx, env.req_id, Response::Hello);
+                continue;
+            }
             let Ok(permit) = in_flight.clone().try_acquire_owned() else {
                 let op = env.body.op();
                 self.metrics.observe(op, Duration::ZERO, Some(ErrorCode::Overloaded));
@@ -157,16 +168,18 @@ impl Server {
                 let Envelope { req_id, body } = env;
                 let op = body.op();
                 let started = Instant::now();
-                let resp =
-                    match tokio::time::timeout(me.limits.request_timeout, me.engine.handle(body))
-                        .await
-                    {
-                        Ok(r) => r,
-                        Err(_) => Response::Error(WireError::timeout(format!(
-                            "no result within {} ms; the request may still apply",
-                            me.limits.request_timeout.as_millis()
-                        ))),
-                    };
+                let resp = match tokio::time::timeout(
+                    me.limits.request_timeout,
+                    me.engine.handle_as(body, routing),
+                )
+                .await
+                {
+                    Ok(r) => r,
+                    Err(_) => Response::Error(WireError::timeout(format!(
+                        "no result within {} ms; the request may still apply",
+                        me.limits.request_timeout.as_millis()
+                    ))),
+                };
                 let code = match &resp {
                     Response::Error(e) => Some(e.code),
                     _ => None,

@@ -1,9 +1,11 @@
 //! What the admin endpoint shows: readiness and metrics, with the engine's
 //! per-shard gauges (active actors, outbox backlog, apply lag, leadership).
 
-use crate::admin::AdminSource;
+use crate::admin::{AdminSource, BoxFuture};
 use crate::metrics::{Gauge, Metrics};
 use plaudit_cluster::Engine;
+use plaudit_proto::cluster::StatusView;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -12,11 +14,38 @@ pub struct NodeStatus {
     pub metrics: Arc<Metrics>,
     /// Cleared when shutdown begins, so load balancers stop routing here.
     pub serving: AtomicBool,
+    /// Whether `/fault/links` may cut links (tests only).
+    pub fault_injection: bool,
 }
 
 impl AdminSource for NodeStatus {
     fn ready(&self) -> bool {
         self.serving.load(Ordering::Relaxed) && self.engine.ready()
+    }
+
+    fn status_json(&self) -> BoxFuture<'_, String> {
+        Box::pin(async move {
+            let status = self.engine.status().await;
+            serde_json::to_string(&StatusView::from(&status))
+                .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        })
+    }
+
+    fn set_links(&self, cut: &str) -> Option<Result<String, String>> {
+        if !self.fault_injection {
+            return None;
+        }
+        let nodes: Result<BTreeSet<u64>, String> = cut
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse::<u64>().map_err(|e| format!("{s:?} is not a node id: {e}")))
+            .collect();
+        Some(nodes.map(|nodes| {
+            tracing::warn!(?nodes, "fault injection: links to these nodes are cut");
+            self.engine.cut_links(nodes.clone());
+            format!("cut {nodes:?}")
+        }))
     }
 
     fn metrics_text(&self) -> String {
@@ -27,7 +56,58 @@ impl AdminSource for NodeStatus {
             labels: vec![("shard", shard.to_string())],
             value,
         };
+        for (peer, dials, calls) in self.engine.peer_errors() {
+            let peer_gauge = |name, help, value: u64| Gauge {
+                name,
+                help,
+                labels: vec![("peer", peer.to_string())],
+                value: value as f64,
+            };
+            gauges.push(peer_gauge(
+                "plaudit_peer_dial_failures_total",
+                "Failed dials (connect or handshake) of the data connection to each peer.",
+                dials,
+            ));
+            gauges.push(peer_gauge(
+                "plaudit_peer_call_failures_total",
+                "Requests to each peer that got no answer (unreachable or timed out).",
+                calls,
+            ));
+        }
         for s in self.engine.stats() {
+            let role = ["leader", "follower", "candidate", "learner", "shutdown"];
+            for r in role {
+                gauges.push(Gauge {
+                    name: "plaudit_raft_role",
+                    help: "1 for this replica's current Raft role, per shard.",
+                    labels: vec![("shard", s.shard.to_string()), ("role", r.to_string())],
+                    value: if s.role == r { 1.0 } else { 0.0 },
+                });
+            }
+            gauges.push(shard_gauge(
+                "plaudit_raft_term",
+                "The current Raft term, per shard (a rise is an election).",
+                s.shard,
+                s.term as f64,
+            ));
+            gauges.push(shard_gauge(
+                "plaudit_raft_last_log_index",
+                "The last log index, per shard.",
+                s.shard,
+                s.last_log as f64,
+            ));
+            gauges.push(shard_gauge(
+                "plaudit_raft_commit_index",
+                "The last committed log index this replica knows, per shard.",
+                s.shard,
+                s.committed.map_or(0.0, |c| c as f64),
+            ));
+            gauges.push(shard_gauge(
+                "plaudit_raft_applied_index",
+                "The last applied log index, per shard.",
+                s.shard,
+                s.applied as f64,
+            ));
             gauges.push(Gauge {
                 name: "plaudit_active_actors",
                 help: "Active virtual actors per shard and kind.",

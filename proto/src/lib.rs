@@ -21,9 +21,11 @@
 //! - `message`: the `Request` / `Response` enums and the `Envelope`;
 //! - `codec`: bincode encode/decode of anything serde;
 //! - `frame`: async length-prefixed frame reading and writing;
-//! - `routing`: the stable key -> shard function.
+//! - `routing`: the stable key -> shard function;
+//! - `cluster`: members, placement, leaders and status of a cluster.
 
 pub mod business;
+pub mod cluster;
 pub mod codec;
 pub mod error;
 pub mod frame;

@@ -4,6 +4,7 @@
 //! reordering would break mixed-version clusters and clients.
 
 use crate::business::{Business, CreateBiz, UpdateBiz};
+use crate::cluster::{ClientHello, ClusterStatus, RoutingTable};
 use crate::error::WireError;
 use crate::ids::BizId;
 use crate::likes::{
@@ -43,10 +44,45 @@ pub enum Request {
     Score(ScoreRequest),
     Query(QueryRequest),
     Boards(BoardsRequest),
+    /// How this connection wants requests for other nodes' shards handled.
+    Hello(ClientHello),
+    /// The cluster map and this node's view of the leaders.
+    Routing,
+    /// Every node and group, for operators.
+    ClusterStatus,
 }
 
+/// Every name `Request::op` returns, in a fixed order (metrics labels).
+pub const OPS: [&str; 25] = [
+    "ping",
+    "biz_create",
+    "biz_get",
+    "biz_list",
+    "biz_update",
+    "like",
+    "status",
+    "counts",
+    "user_likes",
+    "likers",
+    "received",
+    "rank_create",
+    "rank_get",
+    "rank_list",
+    "rank_update",
+    "score",
+    "top",
+    "rank_of",
+    "around",
+    "scores",
+    "board_size",
+    "boards",
+    "hello",
+    "routing",
+    "cluster_status",
+];
+
 impl Request {
-    /// The operation's name, used as a metrics label and in logs.
+    /// The operation's name, used as a metrics label and in logs; one of [`OPS`].
     pub fn op(&self) -> &'static str {
         match self {
             Request::Ping => "ping",
@@ -73,6 +109,9 @@ impl Request {
                 crate::scoring::BoardQuery::Size => "board_size",
             },
             Request::Boards(_) => "boards",
+            Request::Hello(_) => "hello",
+            Request::Routing => "routing",
+            Request::ClusterStatus => "cluster_status",
         }
     }
 
@@ -80,6 +119,7 @@ impl Request {
     pub fn validate(&self) -> Result<(), WireError> {
         match self {
             Request::Ping | Request::GetBiz(_) | Request::ListBiz => Ok(()),
+            Request::Hello(_) | Request::Routing | Request::ClusterStatus => Ok(()),
             Request::CreateRank(d) => d.validate(),
             Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
             Request::Score(r) => r.validate(),
@@ -99,6 +139,7 @@ impl Request {
     pub fn biz(&self) -> Option<BizId> {
         match self {
             Request::Ping | Request::ListBiz | Request::CreateBiz(_) => None,
+            Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
             Request::CreateRank(_)
             | Request::GetRank(_)
             | Request::ListRanks
@@ -135,4 +176,66 @@ pub enum Response {
     Score(ScoreReply),
     Query(QueryReply),
     Boards(BoardsPage),
+    Hello,
+    Routing(RoutingTable),
+    ClusterStatus(ClusterStatus),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scoring::{BoardQuery, BoardRef};
+
+    /// One request of every variant (and every query kind).
+    fn every_request() -> Vec<Request> {
+        let query = |query| {
+            Request::Query(QueryRequest { rank: 1, board: BoardRef::TypeId("total".into()), query })
+        };
+        vec![
+            Request::Ping,
+            Request::CreateBiz(CreateBiz {
+                id: None,
+                name: "x".into(),
+                config: Default::default(),
+            }),
+            Request::GetBiz(1),
+            Request::ListBiz,
+            Request::UpdateBiz(UpdateBiz { id: 1, config: Default::default() }),
+            Request::Like(LikeRequest {
+                biz: 1,
+                entity: 1,
+                user: 1,
+                owner: None,
+                action: crate::likes::LikeAction::Like,
+            }),
+            Request::Status(StatusRequest { biz: 1, user: 1, entities: vec![] }),
+            Request::Counts(CountsRequest { biz: 1, entities: vec![] }),
+            Request::UserLikes(UserLikesRequest { biz: 1, user: 1, limit: 1, cursor: None }),
+            Request::Likers(LikersRequest { biz: 1, entity: 1, limit: 1, cursor: None }),
+            Request::Received(ReceivedRequest { biz: 1, user: 1 }),
+            Request::GetRank(1),
+            Request::ListRanks,
+            Request::UpdateRank(UpdateRank { id: 1, settings: Default::default() }),
+            query(BoardQuery::Top { offset: 0, limit: 1 }),
+            query(BoardQuery::RankOf { item: 1 }),
+            query(BoardQuery::Around { item: 1, k: 1 }),
+            query(BoardQuery::Scores { items: vec![] }),
+            query(BoardQuery::Size),
+            Request::Boards(BoardsRequest { rank: 1, limit: 1, cursor: None }),
+            Request::Hello(Default::default()),
+            Request::Routing,
+            Request::ClusterStatus,
+        ]
+    }
+
+    #[test]
+    fn every_op_name_is_in_the_table() {
+        for r in every_request() {
+            assert!(OPS.contains(&r.op()), "{} is missing from OPS", r.op());
+        }
+        let mut names = OPS.to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), OPS.len(), "no name twice");
+    }
 }

@@ -57,6 +57,8 @@ pub struct SledLogStore<C> {
     log: sled::Tree,
     meta: sled::Tree,
     commit: GroupCommit,
+    /// The last committed index openraft reported (+1; 0: none), for metrics.
+    committed: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// `fn() -> C`: the store holds no `C`, so it is Send + Sync whatever `C` is.
     _config: PhantomData<fn() -> C>,
 }
@@ -67,6 +69,7 @@ impl<C> Clone for SledLogStore<C> {
             log: self.log.clone(),
             meta: self.meta.clone(),
             commit: self.commit.clone(),
+            committed: self.committed.clone(),
             _config: PhantomData,
         }
     }
@@ -97,8 +100,22 @@ where
             log: db.open_tree(format!("raft/{group}/log"))?,
             meta: db.open_tree(format!("raft/{group}/meta"))?,
             commit,
+            committed: Default::default(),
             _config: PhantomData,
         })
+    }
+
+    /// The last committed index this store was told of, if any.
+    pub fn committed_index(&self) -> Option<u64> {
+        match self.committed.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            n => Some(n - 1),
+        }
+    }
+
+    fn note_committed(&self, c: Option<&LogId<C::NodeId>>) {
+        let v = c.map_or(0, |l| l.index + 1);
+        self.committed.store(v, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Reads and decodes one meta value.
@@ -272,13 +289,16 @@ where
     ) -> StorageResult<(), C> {
         // Not flushed: a committed id lost in a crash only means re-learning
         // it from the leader, never applying something uncommitted.
+        self.note_committed(committed.as_ref());
         self.write_meta(KEY_COMMITTED, &committed, ErrorSubject::Store)
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId<C::NodeId>>, C> {
-        Ok(self
+        let c = self
             .read_meta::<Option<LogId<C::NodeId>>>(KEY_COMMITTED, ErrorSubject::Store)?
-            .flatten())
+            .flatten();
+        self.note_committed(c.as_ref());
+        Ok(c)
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<C>) -> StorageResult<(), C>

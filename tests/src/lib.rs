@@ -32,7 +32,7 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long derived state may take to converge in a test.
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The node's log filter: our own info lines, openraft's warnings only.
-const LOG_FILTER: &str = "info,openraft=warn";
+const LOG_FILTER: &str = "info,openraft=warn,ractor_cluster=error,ractor=warn";
 /// Lines of `node.log` printed when a test fails.
 const LOG_TAIL_LINES: usize = 60;
 

@@ -139,7 +139,8 @@ impl ShardActor {
                     Command::CreateBiz(_)
                     | Command::UpdateBiz(_)
                     | Command::CreateRank(_)
-                    | Command::UpdateRank(_) => {
+                    | Command::UpdateRank(_)
+                    | Command::SetCluster(_) => {
                         registry::apply(&self.directory, self.cfg.is_meta, cmd, &mut out.ws)
                     }
                 };

@@ -1,5 +1,5 @@
 //! Applying the registry family (create and update businesses and
-//! rankings): on the metadata group only. The directory computes each
+//! rankings, replace the cluster map): on the metadata group only. The directory computes each
 //! result deterministically (an assigned id is the next free one in the
 //! replicated registry), so every replica answers alike; a rejected command
 //! (a duplicate id, an unknown ranking) is a result, not an error.
@@ -25,6 +25,7 @@ pub(super) fn apply(
         Command::UpdateBiz(u) => directory.apply_update(u, ws).map(CmdResult::Biz),
         Command::CreateRank(d) => directory.apply_create_rank(d, ws).map(CmdResult::Rank),
         Command::UpdateRank(u) => directory.apply_update_rank(u, ws).map(CmdResult::Rank),
+        Command::SetCluster(m) => directory.apply_set_cluster(m, ws).map(|()| CmdResult::Done),
         other => Err(WireError::internal(format!("not a registry command: {other:?}"))),
     };
     res.unwrap_or_else(CmdResult::Failed)

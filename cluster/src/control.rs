@@ -1,0 +1,484 @@
+//! The control plane, on ractor_cluster: which nodes exist, which are up,
+//! and who leads what, gossiped among all of them.
+//!
+//! ```text
+//! seeds (--join) and known members ─ dial loop ─ PLDT control preamble ─ NodeServer session
+//! peer listener ─ control connection ─────────────────────────────────────┘   (cookie auth)
+//! session events ─> up / down per node id ─> failover (elect on the dead leader's groups)
+//! ControlActor in pg group "plaudit.control" <─ Gossip { me, member?, known nodes, leaders }
+//! ```
+//!
+//! ractor_cluster numbers sessions with a counter that changes on every
+//! reconnect and does not reconnect by itself; this module keeps the
+//! stable map (session -> node id, from the session's peer name
+//! `plaudit-<id>`) and redials on its own. A node is up while it has at
+//! least one ready session (two nodes dialing each other at once leave one
+//! session; the other is dropped before it is ready).
+//!
+//! The NodeServer also binds its own listener (ractor_cluster 0.16 always
+//! does); it is bound to 127.0.0.1 on a free port and unused: sessions
+//! arrive through the peer listener instead.
+
+use crate::peer::links::Links;
+use crate::peer::wire::{GroupId, KIND_CONTROL, PREAMBLE};
+use crate::peer::Peers;
+use crate::types::NodeId;
+use plaudit_proto::cluster::NodeInfo;
+use plaudit_proto::codec;
+use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable};
+use ractor_cluster::node::NodeServerSessionInformation;
+use ractor_cluster::{
+    ClusterBidiStream, NodeEventSubscription, NodeServer, NodeServerMessage, RactorClusterMessage,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+const GROUP: &str = "plaudit.control";
+/// How often the control loop dials missing peers and gossips.
+const TICK: Duration = Duration::from_millis(250);
+/// Gossip is sent at least this often even when nothing changed.
+const GOSSIP_EVERY: Duration = Duration::from_secs(1);
+/// A dial that has not produced a ready session by then may be retried.
+const DIAL_PATIENCE: Duration = Duration::from_secs(2);
+
+/// What nodes tell each other.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gossip {
+    pub from: Option<NodeInfo>,
+    /// The sender belongs to a cluster already (its metadata group has a
+    /// membership).
+    pub member: bool,
+    pub known: Vec<NodeInfo>,
+    /// Leaders the sender knows first hand: `(group, leader, term)`.
+    pub leaders: Vec<(GroupId, NodeId, u64)>,
+}
+
+/// `Gossip` as ractor_cluster carries it.
+#[derive(Debug, Clone)]
+pub struct GossipBytes(pub Gossip);
+
+impl BytesConvertable for GossipBytes {
+    fn into_bytes(self) -> Vec<u8> {
+        codec::to_bytes(&self.0).unwrap_or_default()
+    }
+    fn from_bytes(bytes: Vec<u8>) -> Self {
+        // A frame that does not decode is dropped as empty gossip rather
+        // than a panic (which ractor_cluster would swallow silently anyway).
+        GossipBytes(codec::from_bytes(&bytes).unwrap_or_default())
+    }
+}
+
+#[derive(RactorClusterMessage)]
+pub enum ControlMsg {
+    Gossip(GossipBytes),
+}
+
+/// The actor other nodes send gossip to: it only hands it to the control loop.
+struct ControlActor {
+    inbox: mpsc::UnboundedSender<Event>,
+}
+
+impl Actor for ControlActor {
+    type Msg = ControlMsg;
+    type State = ();
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ControlMsg>,
+        _: (),
+    ) -> Result<(), ActorProcessingErr> {
+        ractor::pg::join(GROUP.to_string(), vec![myself.get_cell()]);
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<ControlMsg>,
+        msg: ControlMsg,
+        _: &mut (),
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ControlMsg::Gossip(g) => {
+                let _ = self.inbox.send(Event::Gossip(g.0));
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Event {
+    Ready(NodeServerSessionInformation),
+    Gone(NodeServerSessionInformation),
+    Gossip(Gossip),
+}
+
+/// Forwards NodeServer session events to the control loop.
+struct Subscription(mpsc::UnboundedSender<Event>);
+
+impl NodeEventSubscription for Subscription {
+    fn node_session_opened(&self, _: NodeServerSessionInformation) {}
+    fn node_session_authenticated(&self, _: NodeServerSessionInformation) {}
+    fn node_session_ready(&self, ses: NodeServerSessionInformation) {
+        let _ = self.0.send(Event::Ready(ses));
+    }
+    fn node_session_disconnected(&self, ses: NodeServerSessionInformation) {
+        let _ = self.0.send(Event::Gone(ses));
+    }
+}
+
+/// A TCP stream handed to ractor_cluster, labelled with the address dialed
+/// (or the remote address, for accepted ones).
+struct Bidi {
+    stream: TcpStream,
+    label: String,
+}
+
+impl ClusterBidiStream for Bidi {
+    fn split(self: Box<Self>) -> (ractor_cluster::BoxRead, ractor_cluster::BoxWrite) {
+        let (r, w) = self.stream.into_split();
+        (Box::new(r), Box::new(w))
+    }
+    fn peer_label(&self) -> Option<String> {
+        Some(self.label.clone())
+    }
+}
+
+fn node_name(id: NodeId) -> String {
+    format!("plaudit-{id}")
+}
+
+/// The node id in a session's peer name (`plaudit-<id>@host`).
+fn id_of(ses: &NodeServerSessionInformation) -> Option<NodeId> {
+    let name = &ses.peer_name.as_ref()?.name;
+    name.strip_prefix("plaudit-")?.split('@').next()?.parse().ok()
+}
+
+/// What the rest of the node reads from the control plane.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    /// Every node heard of (including this one), and whether it said it
+    /// belongs to a cluster.
+    pub known: BTreeMap<NodeId, (NodeInfo, bool)>,
+    /// Nodes with a live session (not including this one).
+    pub up: BTreeSet<NodeId>,
+}
+
+/// What gossip carries from this node, filled by the engine.
+pub type LocalView = Arc<dyn Fn() -> (bool, Vec<(GroupId, NodeId, u64)>) + Send + Sync>;
+/// Receives leaders other nodes report.
+pub type LeaderSink = Arc<dyn Fn(Vec<(GroupId, NodeId, u64)>) + Send + Sync>;
+
+pub struct Control {
+    node_server: ActorRef<NodeServerMessage>,
+    view: watch::Sender<View>,
+    /// Live sessions' actors per node, to drop them when a link is cut.
+    sessions: Mutex<HashMap<NodeId, Vec<NodeServerSessionInformation>>>,
+    links: Arc<Links>,
+}
+
+pub struct ControlConfig {
+    pub me: NodeInfo,
+    pub cookie: String,
+    pub seeds: Vec<String>,
+}
+
+impl Control {
+    /// Starts the NodeServer, the gossip actor and the control loop.
+    pub async fn start(
+        cfg: ControlConfig,
+        peers: Arc<Peers>,
+        links: Arc<Links>,
+        local: LocalView,
+        leaders: LeaderSink,
+    ) -> anyhow::Result<Arc<Control>> {
+        let server = NodeServer::new(
+            0,
+            cfg.cookie.clone(),
+            node_name(cfg.me.id),
+            "plaudit".to_string(),
+            None,
+            Some(ractor_cluster::node::NodeConnectionMode::Isolated),
+        )
+        .with_listen_addr(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+        .with_max_inbound_frame_size(1 << 20);
+        let (node_server, _) = Actor::spawn(None, server, ())
+            .await
+            .map_err(|e| anyhow::anyhow!("starting the control plane: {e}"))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        node_server
+            .cast(NodeServerMessage::SubscribeToEvents {
+                id: "plaudit".into(),
+                subscription: Box::new(Subscription(tx.clone())),
+            })
+            .map_err(|e| anyhow::anyhow!("subscribing to control events: {e}"))?;
+        Actor::spawn(None, ControlActor { inbox: tx }, ())
+            .await
+            .map_err(|e| anyhow::anyhow!("starting the gossip actor: {e}"))?;
+        let mut known = BTreeMap::new();
+        known.insert(cfg.me.id, (cfg.me.clone(), false));
+        let (view, _) = watch::channel(View { known, up: BTreeSet::new() });
+        let control = Arc::new(Control { node_server, view, sessions: Mutex::default(), links });
+        let lp = Loop {
+            control: control.clone(),
+            me: cfg.me,
+            seeds: cfg.seeds,
+            peers,
+            local,
+            leaders,
+            dialing: HashMap::new(),
+            seed_ids: HashMap::new(),
+            last_gossip: None,
+            last_sent: Gossip::default(),
+        };
+        tokio::spawn(lp.run(rx));
+        Ok(control)
+    }
+
+    pub fn watch(&self) -> watch::Receiver<View> {
+        self.view.subscribe()
+    }
+
+    pub fn view(&self) -> View {
+        self.view.borrow().clone()
+    }
+
+    /// Takes over a control connection that arrived on the peer listener.
+    pub fn accept(&self, from: NodeId, stream: TcpStream) {
+        if self.links.is_blocked(from) {
+            return;
+        }
+        let label = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let msg = NodeServerMessage::ConnectionOpenedExternal {
+            stream: Box::new(Bidi { stream, label }),
+            is_server: true,
+        };
+        if let Err(e) = self.node_server.cast(msg) {
+            warn!(error = %e, "the control plane is not running");
+        }
+    }
+
+    /// Drops the sessions of nodes whose link was just cut.
+    pub fn cut(&self, nodes: &BTreeSet<NodeId>) {
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        for n in nodes {
+            for ses in sessions.get(n).into_iter().flatten() {
+                ses.actor.stop(Some("link cut (fault injection)".into()));
+            }
+        }
+    }
+}
+
+/// The control loop's own state.
+struct Loop {
+    control: Arc<Control>,
+    me: NodeInfo,
+    seeds: Vec<String>,
+    peers: Arc<Peers>,
+    local: LocalView,
+    leaders: LeaderSink,
+    /// Addresses being dialed, since when.
+    dialing: HashMap<String, Instant>,
+    /// Seed addresses whose node id is known.
+    seed_ids: HashMap<String, NodeId>,
+    last_gossip: Option<Instant>,
+    last_sent: Gossip,
+}
+
+impl Loop {
+    async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Some(ev) => self.event(ev),
+                    None => return,
+                },
+                _ = tick.tick() => {
+                    self.dial_missing();
+                    self.gossip();
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, ev: Event) {
+        match ev {
+            Event::Ready(ses) => {
+                let Some(id) = id_of(&ses) else { return };
+                self.dialing.remove(&ses.peer_addr);
+                if self.seeds.contains(&ses.peer_addr) {
+                    self.seed_ids.insert(ses.peer_addr.clone(), id);
+                }
+                if id == self.me.id {
+                    // A seed that is this node under another address.
+                    ses.actor.stop(None);
+                    return;
+                }
+                info!(node = id, "control session up");
+                self.control
+                    .sessions
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(id)
+                    .or_default()
+                    .push(ses);
+                self.control.view.send_modify(|v| {
+                    v.up.insert(id);
+                });
+                // Tell the newcomer about us at once.
+                self.last_gossip = None;
+            }
+            Event::Gone(ses) => {
+                let Some(id) = id_of(&ses) else { return };
+                let still_up = {
+                    let mut all = self.control.sessions.lock().unwrap_or_else(|e| e.into_inner());
+                    let list = all.entry(id).or_default();
+                    list.retain(|s| s.node_id != ses.node_id);
+                    !list.is_empty()
+                };
+                if !still_up && self.control.view.borrow().up.contains(&id) {
+                    info!(node = id, "control session down");
+                    self.control.view.send_modify(|v| {
+                        v.up.remove(&id);
+                    });
+                    self.peers.disconnect(id);
+                }
+            }
+            Event::Gossip(g) => self.merge(g),
+        }
+    }
+
+    fn merge(&mut self, g: Gossip) {
+        if !g.leaders.is_empty() {
+            (self.leaders)(g.leaders.clone());
+        }
+        let mut changed = false;
+        let mut infos: Vec<(NodeInfo, Option<bool>)> =
+            g.known.into_iter().map(|n| (n, None)).collect();
+        if let Some(from) = g.from {
+            infos.push((from, Some(g.member)));
+        }
+        let mut view = self.control.view.borrow().clone();
+        for (info, member) in infos {
+            if info.id == self.me.id {
+                continue;
+            }
+            let entry = view.known.entry(info.id).or_insert_with(|| {
+                changed = true;
+                (info.clone(), false)
+            });
+            if entry.0 != info {
+                entry.0 = info.clone();
+                changed = true;
+            }
+            if let Some(m) = member {
+                if entry.1 != m {
+                    entry.1 = m;
+                    changed = true;
+                }
+            }
+            self.peers.set_addr(info.id, info.peer.clone());
+        }
+        if changed {
+            self.control.view.send_replace(view);
+        }
+    }
+
+    /// Dials seeds whose id is unknown and known nodes without a session.
+    fn dial_missing(&mut self) {
+        let view = self.control.view.borrow().clone();
+        // A seed that is a known node's address needs no dial of its own:
+        // that node is dialed (or up) by id. (Which of two racing sessions
+        // survives is ractor_cluster's choice, so a seed's id is not always
+        // learnt from our own dial.)
+        let up_addrs: Vec<&str> = view
+            .known
+            .iter()
+            .filter(|(id, _)| view.up.contains(id) || **id == self.me.id)
+            .map(|(_, (info, _))| info.peer.as_str())
+            .collect();
+        let mut targets: Vec<String> = Vec::new();
+        for s in &self.seeds {
+            if *s == self.me.peer || up_addrs.contains(&s.as_str()) {
+                continue;
+            }
+            match self.seed_ids.get(s) {
+                Some(id) if view.up.contains(id) || *id == self.me.id => {}
+                Some(id) if self.control.links.is_blocked(*id) => {}
+                _ => targets.push(s.clone()),
+            }
+        }
+        for (id, (info, _)) in &view.known {
+            if *id != self.me.id && !view.up.contains(id) && !self.control.links.is_blocked(*id) {
+                targets.push(info.peer.clone());
+            }
+        }
+        targets.sort();
+        targets.dedup();
+        for addr in targets {
+            if self.dialing.get(&addr).is_some_and(|t| t.elapsed() < DIAL_PATIENCE) {
+                continue;
+            }
+            self.dialing.insert(addr.clone(), Instant::now());
+            let (server, me) = (self.control.node_server.clone(), self.me.id);
+            tokio::spawn(async move {
+                if let Err(e) = dial(&server, me, &addr).await {
+                    debug!(%addr, error = %e, "control dial failed");
+                }
+            });
+        }
+    }
+
+    fn gossip(&mut self) {
+        let (member, leaders) = (self.local)();
+        let view = self.control.view.borrow().clone();
+        let mut known: Vec<NodeInfo> = view.known.values().map(|(n, _)| n.clone()).collect();
+        known.sort_by_key(|n| n.id);
+        let g = Gossip { from: Some(self.me.clone()), member, known, leaders };
+        let due = self.last_gossip.is_none_or(|t| t.elapsed() >= GOSSIP_EVERY);
+        if g == self.last_sent && !due {
+            return;
+        }
+        // Our own entry's membership flag, for bootstrap's view.
+        if view.known.get(&self.me.id).is_some_and(|(_, m)| *m != member) {
+            self.control.view.send_modify(|v| {
+                if let Some(e) = v.known.get_mut(&self.me.id) {
+                    e.1 = member;
+                }
+            });
+        }
+        for cell in ractor::pg::get_members(&GROUP.to_string()) {
+            if cell.get_id().is_local() {
+                continue;
+            }
+            let actor: ActorRef<ControlMsg> = cell.into();
+            let _ = actor.cast(ControlMsg::Gossip(GossipBytes(g.clone())));
+        }
+        self.last_gossip = Some(Instant::now());
+        self.last_sent = g;
+    }
+}
+
+/// Opens a control connection to `addr` and hands it to the NodeServer.
+async fn dial(server: &ActorRef<NodeServerMessage>, me: NodeId, addr: &str) -> anyhow::Result<()> {
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await??;
+    stream.set_nodelay(true)?;
+    let mut pre = PREAMBLE.to_vec();
+    pre.push(KIND_CONTROL);
+    pre.extend_from_slice(&me.to_be_bytes());
+    stream.write_all(&pre).await?;
+    let bidi = Bidi { stream, label: addr.to_string() };
+    ractor_cluster::client_connect_external(server, Box::new(bidi))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(())
+}

@@ -1,0 +1,337 @@
+//! Serving a client request: validate it, find the shard (or shards) it
+//! addresses, and run it on their leaders, here or on another node.
+//!
+//! ```text
+//! Request ─> validate ─┬─ one shard (like, status, lists, received, query): on_leader ─> here | forward
+//!                      ├─ many shards (counts, boards): one sub-request per shard, concurrently
+//!                      ├─ registry (businesses, rankings): the metadata group's leader
+//!                      └─ local (ping, hello, routing table, cluster status)
+//! ```
+//!
+//! `Routing::Redirect` (smart clients) answers `NotLeader` for a
+//! single-shard request this node does not lead; requests that span shards
+//! are always fanned out here. A request that arrived from another node is
+//! served as a redirecting one, so it is never forwarded twice.
+
+use crate::engine::{internal, Engine};
+use crate::group::Group;
+use crate::router::Hop;
+use plaudit_actors::{CmdResult, Command, ShardError};
+use plaudit_proto::cluster::Routing;
+use plaudit_proto::likes::{
+    CountsRequest, EntityCounts, EntityState, Page, PageCursor, ReceivedReply,
+};
+use plaudit_proto::routing::shard_of;
+use plaudit_proto::{BizId, Request, Response, WireError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+impl Engine {
+    /// Serves one request as a simple client expects: whatever this node
+    /// does not lead it forwards. Never panics on bad input: every failure
+    /// is a `Response::Error`.
+    pub async fn handle(&self, req: Request) -> Response {
+        self.handle_as(req, Routing::Forward).await
+    }
+
+    /// Serves one request under a connection's routing mode.
+    pub async fn handle_as(&self, req: Request, routing: Routing) -> Response {
+        match self.dispatch(req, routing == Routing::Redirect).await {
+            Ok(r) => r,
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn dispatch(&self, req: Request, redirect: bool) -> Result<Response, WireError> {
+        req.validate()?;
+        match req {
+            Request::Ping => Ok(Response::Pong),
+            Request::Hello(_) => Ok(Response::Hello),
+            Request::Routing => Ok(Response::Routing(self.routing_table())),
+            Request::ClusterStatus => Ok(Response::ClusterStatus(self.cluster_status().await)),
+            Request::CreateBiz(_)
+            | Request::UpdateBiz(_)
+            | Request::CreateRank(_)
+            | Request::UpdateRank(_)
+            | Request::GetBiz(_)
+            | Request::ListBiz
+            | Request::GetRank(_)
+            | Request::ListRanks => self.registry(req, redirect).await,
+            Request::Score(r) => self.score(r).await,
+            Request::Query(q) => self.query(q, redirect).await,
+            Request::Boards(b) => self.boards(b).await,
+            Request::Counts(r) => self.counts(r).await,
+            Request::Like(ref r) => {
+                self.on_shard(shard_of(r.biz, r.user, self.cfg.shards), req, redirect).await
+            }
+            Request::Status(ref r) => {
+                self.on_shard(shard_of(r.biz, r.user, self.cfg.shards), req, redirect).await
+            }
+            Request::UserLikes(ref r) => {
+                self.on_shard(shard_of(r.biz, r.user, self.cfg.shards), req, redirect).await
+            }
+            Request::Received(ref r) => {
+                self.on_shard(shard_of(r.biz, r.user, self.cfg.shards), req, redirect).await
+            }
+            Request::Likers(ref r) => {
+                self.on_shard(shard_of(r.biz, r.entity, self.cfg.shards), req, redirect).await
+            }
+        }
+    }
+
+    /// Runs a single-shard request on the shard's leader.
+    async fn on_shard(
+        &self,
+        shard: u32,
+        req: Request,
+        redirect: bool,
+    ) -> Result<Response, WireError> {
+        let req = &req;
+        self.router
+            .on_leader(
+                shard,
+                redirect,
+                |g| async move { self.on_local(&g, req.clone()).await },
+                |n| async move { self.router.forward(n, req.clone()).await },
+            )
+            .await
+    }
+
+    /// A single-shard request on this node, which leads `g`.
+    async fn on_local(&self, g: &Arc<Group>, req: Request) -> Result<Response, WireError> {
+        match req {
+            Request::Like(r) => {
+                let dislikes_allowed = self.require_business(r.biz).await?;
+                if r.action.is_dislike() && !dislikes_allowed {
+                    return Err(WireError::bad_request(format!(
+                        "business {} does not allow dislikes",
+                        r.biz
+                    )));
+                }
+                match g.propose(Command::Like(r)).await? {
+                    CmdResult::Like(reply) => Ok(Response::Like(reply)),
+                    CmdResult::Failed(e) => Err(e),
+                    other => Err(internal(format!("unexpected result {other:?}"))),
+                }
+            }
+            Request::Status(r) => {
+                self.require_business(r.biz).await?;
+                g.read_barrier().await?;
+                let mut out = Vec::with_capacity(r.entities.len());
+                for &entity in &r.entities {
+                    let (state, mtime) = self
+                        .store
+                        .get_state(r.biz, g.id, r.user, entity)
+                        .map_err(internal)?
+                        .unwrap_or_default();
+                    out.push(EntityState { entity, state, mtime });
+                }
+                Ok(Response::Status(out))
+            }
+            Request::Counts(r) => {
+                self.require_business(r.biz).await?;
+                g.read_barrier().await?;
+                Ok(Response::Counts(self.counts_here(g.id, &r)?))
+            }
+            Request::UserLikes(r) => {
+                self.require_business(r.biz).await?;
+                g.read_barrier().await?;
+                let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
+                let items = g
+                    .handle
+                    .user_page(r.biz, r.user, after, r.limit as usize + 1)
+                    .await
+                    .map_err(ShardError::into_wire)?;
+                Ok(Response::Page(page(items, r.limit)))
+            }
+            Request::Likers(r) => {
+                self.require_business(r.biz).await?;
+                g.read_barrier().await?;
+                let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
+                let items = g
+                    .handle
+                    .liker_page(r.biz, r.entity, after, r.limit as usize + 1)
+                    .await
+                    .map_err(ShardError::into_wire)?;
+                Ok(Response::Page(page(items, r.limit)))
+            }
+            Request::Received(r) => {
+                self.require_business(r.biz).await?;
+                g.read_barrier().await?;
+                let likes = self.store.get_received(r.biz, g.id, r.user).map_err(internal)?;
+                Ok(Response::Received(ReceivedReply { user: r.user, likes }))
+            }
+            Request::Query(q) => self.query_here(g, q).await,
+            other => Err(internal(format!("{} is not a single-shard request", other.op()))),
+        }
+    }
+
+    fn counts_here(&self, shard: u32, r: &CountsRequest) -> Result<Vec<EntityCounts>, WireError> {
+        r.entities
+            .iter()
+            .map(|&entity| {
+                let c = self.store.get_counts(r.biz, shard, entity).map_err(internal)?;
+                Ok(EntityCounts { entity, likes: c.likes, dislikes: c.dislikes })
+            })
+            .collect()
+    }
+
+    /// Counts of entities on many shards: one sub-request per shard, all at
+    /// once, answered in the request's order.
+    async fn counts(&self, r: CountsRequest) -> Result<Response, WireError> {
+        let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for &e in &r.entities {
+            by_shard.entry(shard_of(r.biz, e, self.cfg.shards)).or_default().push(e);
+        }
+        let parts = by_shard.into_iter().map(|(shard, entities)| {
+            let sub = Request::Counts(CountsRequest { biz: r.biz, entities });
+            async move {
+                match self.on_shard(shard, sub, false).await? {
+                    Response::Counts(c) => Ok(c),
+                    other => Err(internal(format!("unexpected answer {other:?}"))),
+                }
+            }
+        });
+        let mut found: BTreeMap<u64, EntityCounts> = BTreeMap::new();
+        for part in futures::future::join_all(parts).await {
+            for c in part? {
+                found.insert(c.entity, c);
+            }
+        }
+        let out = r
+            .entities
+            .iter()
+            .map(|e| found.get(e).copied().ok_or_else(|| internal(format!("no count for {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Response::Counts(out))
+    }
+
+    /// Registry requests go to the metadata group's leader: writes are
+    /// proposed there, reads pass its read barrier there.
+    async fn registry(&self, req: Request, redirect: bool) -> Result<Response, WireError> {
+        let meta = self.router.meta_id;
+        let req = &req;
+        self.router
+            .on_leader(
+                meta,
+                redirect,
+                |g| async move { self.registry_here(&g, req.clone()).await },
+                |n| async move { self.router.forward(n, req.clone()).await },
+            )
+            .await
+    }
+
+    async fn registry_here(&self, g: &Group, req: Request) -> Result<Response, WireError> {
+        let write = |cmd| async move { g.propose(cmd).await };
+        match req {
+            Request::CreateBiz(c) => biz_result(write(Command::CreateBiz(c)).await?),
+            Request::UpdateBiz(u) => biz_result(write(Command::UpdateBiz(u)).await?),
+            Request::CreateRank(d) => rank_result(write(Command::CreateRank(d)).await?),
+            Request::UpdateRank(u) => rank_result(write(Command::UpdateRank(u)).await?),
+            Request::GetBiz(id) => {
+                g.read_barrier().await?;
+                Ok(Response::Biz(self.directory.get(id).ok_or_else(|| unknown_business(id))?))
+            }
+            Request::ListBiz => {
+                g.read_barrier().await?;
+                Ok(Response::BizList(self.directory.list()))
+            }
+            Request::GetRank(id) => {
+                g.read_barrier().await?;
+                let def = self.directory.rank(id).ok_or_else(|| unknown_rank(id))?;
+                Ok(Response::Rank((*def).clone()))
+            }
+            Request::ListRanks => {
+                g.read_barrier().await?;
+                Ok(Response::RankList(self.directory.ranks()))
+            }
+            other => Err(internal(format!("{} is not a registry request", other.op()))),
+        }
+    }
+
+    /// Fails with `NotFound` unless `biz` exists; returns whether it allows
+    /// dislikes. This node's registry may lag the metadata group's leader
+    /// by a moment: an unknown business is looked up again after catching up.
+    pub(crate) async fn require_business(&self, biz: BizId) -> Result<bool, WireError> {
+        if let Some(d) = self.directory.with(biz, |b| b.config.dislike_enabled) {
+            return Ok(d);
+        }
+        self.sync_registry().await?;
+        self.directory.with(biz, |b| b.config.dislike_enabled).ok_or_else(|| unknown_business(biz))
+    }
+
+    /// Waits until this node's registry has applied everything the
+    /// metadata group's leader had applied when asked.
+    pub(crate) async fn sync_registry(&self) -> Result<(), WireError> {
+        let meta = self.router.meta_id;
+        let index = self
+            .router
+            .on_leader(
+                meta,
+                false,
+                |g| async move {
+                    g.read_barrier().await?;
+                    Ok(g.raft.metrics().borrow().last_applied.map_or(0, |l| l.index))
+                },
+                |n| async move {
+                    self.router
+                        .call(n, crate::peer::wire::PeerRequest::MetaApplied, |r| match r {
+                            crate::peer::wire::PeerResponse::MetaApplied(Ok(i)) => Ok(i),
+                            crate::peer::wire::PeerResponse::MetaApplied(Err(e)) => {
+                                Err(Hop::Answer(e))
+                            }
+                            other => Err(Hop::unexpected(other)),
+                        })
+                        .await
+                },
+            )
+            .await?;
+        let Some(g) = self.router.group(meta) else { return Ok(()) };
+        let waited = g
+            .raft
+            .wait(Some(Duration::from_secs(2)))
+            .metrics(
+                |m| m.last_applied.is_some_and(|l| l.index >= index),
+                "the registry catches up",
+            )
+            .await;
+        waited.map(|_| ()).map_err(|e| WireError::timeout(e.to_string()))
+    }
+}
+
+pub(crate) fn unknown_business(biz: BizId) -> WireError {
+    WireError::not_found(format!("business {biz} does not exist"))
+}
+
+pub(crate) fn unknown_rank(id: plaudit_proto::rankings::RankId) -> WireError {
+    WireError::not_found(format!("ranking {id} does not exist"))
+}
+
+fn rank_result(r: CmdResult) -> Result<Response, WireError> {
+    match r {
+        CmdResult::Rank(d) => Ok(Response::Rank(d)),
+        CmdResult::Failed(e) => Err(e),
+        other => Err(internal(format!("unexpected result {other:?}"))),
+    }
+}
+
+fn biz_result(r: CmdResult) -> Result<Response, WireError> {
+    match r {
+        CmdResult::Biz(b) => Ok(Response::Biz(b)),
+        CmdResult::Failed(e) => Err(e),
+        other => Err(internal(format!("unexpected result {other:?}"))),
+    }
+}
+
+/// `items` holds up to `limit + 1` entries; the extra one only says a next page exists.
+fn page(mut items: Vec<plaudit_proto::likes::ListItem>, limit: u32) -> Page {
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    let next = if more {
+        items.last().map(|i| PageCursor { mtime: i.mtime, id: i.id }.encode())
+    } else {
+        None
+    };
+    Page { items, next }
+}

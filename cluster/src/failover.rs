@@ -1,0 +1,79 @@
+//! Fast failover: when the control plane sees a peer's session drop (a few
+//! ms to tens of ms after the process dies), the followers of the groups
+//! that peer led elect a new leader as soon as openraft will let them,
+//! instead of waiting for their randomised election timers.
+//!
+//! openraft 0.9 makes a voter refuse votes while its leader lease runs
+//! (`election_timeout_max` since it last heard from the leader), and its own
+//! timer would wait the lease plus a random election timeout. So each
+//! follower waits until the lease has run out (measured from the last
+//! AppendEntries it received, plus a small margin for the other voters'
+//! clocks), then calls `trigger().elect()`. Surviving voters are ranked by
+//! id and stagger their attempts, so two of them do not split the vote; if
+//! the first attempt does not produce a leader the next one tries.
+
+use crate::control::Control;
+use crate::engine::Engine;
+use crate::group::Group;
+use crate::types::NodeId;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{debug, info};
+
+/// Waited past the lease, for the other voters' leases to run out too.
+const MARGIN: Duration = Duration::from_millis(30);
+/// Between the attempts of successive surviving voters.
+const STAGGER: Duration = Duration::from_millis(200);
+
+pub(crate) async fn run(engine: Arc<Engine>, control: Arc<Control>) {
+    let mut view = control.watch();
+    let mut up: BTreeSet<NodeId> = view.borrow().up.clone();
+    while view.changed().await.is_ok() {
+        let now_up = view.borrow().up.clone();
+        for &dead in up.difference(&now_up) {
+            for g in engine.router.local() {
+                let e = engine.clone();
+                tokio::spawn(async move { elect_after_lease(e, g, dead).await });
+            }
+        }
+        up = now_up;
+    }
+}
+
+async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
+    let me = engine.node_id();
+    let (leader, voters) = {
+        let m = g.raft.metrics();
+        let m = m.borrow();
+        let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+        (m.current_leader, voters)
+    };
+    if leader != Some(dead) || !voters.contains(&me) {
+        return;
+    }
+    let mut survivors: Vec<NodeId> = voters.into_iter().filter(|v| *v != dead).collect();
+    survivors.sort_unstable();
+    let rank = survivors.iter().position(|v| *v == me).unwrap_or(0) as u32;
+    let lease = Duration::from_millis(engine.cfg.group.election_max_ms);
+    let heard = g.last_heard().unwrap_or_else(Instant::now);
+    let at = heard + lease + MARGIN + STAGGER * rank;
+    tokio::time::sleep_until(at.into()).await;
+    let still_dead = |g: &Group| {
+        let l = g.raft.metrics().borrow().current_leader;
+        l.is_none() || l == Some(dead)
+    };
+    if !still_dead(&g) {
+        debug!(shard = g.id, "a leader emerged before this node tried");
+        return;
+    }
+    info!(
+        shard = g.id,
+        dead,
+        waited_ms = heard.elapsed().as_millis() as u64,
+        "leader lost: electing"
+    );
+    if let Err(e) = g.raft.trigger().elect().await {
+        debug!(shard = g.id, error = %e, "triggering an election failed");
+    }
+}

@@ -1,0 +1,237 @@
+//! One authenticated data connection to a peer, dialed by this node: many
+//! requests in flight at once, answered in any order.
+//!
+//! ```text
+//!  call(req) ──encode──► bounded queue ──► writer task ──write_all(batch)──► socket
+//!     │                                                                       │
+//!     └── oneshot ◄── pending[id] ◄── reader task ◄──────── read_msg ─────────┘
+//! ```
+//!
+//! The queue is bounded: a caller that outruns the socket waits for room
+//! (backpressure on Raft replication and forwarding, instead of memory). A
+//! call that is dropped (its timeout) unregisters itself. When either task
+//! sees the socket fail, the connection is dead: every waiting call fails
+//! and `Peers` dials a new one on next use.
+
+use super::auth;
+use super::wire::{
+    self, Challenge, Frame, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict, WireFault,
+    KIND_DATA, PREAMBLE, VERSION,
+};
+use crate::types::NodeId;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// Frames queued for the writer before callers wait.
+const QUEUE_DEPTH: usize = 1024;
+/// Stop adding queued frames to one write at this size.
+const MAX_WRITE_BATCH: usize = 256 * 1024;
+
+/// Why a call to a peer failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// Nothing was sent (no connection, refused, link cut): safe to retry
+    /// elsewhere.
+    #[error("node {node} is unreachable: {why}")]
+    Unreachable { node: NodeId, why: String },
+    /// Sent, but no answer in time (or the connection died first): the
+    /// request may or may not have taken effect.
+    #[error("no answer from node {node}: {why}")]
+    NoAnswer { node: NodeId, why: String },
+}
+
+pub(crate) struct PeerConn {
+    node: NodeId,
+    next_id: AtomicU64,
+    frames: mpsc::Sender<Vec<u8>>,
+    shared: Arc<Shared>,
+    reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
+}
+
+struct Shared {
+    // Held for a map insert or remove only, never across an await.
+    state: Mutex<State>,
+}
+
+struct State {
+    pending: HashMap<u64, oneshot::Sender<PeerResponse>>,
+    dead: Option<String>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn die(&self, why: String) {
+        let mut s = self.lock();
+        if s.dead.is_none() {
+            s.dead = Some(why);
+        }
+        // Dropping the senders fails every waiting call.
+        s.pending.clear();
+    }
+}
+
+impl PeerConn {
+    /// Dials `addr`, sends the preamble and authenticates both ways.
+    pub(crate) async fn dial(
+        me: NodeId,
+        node: NodeId,
+        addr: &str,
+        secret: &[u8],
+        timeout: Duration,
+    ) -> Result<PeerConn, String> {
+        let fut = async {
+            let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut pre = PREAMBLE.to_vec();
+            pre.push(KIND_DATA);
+            pre.extend_from_slice(&me.to_be_bytes());
+            stream.write_all(&pre).await.map_err(|e| e.to_string())?;
+            let mine = auth::nonce();
+            let hello = Hello { version: VERSION, from: me, to: node, nonce: mine };
+            wire::write_msg(&mut stream, &hello).await.map_err(|e| e.to_string())?;
+            let mut buf = Vec::new();
+            let ch: Challenge =
+                wire::read_msg(&mut stream, &mut buf).await.map_err(|e| refused_or(e, node))?;
+            if !auth::check_acceptor(secret, &mine, &ch.nonce, me, node, &ch.proof) {
+                return Err(format!(
+                    "node {node} at {addr} could not prove the cluster secret (or is another node)"
+                ));
+            }
+            let proof = auth::dialer_proof(secret, &mine, &ch.nonce, me, node);
+            wire::write_msg(&mut stream, &ProofMsg { proof }).await.map_err(|e| e.to_string())?;
+            match wire::read_msg::<_, Verdict>(&mut stream, &mut buf).await {
+                Ok(Verdict::Accepted) => Ok(stream),
+                Ok(Verdict::Refused(why)) => Err(format!("refused by node {node}: {why}")),
+                Err(e) => Err(refused_or(e, node)),
+            }
+        };
+        let stream = match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r?,
+            Err(_) => return Err(format!("connecting to {addr} timed out")),
+        };
+        Ok(PeerConn::start(node, stream))
+    }
+
+    fn start(node: NodeId, stream: TcpStream) -> PeerConn {
+        let (rd, wr) = stream.into_split();
+        let shared =
+            Arc::new(Shared { state: Mutex::new(State { pending: HashMap::new(), dead: None }) });
+        let (frames, queue) = mpsc::channel(QUEUE_DEPTH);
+        let reader = tokio::spawn(read_loop(rd, shared.clone()));
+        let writer = tokio::spawn(write_loop(wr, queue, shared.clone()));
+        PeerConn { node, next_id: AtomicU64::new(1), frames, shared, reader, writer }
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.shared.lock().dead.is_none() && !self.frames.is_closed()
+    }
+
+    /// Sends one request and waits for its answer (no timeout here: the
+    /// caller bounds the wait, and dropping the future unregisters it).
+    pub(crate) async fn call(&self, req: PeerRequest) -> Result<PeerResponse, CallError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut bytes = Vec::new();
+        wire::encode_msg(&Frame { id, body: req }, &mut bytes)
+            .map_err(|e| CallError::Unreachable { node: self.node, why: e.to_string() })?;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut s = self.shared.lock();
+            if let Some(why) = &s.dead {
+                return Err(CallError::Unreachable { node: self.node, why: why.clone() });
+            }
+            s.pending.insert(id, tx);
+        }
+        let guard = Unregister { shared: &self.shared, id };
+        if self.frames.send(bytes).await.is_err() {
+            return Err(CallError::Unreachable {
+                node: self.node,
+                why: "the connection closed".into(),
+            });
+        }
+        let res = rx.await.map_err(|_| CallError::NoAnswer {
+            node: self.node,
+            why: self.shared.lock().dead.clone().unwrap_or_else(|| "connection lost".into()),
+        });
+        std::mem::forget(guard);
+        res
+    }
+}
+
+/// Removes a call's slot if its future is dropped before the answer.
+struct Unregister<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Drop for Unregister<'_> {
+    fn drop(&mut self) {
+        self.shared.lock().pending.remove(&self.id);
+    }
+}
+
+impl Drop for PeerConn {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.writer.abort();
+        self.shared.die("connection dropped".into());
+    }
+}
+
+fn refused_or(e: WireFault, node: NodeId) -> String {
+    match e {
+        WireFault::Closed => format!("node {node} closed the connection during the handshake"),
+        other => other.to_string(),
+    }
+}
+
+async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {
+    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    let mut buf = Vec::new();
+    loop {
+        match wire::read_msg::<_, Frame<PeerResponse>>(&mut rd, &mut buf).await {
+            Ok(f) => {
+                let tx = shared.lock().pending.remove(&f.id);
+                if let Some(tx) = tx {
+                    let _ = tx.send(f.body);
+                }
+            }
+            Err(e) => {
+                shared.die(e.to_string());
+                return;
+            }
+        }
+    }
+}
+
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    shared: Arc<Shared>,
+) {
+    let mut batch = Vec::with_capacity(MAX_WRITE_BATCH);
+    while let Some(first) = queue.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&first);
+        while batch.len() < MAX_WRITE_BATCH {
+            match queue.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = wr.write_all(&batch).await {
+            shared.die(e.to_string());
+            return;
+        }
+    }
+}

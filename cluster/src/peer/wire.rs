@@ -1,0 +1,229 @@
+//! What travels between nodes on the peer listener.
+//!
+//! A connection opens with a preamble naming its kind and the dialing node:
+//!
+//! ```text
+//! "PLDT" | kind u8 (1 data, 2 control) | from node id u64 BE
+//! ```
+//!
+//! A *control* connection is then handed to ractor_cluster (its own cookie
+//! handshake and framing follow). A *data* connection authenticates
+//! (`auth.rs`) and then carries multiplexed frames, `len u32 BE |
+//! bincode(Frame)`: the dialer sends requests, each with an id, and the
+//! acceptor answers them in any order. All Raft groups share one data
+//! connection per ordered pair of nodes.
+
+use crate::types::{NodeId, TypeConfig};
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use plaudit_actors::{CmdResult, Command};
+use plaudit_proto::cluster::NodeId as ProtoNodeId;
+use plaudit_proto::{codec, Request, Response, WireError};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+pub const PREAMBLE: &[u8; 4] = b"PLDT";
+pub const KIND_DATA: u8 = 1;
+pub const KIND_CONTROL: u8 = 2;
+/// The version of the data protocol; a peer on another one is refused.
+pub const VERSION: u8 = 1;
+/// The largest frame either side accepts: an AppendEntries is capped at a
+/// few MiB of log (`MAX_REPLICATION_READ_BYTES`), a snapshot chunk at
+/// `snapshot_max_chunk_size`.
+pub const MAX_FRAME: usize = 32 << 20;
+
+/// A Raft group on the wire: a data shard's id, or the metadata group's.
+pub type GroupId = u32;
+
+const _: () = assert!(std::mem::size_of::<NodeId>() == std::mem::size_of::<ProtoNodeId>());
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Hello {
+    pub version: u8,
+    pub from: NodeId,
+    pub to: NodeId,
+    pub nonce: [u8; 32],
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Challenge {
+    pub nonce: [u8; 32],
+    pub proof: [u8; 32],
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ProofMsg {
+    pub proof: [u8; 32],
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Verdict {
+    Accepted,
+    Refused(String),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Frame<T> {
+    pub id: u64,
+    pub body: T,
+}
+
+/// What one node asks another.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerRequest {
+    AppendEntries {
+        group: GroupId,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    },
+    Vote {
+        group: GroupId,
+        rpc: VoteRequest<NodeId>,
+    },
+    InstallSnapshot {
+        group: GroupId,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    },
+    /// A client request, served by the receiver as if a client had sent it
+    /// there (it does not forward it again).
+    Client(Request),
+    /// A command for the receiver's replica of `group`, which it proposes if
+    /// it leads (outbox delivery, scoring events of boards led elsewhere);
+    /// `shed` is the priority class to shed by under overload.
+    Propose {
+        group: GroupId,
+        cmd: Command,
+        shed: Option<u8>,
+    },
+    /// The metadata group's applied index, after a read barrier (the
+    /// receiver leads it): how far another node must catch up.
+    MetaApplied,
+    /// The sub-boards of a ranking on one shard the receiver leads.
+    Boards {
+        shard: GroupId,
+        rank: u32,
+        after: Option<Vec<u8>>,
+        limit: u32,
+    },
+    /// The receiver's own view of its groups (for cluster status).
+    Report,
+}
+
+/// The receiver's view of its replicas, for status.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GroupReport {
+    pub group: GroupId,
+    pub role: String,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub applied: Option<u64>,
+    pub last_log: Option<u64>,
+    /// As the leader sees each follower: `(node, matched index)`.
+    pub matched: Vec<(NodeId, Option<u64>)>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum PeerResponse {
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+    Client(Response),
+    /// `None`: shed.
+    Propose(Result<Option<CmdResult>, WireError>),
+    MetaApplied(Result<u64, WireError>),
+    Boards(Result<Vec<(Vec<u8>, u64)>, WireError>),
+    Report(Vec<GroupReport>),
+    /// The receiver could not take the request at all (no such group here).
+    Unavailable(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireFault {
+    #[error("connection closed")]
+    Closed,
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("a frame of {0} bytes is over the limit")]
+    TooLarge(usize),
+    #[error("{0}")]
+    Codec(#[from] codec::CodecError),
+}
+
+/// Writes one length-prefixed bincode message.
+pub async fn write_msg<W: AsyncWrite + Unpin, T: Serialize>(
+    w: &mut W,
+    msg: &T,
+) -> Result<(), WireFault> {
+    let bytes = codec::to_bytes(msg)?;
+    if bytes.len() > MAX_FRAME {
+        return Err(WireFault::TooLarge(bytes.len()));
+    }
+    let mut out = Vec::with_capacity(4 + bytes.len());
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(&bytes);
+    w.write_all(&out).await?;
+    Ok(())
+}
+
+/// Encodes one message into `out` (for a writer that batches frames).
+pub fn encode_msg<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), WireFault> {
+    let bytes = codec::to_bytes(msg)?;
+    if bytes.len() > MAX_FRAME {
+        return Err(WireFault::TooLarge(bytes.len()));
+    }
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(&bytes);
+    Ok(())
+}
+
+/// Reads one length-prefixed message. The payload is read as it arrives
+/// (the buffer grows with the bytes, not with the announced length).
+pub async fn read_msg<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<T, WireFault> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(WireFault::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(WireFault::TooLarge(len));
+    }
+    buf.clear();
+    let got = (&mut *r).take(len as u64).read_to_end(buf).await?;
+    if got != len {
+        return Err(WireFault::Closed);
+    }
+    Ok(codec::from_bytes(buf)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn messages_round_trip_and_oversized_ones_are_refused() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let req = Frame { id: 7, body: PeerRequest::Client(Request::Ping) };
+        write_msg(&mut a, &req).await.unwrap();
+        let mut buf = Vec::new();
+        let got: Frame<PeerRequest> = read_msg(&mut b, &mut buf).await.unwrap();
+        assert_eq!(got.id, 7);
+        assert!(matches!(got.body, PeerRequest::Client(Request::Ping)));
+
+        // A length over the limit is refused before any payload is read.
+        a.write_all(&((MAX_FRAME as u32) + 1).to_be_bytes()).await.unwrap();
+        let err = read_msg::<_, Frame<PeerRequest>>(&mut b, &mut buf).await.unwrap_err();
+        assert!(matches!(err, WireFault::TooLarge(_)), "{err}");
+        drop(a);
+        let err = read_msg::<_, Frame<PeerRequest>>(&mut b, &mut buf).await.unwrap_err();
+        assert!(matches!(err, WireFault::Closed), "{err}");
+    }
+}

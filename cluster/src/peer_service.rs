@@ -1,0 +1,115 @@
+//! What this node does for other nodes: the Raft RPCs of its replicas,
+//! requests forwarded to it because it leads their shard, proposals for
+//! groups it leads, and reports for cluster status.
+
+use crate::engine::Engine;
+use crate::peer::wire::{GroupReport, PeerRequest, PeerResponse};
+use crate::rankings::propose_here;
+use crate::router::not_leader;
+use crate::types::NodeId;
+use plaudit_proto::cluster::Routing;
+use std::sync::Arc;
+
+impl Engine {
+    pub(crate) async fn serve_peer(
+        self: Arc<Self>,
+        from: NodeId,
+        req: PeerRequest,
+    ) -> PeerResponse {
+        let no_group = |g| {
+            PeerResponse::Unavailable(format!(
+                "node {} holds no replica of group {g}",
+                self.node_id()
+            ))
+        };
+        match req {
+            PeerRequest::AppendEntries { group, rpc } => match self.router.group(group) {
+                Some(g) => {
+                    if rpc.vote.is_committed() && rpc.vote.leader_id().voted_for() == Some(from) {
+                        g.heard_leader();
+                    }
+                    PeerResponse::AppendEntries(g.raft.append_entries(rpc).await)
+                }
+                None => no_group(group),
+            },
+            PeerRequest::Vote { group, rpc } => match self.router.group(group) {
+                Some(g) => PeerResponse::Vote(g.raft.vote(rpc).await),
+                None => no_group(group),
+            },
+            PeerRequest::InstallSnapshot { group, rpc } => match self.router.group(group) {
+                Some(g) => {
+                    g.heard_leader();
+                    PeerResponse::InstallSnapshot(g.raft.install_snapshot(rpc).await)
+                }
+                None => no_group(group),
+            },
+            PeerRequest::Client(req) => {
+                PeerResponse::Client(self.handle_as(req, Routing::Redirect).await)
+            }
+            PeerRequest::Propose { group, cmd, shed } => match self.router.group(group) {
+                Some(g) if g.is_leader() => {
+                    PeerResponse::Propose(propose_here(&g, cmd, shed).await)
+                }
+                Some(g) => {
+                    let leader = g.raft.metrics().borrow().current_leader;
+                    PeerResponse::Propose(Err(not_leader(group, leader, self.router.epoch())))
+                }
+                None => PeerResponse::Propose(Err(not_leader(group, None, self.router.epoch()))),
+            },
+            PeerRequest::MetaApplied => {
+                let meta = self.router.meta_id;
+                let res = match self.router.group(meta) {
+                    Some(g) => match g.read_barrier().await {
+                        Ok(()) => Ok(g.raft.metrics().borrow().last_applied.map_or(0, |l| l.index)),
+                        Err(e) => Err(e),
+                    },
+                    None => Err(not_leader(meta, None, self.router.epoch())),
+                };
+                PeerResponse::MetaApplied(res)
+            }
+            PeerRequest::Boards { shard, rank, after, limit } => match self.router.group(shard) {
+                Some(g) if g.is_leader() => PeerResponse::Boards(
+                    self.boards_here(&g, rank, after.as_deref(), limit as usize).await,
+                ),
+                Some(g) => {
+                    let leader = g.raft.metrics().borrow().current_leader;
+                    PeerResponse::Boards(Err(not_leader(shard, leader, self.router.epoch())))
+                }
+                None => PeerResponse::Boards(Err(not_leader(shard, None, self.router.epoch()))),
+            },
+            PeerRequest::Report => PeerResponse::Report(self.report()),
+        }
+    }
+
+    /// This node's view of each group it holds.
+    pub(crate) fn report(&self) -> Vec<GroupReport> {
+        self.router
+            .local()
+            .iter()
+            .map(|g| {
+                let m = g.raft.metrics().borrow().clone();
+                let role = match m.state {
+                    openraft::ServerState::Leader => "leader",
+                    openraft::ServerState::Follower => "follower",
+                    openraft::ServerState::Candidate => "candidate",
+                    openraft::ServerState::Learner => "learner",
+                    openraft::ServerState::Shutdown => "shutdown",
+                };
+                let matched = m
+                    .replication
+                    .as_ref()
+                    .map(|r| r.iter().map(|(n, l)| (*n, l.map(|l| l.index))).collect())
+                    .unwrap_or_default();
+                GroupReport {
+                    group: g.id,
+                    role: role.to_string(),
+                    term: m.current_term,
+                    leader: m.current_leader,
+                    applied: m.last_applied.map(|l| l.index),
+                    last_log: m.last_log_index,
+                    matched,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,132 @@
+//! openraft's network for one group, over the shared peer connections: each
+//! RPC is a `PeerRequest` tagged with the group, on the one connection this
+//! node keeps to the target node.
+
+use crate::peer::wire::{GroupId, PeerRequest, PeerResponse};
+use crate::peer::{CallError, Peers};
+use crate::types::{NodeId, TypeConfig};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, RPCTypes};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Makes a client per target node for one group.
+#[derive(Clone)]
+pub struct PeerNetwork {
+    pub group: GroupId,
+    pub peers: Arc<Peers>,
+}
+
+pub struct PeerClient {
+    group: GroupId,
+    target: NodeId,
+    peers: Arc<Peers>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        // Memberships carry each node's peer address; the cluster map may
+        // not be known yet when a group first replicates.
+        if !node.addr.is_empty() {
+            self.peers.set_addr(target, node.addr.clone());
+        }
+        PeerClient { group: self.group, target, peers: self.peers.clone() }
+    }
+}
+
+/// A transport failure, as openraft wants it: unreachable (nothing sent,
+/// back off) or a network error (may have been delivered).
+fn rpc_err<E: std::error::Error>(
+    e: CallError,
+    target: NodeId,
+    action: RPCTypes,
+    ttl: Duration,
+) -> RPCError<NodeId, BasicNode, E> {
+    match e {
+        CallError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+        CallError::NoAnswer { ref why, .. } if why.starts_with("timed out") => {
+            RPCError::Timeout(Timeout { action, id: 0, target, timeout: ttl })
+        }
+        CallError::NoAnswer { .. } => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+fn unexpected<E: std::error::Error>(r: PeerResponse) -> RPCError<NodeId, BasicNode, E> {
+    let why = match r {
+        PeerResponse::Unavailable(why) => why,
+        other => format!("unexpected answer {other:?}"),
+    };
+    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(why)))
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let ttl = option.hard_ttl();
+        let req = PeerRequest::AppendEntries { group: self.group, rpc };
+        match self.peers.call(self.target, req, ttl).await {
+            Ok(PeerResponse::AppendEntries(Ok(r))) => Ok(r),
+            Ok(PeerResponse::AppendEntries(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(rpc_err(e, self.target, RPCTypes::AppendEntries, ttl)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let ttl = option.hard_ttl();
+        let req = PeerRequest::InstallSnapshot { group: self.group, rpc };
+        match self.peers.call(self.target, req, ttl).await {
+            Ok(PeerResponse::InstallSnapshot(Ok(r))) => Ok(r),
+            Ok(PeerResponse::InstallSnapshot(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(rpc_err(e, self.target, RPCTypes::InstallSnapshot, ttl)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let ttl = option.hard_ttl();
+        let req = PeerRequest::Vote { group: self.group, rpc };
+        match self.peers.call(self.target, req, ttl).await {
+            Ok(PeerResponse::Vote(Ok(r))) => Ok(r),
+            Ok(PeerResponse::Vote(Err(e))) => {
+                Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
+            }
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(rpc_err(e, self.target, RPCTypes::Vote, ttl)),
+        }
+    }
+
+    /// A peer that cannot be reached is retried every 200 ms: often enough
+    /// that a restarted node catches up at once, rarely enough that a dead
+    /// one costs little.
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(Duration::from_millis(200)))
+    }
+}

@@ -1,0 +1,293 @@
+//! Where a request for a group goes: this node's replica if it leads the
+//! group, else the node that does.
+//!
+//! ```text
+//! leader(g): local replica's view ─> a hint (a NotLeader reply, gossip) ─> a replica from the map
+//! on_leader(g, here, there): Here ─> run locally; NotLeader ─> learn the hint, retry
+//!                            There(n) ─> redirect clients say NotLeader; others run on n
+//!                            Unknown ─> wait for an election, retry until the deadline
+//! ```
+//!
+//! A replica always knows its group's leader (or that there is none right
+//! now), so a guess that lands on a replica costs one redirect at most.
+
+use crate::group::Group;
+use crate::peer::wire::{GroupId, PeerRequest, PeerResponse};
+use crate::peer::{CallError, Peers};
+use crate::types::NodeId;
+use plaudit_actors::Directory;
+use plaudit_proto::error::LeaderHint;
+use plaudit_proto::{ErrorCode, Request, Response, WireError};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+/// How long to wait between attempts while a group has no leader.
+const ELECTION_POLL: Duration = Duration::from_millis(25);
+
+/// Where a group's leader is, as far as this node knows.
+pub enum Leader {
+    Here(Arc<Group>),
+    There(NodeId),
+    Unknown,
+}
+
+pub struct Router {
+    pub me: NodeId,
+    /// The metadata group's id (one past the last data shard).
+    pub meta_id: GroupId,
+    groups: RwLock<BTreeMap<GroupId, Arc<Group>>>,
+    /// Leaders heard of from others: `(leader, term)`.
+    hints: RwLock<HashMap<GroupId, (NodeId, u64)>>,
+    pub peers: Arc<Peers>,
+    pub directory: Directory,
+    /// How long a request may spend finding and waiting for a leader.
+    pub deadline: Duration,
+}
+
+pub fn not_leader(group: GroupId, leader: Option<NodeId>, epoch: u64) -> WireError {
+    let mut e = WireError::new(
+        ErrorCode::NotLeader,
+        match leader {
+            Some(l) => format!("shard {group} is led by node {l}"),
+            None => format!("shard {group} has no leader right now"),
+        },
+    );
+    e.leader = Some(LeaderHint { shard: group, leader, epoch });
+    e
+}
+
+impl Router {
+    pub fn new(
+        me: NodeId,
+        meta_id: GroupId,
+        peers: Arc<Peers>,
+        directory: Directory,
+        deadline: Duration,
+    ) -> Router {
+        Router {
+            me,
+            meta_id,
+            groups: RwLock::default(),
+            hints: RwLock::default(),
+            peers,
+            directory,
+            deadline,
+        }
+    }
+
+    pub fn group(&self, g: GroupId) -> Option<Arc<Group>> {
+        self.groups.read().unwrap_or_else(|e| e.into_inner()).get(&g).cloned()
+    }
+
+    pub fn insert(&self, group: Arc<Group>) {
+        self.groups.write().unwrap_or_else(|e| e.into_inner()).insert(group.id, group);
+    }
+
+    /// Every group with a replica on this node, the metadata group last.
+    pub fn local(&self) -> Vec<Arc<Group>> {
+        let all = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = all.values().filter(|g| g.id != self.meta_id).cloned().collect();
+        v.extend(all.get(&self.meta_id).cloned());
+        v
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.directory.cluster().map_or(0, |m| m.epoch)
+    }
+
+    /// Remembers a leader someone reported (a newer term wins).
+    pub fn note(&self, g: GroupId, leader: NodeId, term: u64) {
+        let mut h = self.hints.write().unwrap_or_else(|e| e.into_inner());
+        match h.get(&g) {
+            Some((_, t)) if *t > term => {}
+            _ => {
+                h.insert(g, (leader, term));
+            }
+        }
+    }
+
+    fn forget(&self, g: GroupId, leader: NodeId) {
+        let mut h = self.hints.write().unwrap_or_else(|e| e.into_inner());
+        if h.get(&g).is_some_and(|(l, _)| *l == leader) {
+            h.remove(&g);
+        }
+    }
+
+    /// The leaders this node knows first hand, for gossip: `(group, leader, term)`.
+    pub fn local_leaders(&self) -> Vec<(GroupId, NodeId, u64)> {
+        self.local()
+            .iter()
+            .filter_map(|g| {
+                let m = g.raft.metrics().borrow().clone();
+                m.current_leader.map(|l| (g.id, l, m.current_term))
+            })
+            .collect()
+    }
+
+    pub fn leader(&self, g: GroupId) -> Leader {
+        if let Some(group) = self.group(g) {
+            let (leader, term, leading) = {
+                let m = group.raft.metrics();
+                let m = m.borrow();
+                (m.current_leader, m.current_term, m.state == openraft::ServerState::Leader)
+            };
+            match leader {
+                Some(l) if l == self.me && leading => return Leader::Here(group),
+                Some(l) if l != self.me => {
+                    self.note(g, l, term);
+                    return Leader::There(l);
+                }
+                _ => {}
+            }
+            // A replica without a leader: an election is under way; a
+            // hint from elsewhere may be newer than what we saw.
+        }
+        if let Some((l, _)) = self.hints.read().unwrap_or_else(|e| e.into_inner()).get(&g) {
+            if *l != self.me {
+                return Leader::There(*l);
+            }
+        }
+        if self.group(g).is_none() {
+            // Not a replica here: any replica knows the leader.
+            if let Some(map) = self.directory.cluster() {
+                let replicas = if g == self.meta_id {
+                    map.meta_voters.clone()
+                } else {
+                    map.replicas(g).to_vec()
+                };
+                if let Some(r) = replicas.into_iter().find(|r| *r != self.me) {
+                    return Leader::There(r);
+                }
+            }
+        }
+        Leader::Unknown
+    }
+
+    /// Runs `here` with this node's replica if it leads `g`, else `there`
+    /// with the leader's id (or, for a redirecting client, answers
+    /// `NotLeader`). A `NotLeader` answer teaches the leader and retries; a
+    /// group without a leader is waited for, up to the deadline.
+    pub async fn on_leader<T, H, HF, R, RF>(
+        &self,
+        g: GroupId,
+        redirect: bool,
+        here: H,
+        there: R,
+    ) -> Result<T, WireError>
+    where
+        H: Fn(Arc<Group>) -> HF,
+        HF: Future<Output = Result<T, WireError>>,
+        R: Fn(NodeId) -> RF,
+        RF: Future<Output = Result<T, Hop>>,
+    {
+        let deadline = Instant::now() + self.deadline;
+        let mut last = None;
+        while Instant::now() < deadline {
+            match self.leader(g) {
+                Leader::Here(group) => match here(group).await {
+                    Err(e) if e.code == ErrorCode::NotLeader => {
+                        self.learn(g, &e);
+                        last = Some(e);
+                    }
+                    other => return other,
+                },
+                Leader::There(n) if redirect => {
+                    return Err(not_leader(g, Some(n), self.epoch()));
+                }
+                Leader::There(n) => match there(n).await {
+                    Ok(v) => return Ok(v),
+                    Err(Hop::Answer(e)) if e.code == ErrorCode::NotLeader => {
+                        self.forget(g, n);
+                        self.learn(g, &e);
+                        last = Some(e);
+                    }
+                    Err(Hop::Answer(e)) => return Err(e),
+                    Err(Hop::Unreachable(why)) => {
+                        self.forget(g, n);
+                        last = Some(WireError::internal(why));
+                        tokio::time::sleep(ELECTION_POLL).await;
+                        continue;
+                    }
+                    Err(Hop::NoAnswer(why)) => {
+                        return Err(WireError::timeout(format!(
+                            "node {n} did not answer for shard {g} ({why}); the request may \
+                             still apply"
+                        )))
+                    }
+                },
+                Leader::Unknown if redirect => return Err(not_leader(g, None, self.epoch())),
+                Leader::Unknown => {}
+            }
+            tokio::time::sleep(ELECTION_POLL).await;
+        }
+        let why = last.map(|e| e.message).unwrap_or_else(|| "no leader".into());
+        Err(WireError::timeout(format!(
+            "shard {g} had no reachable leader within {:?}: {why}",
+            self.deadline
+        )))
+    }
+
+    fn learn(&self, g: GroupId, e: &WireError) {
+        if let Some(LeaderHint { leader: Some(l), .. }) = &e.leader {
+            // A NotLeader answer carries no term: it is the freshest news,
+            // so it replaces the leader and keeps the term gossip last gave.
+            let mut h = self.hints.write().unwrap_or_else(|e| e.into_inner());
+            let term = h.get(&g).map_or(0, |(_, t)| *t);
+            h.insert(g, (*l, term));
+        }
+    }
+
+    /// Serves a client request on node `n` (which does not forward it again).
+    pub async fn forward(&self, n: NodeId, req: Request) -> Result<Response, Hop> {
+        match self.peers.call(n, PeerRequest::Client(req), self.deadline).await {
+            Ok(PeerResponse::Client(Response::Error(e))) => Err(Hop::Answer(e)),
+            Ok(PeerResponse::Client(r)) => Ok(r),
+            Ok(other) => Err(Hop::unexpected(other)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Calls node `n` and unwraps its answer with `pick`.
+    pub async fn call<T>(
+        &self,
+        n: NodeId,
+        req: PeerRequest,
+        pick: impl FnOnce(PeerResponse) -> Result<T, Hop>,
+    ) -> Result<T, Hop> {
+        match self.peers.call(n, req, self.deadline).await {
+            Ok(r) => pick(r),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// What went wrong on the way to another node.
+#[derive(Debug)]
+pub enum Hop {
+    /// The node answered with an error.
+    Answer(WireError),
+    /// Nothing was sent: try elsewhere.
+    Unreachable(String),
+    /// Sent, no answer: it may have applied.
+    NoAnswer(String),
+}
+
+impl Hop {
+    pub fn unexpected(r: PeerResponse) -> Hop {
+        match r {
+            PeerResponse::Unavailable(why) => Hop::Unreachable(why),
+            other => Hop::Answer(WireError::internal(format!("unexpected peer answer {other:?}"))),
+        }
+    }
+}
+
+impl From<CallError> for Hop {
+    fn from(e: CallError) -> Hop {
+        match e {
+            CallError::Unreachable { .. } => Hop::Unreachable(e.to_string()),
+            CallError::NoAnswer { .. } => Hop::NoAnswer(e.to_string()),
+        }
+    }
+}
