@@ -90,6 +90,12 @@ pub enum Command {
     /// Replaces the cluster map (members and placement), metadata group
     /// only; refused unless its epoch is above the current one.
     SetCluster(ClusterMap),
+    /// A registry command applied at most once per `id`: a repeat returns
+    /// the first result (metadata group only; see `shard/once.rs`).
+    Once {
+        id: u64,
+        cmd: Box<Command>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

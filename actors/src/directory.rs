@@ -4,7 +4,9 @@
 //! ranking's windows and filters) without a Raft round trip.
 //!
 //! Registry keys: a business is its 4-byte big-endian id; a ranking is
-//! `b'r'` + its 4-byte id, so the two never collide (different lengths).
+//! `b'r'` + its 4-byte id; the cluster map is `b"cluster"`; at-most-once
+//! request records (`shard/once.rs`) are 8 or 9 bytes. Lengths differ, so
+//! no two kinds collide.
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::ClusterMap;
@@ -58,10 +60,11 @@ impl Directory {
             } else if k.len() == 5 && k[0] == RANK_TAG {
                 let def: RankDef = decode(&v)?;
                 ranks.insert(def.id, Arc::new(def));
-            } else {
+            } else if k.len() == 4 {
                 let biz: Business = decode(&v)?;
                 map.insert(biz.id, biz);
             }
+            // Other keys (at-most-once request records) are not views.
         }
         Ok(Directory {
             inner: Arc::new(RwLock::new(map)),

@@ -28,6 +28,7 @@ mod delivery;
 
 pub use delivery::OutboxSignal;
 mod likes;
+mod once;
 mod rankings;
 mod registry;
 

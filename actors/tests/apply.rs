@@ -127,3 +127,69 @@ async fn time_never_goes_backwards_within_a_shard_even_across_restarts() {
     assert_eq!(page.iter().map(|i| i.id).collect::<Vec<_>>(), vec![13, 12, 11, 10]);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_registry_change_with_an_id_applies_once_however_often_it_is_sent() {
+    use plaudit_proto::business::CreateBiz;
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let store = StateStore::open(&db).unwrap();
+    let directory = Directory::load(&store).unwrap();
+    let actor = ShardActor {
+        cfg: ShardConfig {
+            shard: 9,
+            shard_count: 9,
+            is_meta: true,
+            actor_budget: 100,
+            actor_idle: Duration::from_secs(60),
+        },
+        store: store.clone(),
+        directory: directory.clone(),
+        outbox: Arc::default(),
+        gauges: Arc::default(),
+    };
+    let s = ShardHandle::spawn(actor).await.unwrap();
+    let create = |name: &str| {
+        Command::CreateBiz(CreateBiz { id: None, name: name.into(), config: Default::default() })
+    };
+    let once = |id, cmd| Command::Once { id, cmd: Box::new(cmd) };
+    let biz_id = |r: &CmdResult| match r {
+        CmdResult::Biz(b) => b.id,
+        other => panic!("not a business: {other:?}"),
+    };
+    // The same id twice in one entry, again in the next entry, and after a restart.
+    let out = s
+        .apply(vec![
+            entry(1, 10, vec![once(77, create("video")), once(77, create("video"))]),
+            entry(2, 20, vec![once(77, create("video")), once(78, create("comment"))]),
+        ])
+        .await
+        .unwrap();
+    let first = biz_id(&out[0][0]);
+    assert_eq!(biz_id(&out[0][1]), first);
+    assert_eq!(biz_id(&out[1][0]), first);
+    assert_ne!(biz_id(&out[1][1]), first, "another id is another change");
+    assert_eq!(directory.list().len(), 2);
+    s.stop().await;
+    let store = StateStore::open(&db).unwrap();
+    let directory = Directory::load(&store).unwrap();
+    assert_eq!(directory.list().len(), 2, "once-records are not businesses");
+    let actor = ShardActor {
+        cfg: ShardConfig {
+            shard: 9,
+            shard_count: 9,
+            is_meta: true,
+            actor_budget: 100,
+            actor_idle: Duration::from_secs(60),
+        },
+        store: store.clone(),
+        directory: directory.clone(),
+        outbox: Arc::default(),
+        gauges: Arc::default(),
+    };
+    let s = ShardHandle::spawn(actor).await.unwrap();
+    let out = s.apply(vec![entry(3, 30, vec![once(77, create("video"))])]).await.unwrap();
+    assert_eq!(biz_id(&out[0][0]), first);
+    assert_eq!(directory.list().len(), 2);
+    s.stop().await;
+}

@@ -1,10 +1,13 @@
-//! `Client`: the typed API over the pool. Each method builds one `Request`,
-//! sends it with the client's timeout, and unpacks the one reply variant it
-//! expects; any other variant is a `ClientError::Protocol`.
+//! `Client`: the typed API over the cluster. Each method builds one
+//! `Request`, hands it to `Cluster::call` (which routes it to the right node
+//! and retries what is safe to retry within the client's timeout), and
+//! unpacks the one reply variant it expects; any other variant is a
+//! `ClientError::Protocol`.
 
+use crate::cluster::{self, Cluster};
 use crate::error::ClientError;
-use crate::pool::Pool;
 use plaudit_proto::business::{CreateBiz, UpdateBiz};
+use plaudit_proto::cluster::{ClusterStatus, RoutingTable};
 use plaudit_proto::likes::{
     CountsRequest, EntityCounts, EntityState, LikeReply, LikeRequest, LikersRequest, Page,
     ReceivedReply, ReceivedRequest, StatusRequest, UserLikesRequest,
@@ -16,10 +19,13 @@ use std::time::Duration;
 /// How a `Client` connects and waits.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
-    /// Connections kept open and used round robin. Default 2; 0 counts as 1.
+    /// Connections kept open to each node and used round robin. Default 2;
+    /// 0 counts as 1.
     pub pool_size: usize,
-    /// How long one call (including a re-dial) may take before it fails with
-    /// `ClientError::Timeout`; also bounds each dial. Default 5 s.
+    /// How long one call may take, including its redirects, retries and
+    /// re-dials, before it fails (with `ClientError::Timeout` if no node
+    /// answered, else the last error). Also bounds each dial, together with
+    /// a 2 s cap so a dead host cannot eat a whole call. Default 5 s.
     pub timeout: Duration,
 }
 
@@ -34,24 +40,17 @@ impl Default for ClientOptions {
     }
 }
 
-/// A handle to one node. Cheap to clone; clones share the connections, and
-/// any number of tasks may call it at once (calls are pipelined).
+/// A handle to a Plaudit cluster (or a single node). Cheap to clone; clones
+/// share the connections and the routing table, and any number of tasks may
+/// call it at once (calls are pipelined).
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    pool: Pool,
-    timeout: Duration,
+    inner: Arc<Cluster>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("addr", &self.inner.pool.addr())
-            .field("timeout", &self.inner.timeout)
-            .finish()
+        f.debug_tuple("Client").field(&self.inner).finish()
     }
 }
 
@@ -61,36 +60,58 @@ impl Client {
         Client::connect_with(addr, ClientOptions::default()).await
     }
 
-    /// Dials `opts.pool_size` connections to `addr` (`host:port`). Fails
-    /// with `ClientError::Io` if the node cannot be reached.
+    /// Connects through `addr`: one node's `host:port`, or a comma-separated
+    /// list of seeds (`a:7401,b:7401`). See `connect_cluster`.
     pub async fn connect_with(addr: &str, opts: ClientOptions) -> Result<Client, ClientError> {
-        let pool = Pool::open(addr, opts.pool_size, opts.timeout).await?;
-        Ok(Client { inner: Arc::new(Inner { pool, timeout: opts.timeout }) })
+        Client::connect_cluster(&[addr], opts).await
     }
 
-    /// The address this client dials.
+    /// Dials the seeds in order until one answers, opening `opts.pool_size`
+    /// connections to it, and fetches the cluster's routing table from it;
+    /// the other nodes are dialled when a call first needs them. Any one
+    /// live seed is enough: the rest may be down. Fails with
+    /// `ClientError::Io` if no seed can be reached.
+    pub async fn connect_cluster<S: AsRef<str>>(
+        seeds: &[S],
+        opts: ClientOptions,
+    ) -> Result<Client, ClientError> {
+        let inner = Cluster::connect(cluster::seeds(seeds), opts.pool_size, opts.timeout).await?;
+        Ok(Client { inner })
+    }
+
+    /// The seed addresses this client was given, comma separated.
     pub fn addr(&self) -> &str {
-        self.inner.pool.addr()
+        self.inner.label()
     }
 
     /// The per-call timeout.
     pub fn timeout(&self) -> Duration {
-        self.inner.timeout
+        self.inner.timeout()
     }
 
-    /// Sends any request and returns the node's reply as is, except that
-    /// `Response::Error` becomes `Err(ClientError::Server)`. The request is
-    /// not validated here; the node is the authority on limits.
-    pub async fn request(&self, req: Request) -> Result<Response, ClientError> {
-        let call = async {
-            let conn = self.inner.pool.get().await?;
-            conn.call(&req).await
-        };
-        match tokio::time::timeout(self.inner.timeout, call).await {
-            Err(_) => Err(ClientError::Timeout),
-            Ok(Ok(Response::Error(e))) => Err(ClientError::Server(e)),
-            Ok(other) => other,
+    /// The routing table as this client holds it now: the last one a node
+    /// gave, with the leaders learned from `NotLeader` hints since. Empty
+    /// (no nodes, no shards) when the node did not give one.
+    pub fn routing_table(&self) -> RoutingTable {
+        self.inner.table()
+    }
+
+    /// Every node and Raft group of the cluster, as one node sees them.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
+        match self.request(Request::ClusterStatus).await? {
+            Response::ClusterStatus(s) => Ok(s),
+            other => Err(unexpected("cluster_status", &other)),
         }
+    }
+
+    /// Sends any request to the node that should serve it and returns the
+    /// reply as is, except that `Response::Error` becomes
+    /// `Err(ClientError::Server)`. The request is not validated here; the
+    /// node is the authority on limits. A registry change (`CreateBiz`,
+    /// `UpdateBiz`, `CreateRank`, `UpdateRank`) is sent wrapped in
+    /// `Request::Once`, so a retry cannot apply it twice.
+    pub async fn request(&self, req: Request) -> Result<Response, ClientError> {
+        self.inner.call(req).await
     }
 
     /// Round-trips a `Ping`.
@@ -102,6 +123,7 @@ impl Client {
     }
 
     /// Registers a business; `id: None` lets the node pick the next free id.
+    /// Applied at most once, however often the SDK has to send it.
     pub async fn create_biz(
         &self,
         id: Option<BizId>,
@@ -124,7 +146,7 @@ impl Client {
     }
 
     /// Replaces a business's whole config (read it with `get_biz` first to
-    /// change one field).
+    /// change one field). Applied at most once, however often it is sent.
     pub async fn update_biz(&self, id: BizId, config: BizConfig) -> Result<Business, ClientError> {
         self.expect_biz("biz_update", Request::UpdateBiz(UpdateBiz { id, config })).await
     }
@@ -286,5 +308,6 @@ fn variant(r: &Response) -> &'static str {
         Response::Hello => "Hello",
         Response::Routing(_) => "Routing",
         Response::ClusterStatus(_) => "ClusterStatus",
+        Response::Stale { .. } => "Stale",
     }
 }

@@ -8,8 +8,13 @@
 //!
 //! - `args`: the clap definitions (their doc comments are `--help`);
 //! - `json`: one JSON object per command, for scripts;
-//! - `human`: aligned tables and sentences, for people.
+//! - `human`: aligned tables and sentences, for people;
+//! - `rank`, `board`, `admin`: one command family each (flags, output).
+//!
+//! `--addr` is a comma-separated seed list: the SDK finds the rest of the
+//! cluster from any seed that answers, and routes each request itself.
 
+pub mod admin;
 pub mod args;
 pub mod board;
 pub mod human;
@@ -20,17 +25,18 @@ pub use args::Cli;
 
 use crate::{Client, ClientError, ClientOptions};
 use args::{ActArgs, BizCommand, Command};
+use plaudit_proto::cluster::ClusterStatus;
 use plaudit_proto::likes::{EntityCounts, EntityState, LikeReply, Page, ReceivedReply};
 use plaudit_proto::rankings::RankDef;
 use plaudit_proto::scoring::{BoardQuery, BoardsPage, RankedItem, ScoreReply};
 use plaudit_proto::{BizConfig, Business, EntityId, LikeAction};
 use std::time::{Duration, Instant};
 
-/// Exit status when the node refused, failed or timed out the request.
+/// Exit status when the cluster refused, failed or timed out the request.
 pub const EXIT_FAILED: u8 = 1;
 /// Exit status for bad usage (clap's own).
 pub const EXIT_USAGE: u8 = 2;
-/// Exit status when the node could not be reached or the connection dropped.
+/// Exit status when no node could be reached or the connection dropped.
 pub const EXIT_UNAVAILABLE: u8 = 3;
 
 /// What a command produced, before it is rendered.
@@ -72,6 +78,7 @@ pub enum Output {
     },
     Size(u64),
     Boards(BoardsPage),
+    ClusterStatus(ClusterStatus),
 }
 
 /// Which registry command produced an `Output::Biz` or `Output::Rank`.
@@ -169,7 +176,7 @@ pub fn render(json: bool, result: &Result<Output, Failure>) -> Rendered {
     Rendered { stdout, stderr, exit }
 }
 
-/// Connects to `cli.addr` and runs the command.
+/// Connects through the seeds of `cli.addr` and runs the command.
 pub async fn run(cli: &Cli) -> Result<Output, Failure> {
     // One command is at most two sequential requests: one connection is plenty.
     let opts = ClientOptions { pool_size: 1, ..ClientOptions::default() };
@@ -186,6 +193,9 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
     Ok(match cmd {
         Command::Biz(b) => execute_biz(client, b).await?,
         Command::Rank(r) => execute_rank(client, r).await?,
+        Command::Admin(admin::AdminCommand::Status) => {
+            Output::ClusterStatus(client.cluster_status().await?)
+        }
         Command::Score(a) => Output::Score(client.score(a.request()).await?),
         Command::Top { rank, board, offset, limit } => {
             let q = BoardQuery::Top { offset: *offset, limit: *limit };

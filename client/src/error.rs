@@ -1,8 +1,10 @@
 //! `ClientError`: every way a call can fail, separated so callers can decide
-//! what to do. A `Server` error is the node's answer (match on its stable
-//! code); `Timeout` means the outcome is unknown; `Io` and `Closed` mean the
-//! connection failed and the next call re-dials; `Protocol` means the node
-//! said something this client does not understand.
+//! what to do. A call has already been retried where that is safe (redirects,
+//! elections, dead nodes, brief overloads) before it fails, so each error is
+//! final for that call. A `Server` error is the node's answer (match on its
+//! stable code); `Timeout` means the outcome is unknown; `Io` and `Closed`
+//! mean no node could be reached (the next call dials again); `Protocol`
+//! means the node said something this client does not understand.
 
 use plaudit_proto::{ErrorCode, WireError};
 
@@ -39,7 +41,7 @@ impl ClientError {
     }
 
     /// Whether the connection failed (as opposed to the request): `Io` or
-    /// `Closed`. The next call on the client dials a fresh connection.
+    /// `Closed`. The next call on the client dials afresh.
     pub fn is_connection(&self) -> bool {
         matches!(self, ClientError::Io(_) | ClientError::Closed)
     }

@@ -1,19 +1,40 @@
 //! The Plaudit Rust SDK, and the library half of the `plaudit` CLI.
 //!
-//! A `Client` holds a small pool of TCP connections to one node (round robin,
-//! two by default). Each connection is multiplexed: any number of calls are in
-//! flight at once, frames queued by many tasks go out in one write, and
-//! replies are matched to their calls by `req_id` in whatever order they come.
+//! A `Client` talks to a cluster: given one or more seed addresses it fetches
+//! the routing table (members, the replicas of each shard, their leaders) and
+//! sends each call straight to the node that serves it: a shard's leader
+//! for likes and single-shard reads, the metadata group's leader for the
+//! registry, any node for fan-outs. Every connection says `Hello(Redirect)`,
+//! so a node that is not the leader answers `NotLeader` with a hint instead
+//! of forwarding; the client follows the hint, waits out elections, steps
+//! around dead nodes and refreshes its table, all within the call's timeout,
+//! and retries only what is safe to repeat.
+//!
+//! Each node gets a small pool of TCP connections (round robin, two by
+//! default), dialled on first use. Each connection is multiplexed: any number
+//! of calls are in flight at once, frames queued by many tasks go out in one
+//! write, and replies are matched to their calls by `req_id` in whatever
+//! order they come.
 //!
 //! ```text
-//! Client::like(..) ─► api (build Request, per-call timeout)
-//!                   ─► pool (pick a connection, re-dial a dead one)
+//! Client::like(..) ─► api (build Request)
+//!                   ─► cluster::call (wrap registry changes in Once; the retry loop)
+//!                        ├─ route: request ─► shard ─► node, hints, fallbacks (pure)
+//!                        └─ retry: what an answer means, backoff, bounds (pure)
+//!                   ─► pool of that node (pick a connection, dial / re-dial)
 //!                   ─► connection (writer task ─► socket ─► reader task ─► oneshot)
 //! ```
 //!
 //! Modules:
 //! - `api`: `Client`, `ClientOptions` and one typed method per command;
-//! - `pool`: the round-robin set of connections and re-dialling;
+//! - `rankings`: the ranking and leaderboard methods of `Client`;
+//! - `cluster`: pools per node, the cached routing view and the background
+//!   refresher; `cluster/call.rs`, one call's retry loop;
+//! - `route`: which node a request goes to, and what a `NotLeader` hint
+//!   teaches (pure);
+//! - `retry`: which answers are retried, how long to back off, and when to
+//!   stop (pure);
+//! - `pool`: the round-robin set of connections to one node, and dialling;
 //! - `connection`: one pipelined socket with its writer and reader tasks;
 //! - `error`: `ClientError`, which keeps the node's stable error codes;
 //! - `cli`: argument parsing, command execution and output rendering for the
@@ -22,7 +43,7 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), plaudit_client::ClientError> {
 //! use plaudit_client::Client;
-//! let client = Client::connect("127.0.0.1:7401").await?;
+//! let client = Client::connect("10.0.0.1:7401,10.0.0.2:7401").await?;
 //! let reply = client.like(1, 42, 7, Some(99)).await?;
 //! assert!(reply.changed || reply.now == plaudit_client::proto::LikeState::Like);
 //! # Ok(()) }
@@ -30,10 +51,13 @@
 
 mod api;
 pub mod cli;
+mod cluster;
 mod connection;
 mod error;
 mod pool;
 mod rankings;
+mod retry;
+mod route;
 
 pub use api::{Client, ClientOptions};
 pub use error::ClientError;

@@ -1,9 +1,18 @@
-//! A fixed set of connections used round robin. A slot whose connection has
-//! died is re-dialled by the next call that lands on it; concurrent callers on
-//! the same slot wait for that one dial rather than each dialling.
+//! A fixed set of connections to one node, used round robin. A slot with no
+//! connection (a lazy pool's, or one whose connection died) is dialled by
+//! the next call that lands on it; concurrent callers on the same slot wait
+//! for that one dial rather than each dialling.
+//!
+//! Every connection says `Hello { routing: Redirect }` before anything else,
+//! so a node answers a request for a shard it does not lead with a
+//! `NotLeader` hint instead of forwarding it: the SDK routes itself
+//! (`route.rs`), and a hop through the wrong node is the exception.
 
 use crate::connection::Connection;
 use crate::error::ClientError;
+use plaudit_proto::cluster::{ClientHello, Routing};
+use plaudit_proto::{Request, Response};
+use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,20 +50,19 @@ impl Pool {
         size: usize,
         dial_timeout: Duration,
     ) -> Result<Pool, ClientError> {
-        let mut slots = Vec::with_capacity(size.max(1));
-        for _ in 0..size.max(1) {
-            let c = Connection::dial(addr, dial_timeout).await?;
-            slots.push(Slot {
-                conn: Mutex::new(Some(Arc::new(c))),
-                dial: tokio::sync::Mutex::new(()),
-            });
+        let pool = Pool::lazy(addr, size, dial_timeout);
+        for slot in pool.slots.iter() {
+            slot.set(Arc::new(dial(addr, dial_timeout).await?));
         }
-        Ok(Pool {
-            addr: addr.to_string(),
-            dial_timeout,
-            slots: slots.into_boxed_slice(),
-            next: AtomicUsize::new(0),
-        })
+        Ok(pool)
+    }
+
+    /// A pool that dials each connection on its first use.
+    pub(crate) fn lazy(addr: &str, size: usize, dial_timeout: Duration) -> Pool {
+        let slots = (0..size.max(1))
+            .map(|_| Slot { conn: Mutex::new(None), dial: tokio::sync::Mutex::new(()) })
+            .collect();
+        Pool { addr: addr.to_string(), dial_timeout, slots, next: AtomicUsize::new(0) }
     }
 
     pub(crate) fn addr(&self) -> &str {
@@ -72,9 +80,40 @@ impl Pool {
         if let Some(c) = slot.live() {
             return Ok(c);
         }
-        tracing::debug!(addr = %self.addr, "re-dialling a dead connection");
-        let c = Arc::new(Connection::dial(&self.addr, self.dial_timeout).await?);
+        tracing::debug!(addr = %self.addr, "dialling");
+        let c = Arc::new(dial(&self.addr, self.dial_timeout).await?);
         slot.set(c.clone());
         Ok(c)
+    }
+}
+
+/// Dials `addr` and says `Hello`, both within `timeout`. Every failure is
+/// `Io` naming the address. A node that does not know `Hello` (an older
+/// one) answers it with an error; it forwards everything anyway, so the
+/// connection is used as it is.
+async fn dial(addr: &str, timeout: Duration) -> Result<Connection, ClientError> {
+    let hello = Request::Hello(ClientHello { routing: Routing::Redirect });
+    let open = async {
+        let c = Connection::dial(addr, timeout).await?;
+        match c.call(&hello).await {
+            Ok(Response::Hello) => {}
+            Ok(other) => tracing::debug!(addr, ?other, "the node did not take the hello"),
+            Err(e) => {
+                let kind = match &e {
+                    ClientError::Io(io) => io.kind(),
+                    _ => io::ErrorKind::ConnectionAborted,
+                };
+                let msg = format!("cannot connect to {addr}: the node dropped the connection: {e}");
+                return Err(ClientError::Io(io::Error::new(kind, msg)));
+            }
+        }
+        Ok(c)
+    };
+    match tokio::time::timeout(timeout, open).await {
+        Ok(r) => r,
+        Err(_) => Err(ClientError::Io(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("cannot connect to {addr}: no answer within {timeout:?}"),
+        ))),
     }
 }

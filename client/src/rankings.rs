@@ -12,6 +12,7 @@ use plaudit_proto::{Request, Response};
 
 impl Client {
     /// Registers a ranking under the caller's `def.id` (immutable afterwards).
+    /// Applied at most once, however often the SDK has to send it.
     pub async fn create_rank(&self, def: RankDef) -> Result<RankDef, ClientError> {
         self.expect_rank("rank_create", Request::CreateRank(def)).await
     }
@@ -28,7 +29,8 @@ impl Client {
     }
 
     /// Replaces a ranking's mutable settings (cap, retention, filters,
-    /// priority); read them with `get_rank` first to change one.
+    /// priority); read them with `get_rank` first to change one. Applied at
+    /// most once, however often it is sent.
     pub async fn update_rank(
         &self,
         id: RankId,

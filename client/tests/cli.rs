@@ -1,7 +1,12 @@
 //! The `plaudit` binary against a scripted in-test server: what it sends,
 //! what it prints and how it exits.
 
+mod support;
+
 use plaudit_client::proto::business::UpdateBiz;
+use plaudit_client::proto::cluster::{
+    ClusterStatus, GroupStatus, NodeInfo, NodeState, NodeStatus, ReplicaStatus, StatusView,
+};
 use plaudit_client::proto::frame::{read_frame, write_frame};
 use plaudit_client::proto::likes::{LikeReply, LikeRequest};
 use plaudit_client::proto::{
@@ -10,18 +15,34 @@ use plaudit_client::proto::{
 use std::process::Output;
 use tokio::net::TcpListener;
 
-/// Serves one connection: each request must equal the script's next
-/// expectation and gets its scripted reply.
+/// Serves one connection as a lone node: answers the hello and routing
+/// requests the SDK sends first, then each request must equal the script's
+/// next expectation (registry changes arrive wrapped in `Once`) and gets its
+/// scripted reply.
 async fn serve(script: Vec<(Request, Response)>) -> (String, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
+    let table = support::one_node(&addr);
     let server = tokio::spawn(async move {
         let (mut stream, _) = listener.accept().await.unwrap();
         let mut buf = Vec::new();
-        for (want, reply) in script {
+        let mut script = script.into_iter().peekable();
+        while script.peek().is_some() {
             let env: Envelope<Request> = read_frame(&mut stream, &mut buf).await.unwrap();
-            assert_eq!(env.body, want);
-            write_frame(&mut stream, &Envelope { req_id: env.req_id, body: reply }).await.unwrap();
+            let body = match env.body {
+                Request::Hello(_) => Response::Hello,
+                Request::Routing => Response::Routing(table.clone()),
+                got => {
+                    let (want, reply) = script.next().unwrap();
+                    let got = match got {
+                        Request::Once { req, .. } => *req,
+                        other => other,
+                    };
+                    assert_eq!(got, want);
+                    reply
+                }
+            };
+            write_frame(&mut stream, &Envelope { req_id: env.req_id, body }).await.unwrap();
         }
     });
     (addr, server)
@@ -110,4 +131,98 @@ async fn usage_errors_exit_2_and_still_print_json_when_asked() {
     assert_eq!(out.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["code"], "BadRequest");
+}
+
+fn cluster_status(addr: &str) -> ClusterStatus {
+    ClusterStatus {
+        reporter: 1,
+        epoch: 2,
+        nodes: vec![NodeStatus {
+            info: NodeInfo {
+                id: 1,
+                client: addr.to_string(),
+                peer: "127.0.0.1:1".into(),
+                admin: "127.0.0.1:2".into(),
+            },
+            state: NodeState::Up,
+            shards_led: 1,
+        }],
+        meta: GroupStatus { shard: None, leader: Some(1), replicas: vec![1], states: vec![] },
+        shards: vec![GroupStatus {
+            shard: Some(0),
+            leader: Some(1),
+            replicas: vec![1],
+            states: vec![ReplicaStatus {
+                node: 1,
+                role: "leader".into(),
+                term: 3,
+                applied: Some(12),
+                apply_lag: 0,
+                behind_leader: Some(0),
+            }],
+        }],
+    }
+}
+
+#[tokio::test]
+async fn admin_status_json_is_exactly_the_status_view() {
+    let status = cluster_status("n1:7401");
+    let (addr, server) =
+        serve(vec![(Request::ClusterStatus, Response::ClusterStatus(status.clone()))]).await;
+
+    let out = plaudit(&addr, &["admin", "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let want = serde_json::to_string(&StatusView::from(&status)).unwrap();
+    assert_eq!(text(&out.stdout), format!("{want}\n"));
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn admin_status_prints_nodes_then_shards_for_people() {
+    let (addr, server) =
+        serve(vec![(Request::ClusterStatus, Response::ClusterStatus(cluster_status("n1:7401")))])
+            .await;
+    let out = plaudit(&addr, &["admin", "status"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "cluster epoch 2, as node 1 sees it\n\n\
+         NODE  STATE  CLIENT   SHARDS_LED\n   \
+         1  up     n1:7401           1\n\n\
+         SHARD  LEADER  REPLICAS  TERM  APPLIED/LAG\n \
+         meta       1  1            0\n    \
+         0       1  1            3  1:12/0\n"
+    );
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_seed_in_the_list_is_skipped() {
+    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_addr = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    let (addr, server) = serve(vec![(Request::Ping, Response::Pong)]).await;
+
+    let out = plaudit(&format!("{dead_addr},{addr}"), &["--json", "ping"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "{\"ok\":true}\n");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn when_no_seed_answers_the_exit_status_is_3_naming_them_all() {
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(l.local_addr().unwrap().to_string());
+    }
+    let out = plaudit(&addrs.join(","), &["--json", "ping"]).await;
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "Unavailable");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!("cannot connect to any of {}, {}", addrs[0], addrs[1])),
+        "{message}"
+    );
 }

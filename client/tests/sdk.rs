@@ -1,11 +1,18 @@
-//! The SDK against a scripted in-test server on 127.0.0.1:0. The server
-//! speaks real frames but decides itself when (and whether) to answer, so
-//! these tests can prove what a real node cannot be made to do on demand:
-//! replies out of order, replies that never come, connections that die.
+//! The SDK against a scripted in-test server on 127.0.0.1:0, one node on
+//! its own. The server speaks real frames but decides itself when (and
+//! whether) to answer, so these tests can prove what a real node cannot be
+//! made to do on demand: replies out of order, replies that never come,
+//! connections that die. (`cluster.rs` does the same with several nodes.)
 
+mod support;
+
+use plaudit_client::proto::business::CreateBiz;
+use plaudit_client::proto::cluster::{ClientHello, Routing};
 use plaudit_client::proto::frame::{read_frame, write_frame};
-use plaudit_client::proto::likes::{CountsRequest, EntityCounts};
-use plaudit_client::proto::{Envelope, ErrorCode, Request, Response, WireError};
+use plaudit_client::proto::likes::{CountsRequest, EntityCounts, ReceivedReply};
+use plaudit_client::proto::{
+    BizConfig, Business, Envelope, ErrorCode, Request, Response, WireError,
+};
 use plaudit_client::{Client, ClientError, ClientOptions};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -15,16 +22,40 @@ use tokio::task::JoinSet;
 struct Peer {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// The listener's address: the one member of the routing table it gives.
+    addr: String,
 }
 
 impl Peer {
+    /// Accepts a connection and answers its hello, which must come first
+    /// and ask for redirects.
     async fn accept(listener: &TcpListener) -> Peer {
         let (stream, _) = listener.accept().await.expect("accept");
-        Peer { stream, buf: Vec::new() }
+        let addr = listener.local_addr().unwrap().to_string();
+        let mut peer = Peer { stream, buf: Vec::new(), addr };
+        let hello: Envelope<Request> =
+            read_frame(&mut peer.stream, &mut peer.buf).await.expect("read the hello");
+        assert_eq!(hello.body, Request::Hello(ClientHello { routing: Routing::Redirect }));
+        peer.send(hello.req_id, Response::Hello).await;
+        peer
+    }
+
+    /// The next request, or `None` once the client has closed the
+    /// connection. Routing-table requests (on connect, and the client's
+    /// refreshes) are answered on the way, as a lone node would.
+    async fn next(&mut self) -> Option<Envelope<Request>> {
+        loop {
+            let env: Envelope<Request> = read_frame(&mut self.stream, &mut self.buf).await.ok()?;
+            if env.body != Request::Routing {
+                return Some(env);
+            }
+            let table = support::one_node(&self.addr);
+            self.send(env.req_id, Response::Routing(table)).await;
+        }
     }
 
     async fn recv(&mut self) -> Envelope<Request> {
-        read_frame(&mut self.stream, &mut self.buf).await.expect("read a request")
+        self.next().await.expect("read a request")
     }
 
     async fn send(&mut self, req_id: u64, body: Response) {
@@ -119,7 +150,7 @@ async fn a_call_without_a_reply_times_out_and_the_connection_stays_usable() {
 }
 
 #[tokio::test]
-async fn a_dead_connection_fails_its_in_flight_calls_then_is_redialled() {
+async fn reads_in_flight_on_a_dead_connection_are_retried_on_a_fresh_one() {
     let (listener, addr) = listen().await;
     let server = tokio::spawn(async move {
         let mut first = Peer::accept(&listener).await;
@@ -127,7 +158,19 @@ async fn a_dead_connection_fails_its_in_flight_calls_then_is_redialled() {
             first.recv().await;
         }
         drop(first); // dies with three calls waiting
+                     // The client dials again and sends the three reads once more.
         let mut second = Peer::accept(&listener).await;
+        let mut users = Vec::new();
+        for _ in 0..3 {
+            let env = second.recv().await;
+            let Request::Received(r) = env.body else { panic!("expected received") };
+            users.push(r.user);
+            second
+                .send(env.req_id, Response::Received(ReceivedReply { user: r.user, likes: 7 }))
+                .await;
+        }
+        users.sort_unstable();
+        assert_eq!(users, vec![0, 1, 2]);
         let ping = second.recv().await;
         assert_eq!(ping.body, Request::Ping);
         second.send(ping.req_id, Response::Pong).await;
@@ -137,16 +180,12 @@ async fn a_dead_connection_fails_its_in_flight_calls_then_is_redialled() {
     let mut calls = JoinSet::new();
     for user in 0..3 {
         let client = client.clone();
-        calls.spawn(async move { client.received(1, user).await });
+        calls.spawn(async move { (user, client.received(1, user).await) });
     }
     while let Some(joined) = calls.join_next().await {
-        let err = joined.unwrap().unwrap_err();
-        // A clean close is `Closed`; unread data makes the kernel reset instead.
-        assert!(err.is_connection(), "expected a connection error, got {err:?}");
-        assert_eq!(err.code(), None);
+        let (user, got) = joined.unwrap();
+        assert_eq!(got.unwrap(), ReceivedReply { user, likes: 7 });
     }
-
-    // The next call dials the second connection.
     client.ping().await.unwrap();
     server.await.unwrap();
 }
@@ -161,8 +200,12 @@ async fn server_errors_keep_their_code_and_wrong_replies_are_protocol_errors() {
         let list = peer.recv().await;
         assert_eq!(list.body, Request::ListBiz);
         peer.send(list.req_id, Response::Pong).await;
-        let raw = peer.recv().await;
-        peer.send(raw.req_id, Response::Error(WireError::overloaded("busy"))).await;
+        // Overloaded is retried twice, then returned: three attempts in all.
+        for _ in 0..3 {
+            let raw = peer.recv().await;
+            assert!(matches!(raw.body, Request::Counts(_)));
+            peer.send(raw.req_id, Response::Error(WireError::overloaded("busy"))).await;
+        }
     });
 
     let client = Client::connect_with(&addr, opts(1, 5_000)).await.unwrap();
@@ -228,8 +271,7 @@ async fn thousands_of_pipelined_calls_each_get_their_own_reply() {
             let mut peer = Peer::accept(&listener).await;
             conns.spawn(async move {
                 let mut served = 0u64;
-                while let Ok(env) = read_frame::<_, Request>(&mut peer.stream, &mut peer.buf).await
-                {
+                while let Some(env) = peer.next().await {
                     let Request::Counts(c) = env.body else { panic!("expected counts") };
                     let e = c.entities[0];
                     let counts = vec![EntityCounts { entity: e, likes: e, dislikes: 0 }];
@@ -258,4 +300,81 @@ async fn thousands_of_pipelined_calls_each_get_their_own_reply() {
     }
     drop(client); // closes both connections, ending the server
     assert_eq!(server.await.unwrap(), CALLS);
+}
+
+#[tokio::test]
+async fn registry_changes_are_sent_once_wrapped_and_a_retry_keeps_the_id() {
+    let (listener, addr) = listen().await;
+    let created = Business { id: 4, name: "video".into(), config: BizConfig::default() };
+    let reply = created.clone();
+    let server = tokio::spawn(async move {
+        let mut peer = Peer::accept(&listener).await;
+        let mut ids = Vec::new();
+        // The typed method: a node timeout ("may have applied"), then the answer.
+        for answer in [Response::Error(WireError::timeout("slow")), Response::Biz(reply.clone())] {
+            let env = peer.recv().await;
+            let Request::Once { id, req } = env.body else { panic!("not wrapped: {:?}", env.body) };
+            assert!(matches!(*req, Request::CreateBiz(ref c) if c.name == "video"), "{req:?}");
+            ids.push(id);
+            peer.send(env.req_id, answer).await;
+        }
+        assert_eq!(ids[0], ids[1], "a retry carries the first attempt's id");
+        // A raw request is wrapped too, with a new id.
+        let env = peer.recv().await;
+        let Request::Once { id, .. } = env.body else { panic!("not wrapped: {:?}", env.body) };
+        assert_ne!(id, ids[0]);
+        peer.send(env.req_id, Response::Biz(reply)).await;
+    });
+
+    let client = Client::connect_with(&addr, opts(1, 5_000)).await.unwrap();
+    let got = client.create_biz(None, "video", BizConfig::default()).await.unwrap();
+    assert_eq!(got, created);
+    let raw = Request::CreateBiz(CreateBiz {
+        id: None,
+        name: "video".into(),
+        config: BizConfig::default(),
+    });
+    assert_eq!(client.request(raw).await.unwrap(), Response::Biz(created));
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn the_client_holds_the_nodes_routing_table() {
+    let (listener, addr) = listen().await;
+    let server = tokio::spawn(async move {
+        let mut peer = Peer::accept(&listener).await;
+        let ping = peer.recv().await;
+        peer.send(ping.req_id, Response::Pong).await;
+    });
+    let client = Client::connect_with(&addr, opts(1, 5_000)).await.unwrap();
+    assert_eq!(client.routing_table(), support::one_node(&addr));
+    client.ping().await.unwrap();
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_without_a_routing_table_still_serves_everything() {
+    // An older node: it does not know Hello or Routing, and says so.
+    let (listener, addr) = listen().await;
+    let server = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = Vec::new();
+        for _ in 0..3 {
+            let env: Envelope<Request> = read_frame(&mut stream, &mut buf).await.unwrap();
+            let body = match env.body {
+                Request::Hello(_) | Request::Routing => {
+                    Response::Error(WireError::bad_request("unknown request"))
+                }
+                Request::GetBiz(id) => {
+                    Response::Biz(Business { id, name: "old".into(), config: BizConfig::default() })
+                }
+                other => panic!("unexpected {other:?}"),
+            };
+            write_frame(&mut stream, &Envelope { req_id: env.req_id, body }).await.unwrap();
+        }
+    });
+    let client = Client::connect_with(&addr, opts(1, 5_000)).await.unwrap();
+    assert!(client.routing_table().map.nodes.is_empty());
+    assert_eq!(client.get_biz(3).await.unwrap().name, "old");
+    server.await.unwrap();
 }

@@ -20,7 +20,7 @@
 //! arrive through the peer listener instead.
 
 use crate::peer::links::Links;
-use crate::peer::wire::{GroupId, KIND_CONTROL, PREAMBLE};
+use crate::peer::wire::{GroupId, KIND_CONTROL};
 use crate::peer::Peers;
 use crate::types::NodeId;
 use plaudit_proto::cluster::NodeInfo;
@@ -34,7 +34,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
@@ -187,6 +186,9 @@ pub struct ControlConfig {
     pub me: NodeInfo,
     pub cookie: String,
     pub seeds: Vec<String>,
+    /// Control connections prove the cluster secret before ractor_cluster
+    /// sees them (as data connections do).
+    pub secret: Arc<[u8]>,
 }
 
 impl Control {
@@ -229,6 +231,7 @@ impl Control {
             control: control.clone(),
             me: cfg.me,
             seeds: cfg.seeds,
+            secret: cfg.secret,
             peers,
             local,
             leaders,
@@ -280,6 +283,7 @@ struct Loop {
     control: Arc<Control>,
     me: NodeInfo,
     seeds: Vec<String>,
+    secret: Arc<[u8]>,
     peers: Arc<Peers>,
     local: LocalView,
     leaders: LeaderSink,
@@ -421,6 +425,8 @@ impl Loop {
                 targets.push(info.peer.clone());
             }
         }
+        let ids: HashMap<String, NodeId> =
+            view.known.iter().map(|(id, (info, _))| (info.peer.clone(), *id)).collect();
         targets.sort();
         targets.dedup();
         for addr in targets {
@@ -429,8 +435,10 @@ impl Loop {
             }
             self.dialing.insert(addr.clone(), Instant::now());
             let (server, me) = (self.control.node_server.clone(), self.me.id);
+            let to = ids.get(&addr).copied().unwrap_or(0);
+            let secret = self.secret.clone();
             tokio::spawn(async move {
-                if let Err(e) = dial(&server, me, &addr).await {
+                if let Err(e) = dial(&server, me, to, &addr, &secret).await {
                     debug!(%addr, error = %e, "control dial failed");
                 }
             });
@@ -467,15 +475,25 @@ impl Loop {
     }
 }
 
-/// Opens a control connection to `addr` and hands it to the NodeServer.
-async fn dial(server: &ActorRef<NodeServerMessage>, me: NodeId, addr: &str) -> anyhow::Result<()> {
-    let mut stream =
-        tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr)).await??;
-    stream.set_nodelay(true)?;
-    let mut pre = PREAMBLE.to_vec();
-    pre.push(KIND_CONTROL);
-    pre.extend_from_slice(&me.to_be_bytes());
-    stream.write_all(&pre).await?;
+/// Opens an authenticated control connection to node `to` (0: unknown yet)
+/// at `addr` and hands it to the NodeServer.
+async fn dial(
+    server: &ActorRef<NodeServerMessage>,
+    me: NodeId,
+    to: NodeId,
+    addr: &str,
+    secret: &[u8],
+) -> anyhow::Result<()> {
+    let stream = crate::peer::conn::dial_authenticated(
+        me,
+        to,
+        addr,
+        KIND_CONTROL,
+        secret,
+        Duration::from_secs(2),
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
     let bidi = Bidi { stream, label: addr.to_string() };
     ractor_cluster::client_connect_external(server, Box::new(bidi))
         .await

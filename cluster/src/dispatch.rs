@@ -49,6 +49,7 @@ impl Engine {
             Request::Ping => Ok(Response::Pong),
             Request::Hello(_) => Ok(Response::Hello),
             Request::Routing => Ok(Response::Routing(self.routing_table())),
+            Request::Stale(inner) => self.stale(*inner).await,
             Request::ClusterStatus => Ok(Response::ClusterStatus(self.cluster_status().await)),
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
@@ -57,7 +58,8 @@ impl Engine {
             | Request::GetBiz(_)
             | Request::ListBiz
             | Request::GetRank(_)
-            | Request::ListRanks => self.registry(req, redirect).await,
+            | Request::ListRanks
+            | Request::Once { .. } => self.registry(req, redirect).await,
             Request::Score(r) => self.score(r).await,
             Request::Query(q) => self.query(q, redirect).await,
             Request::Boards(b) => self.boards(b).await,
@@ -92,14 +94,28 @@ impl Engine {
             .on_leader(
                 shard,
                 redirect,
-                |g| async move { self.on_local(&g, req.clone()).await },
+                |g| async move { self.on_local(&g, req.clone(), true).await },
                 |n| async move { self.router.forward(n, req.clone()).await },
             )
             .await
     }
 
-    /// A single-shard request on this node, which leads `g`.
-    async fn on_local(&self, g: &Arc<Group>, req: Request) -> Result<Response, WireError> {
+    /// A single-shard request on this node's replica `g`: with `fresh`,
+    /// this node leads and reads pass its read barrier (linearizable);
+    /// without, reads serve what this replica has applied (stale reads).
+    async fn on_local(
+        &self,
+        g: &Arc<Group>,
+        req: Request,
+        fresh: bool,
+    ) -> Result<Response, WireError> {
+        let barrier = || async move {
+            if fresh {
+                g.read_barrier().await
+            } else {
+                Ok(())
+            }
+        };
         match req {
             Request::Like(r) => {
                 let dislikes_allowed = self.require_business(r.biz).await?;
@@ -117,7 +133,7 @@ impl Engine {
             }
             Request::Status(r) => {
                 self.require_business(r.biz).await?;
-                g.read_barrier().await?;
+                barrier().await?;
                 let mut out = Vec::with_capacity(r.entities.len());
                 for &entity in &r.entities {
                     let (state, mtime) = self
@@ -131,12 +147,12 @@ impl Engine {
             }
             Request::Counts(r) => {
                 self.require_business(r.biz).await?;
-                g.read_barrier().await?;
+                barrier().await?;
                 Ok(Response::Counts(self.counts_here(g.id, &r)?))
             }
             Request::UserLikes(r) => {
                 self.require_business(r.biz).await?;
-                g.read_barrier().await?;
+                barrier().await?;
                 let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
                 let items = g
                     .handle
@@ -147,7 +163,7 @@ impl Engine {
             }
             Request::Likers(r) => {
                 self.require_business(r.biz).await?;
-                g.read_barrier().await?;
+                barrier().await?;
                 let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
                 let items = g
                     .handle
@@ -158,11 +174,11 @@ impl Engine {
             }
             Request::Received(r) => {
                 self.require_business(r.biz).await?;
-                g.read_barrier().await?;
+                barrier().await?;
                 let likes = self.store.get_received(r.biz, g.id, r.user).map_err(internal)?;
                 Ok(Response::Received(ReceivedReply { user: r.user, likes }))
             }
-            Request::Query(q) => self.query_here(g, q).await,
+            Request::Query(q) => self.query_here(g, q, fresh).await,
             other => Err(internal(format!("{} is not a single-shard request", other.op()))),
         }
     }
@@ -224,7 +240,22 @@ impl Engine {
 
     async fn registry_here(&self, g: &Group, req: Request) -> Result<Response, WireError> {
         let write = |cmd| async move { g.propose(cmd).await };
+        let once = |id, cmd| Command::Once { id, cmd: Box::new(cmd) };
         match req {
+            Request::Once { id, req } => match *req {
+                Request::CreateBiz(c) => biz_result(write(once(id, Command::CreateBiz(c))).await?),
+                Request::UpdateBiz(u) => biz_result(write(once(id, Command::UpdateBiz(u))).await?),
+                Request::CreateRank(d) => {
+                    rank_result(write(once(id, Command::CreateRank(d))).await?)
+                }
+                Request::UpdateRank(u) => {
+                    rank_result(write(once(id, Command::UpdateRank(u))).await?)
+                }
+                other => Err(WireError::bad_request(format!(
+                    "{} cannot be applied at most once",
+                    other.op()
+                ))),
+            },
             Request::CreateBiz(c) => biz_result(write(Command::CreateBiz(c)).await?),
             Request::UpdateBiz(u) => biz_result(write(Command::UpdateBiz(u)).await?),
             Request::CreateRank(d) => rank_result(write(Command::CreateRank(d)).await?),
@@ -321,6 +352,98 @@ fn biz_result(r: CmdResult) -> Result<Response, WireError> {
         CmdResult::Biz(b) => Ok(Response::Biz(b)),
         CmdResult::Failed(e) => Err(e),
         other => Err(internal(format!("unexpected result {other:?}"))),
+    }
+}
+
+impl Engine {
+    /// A read served by the nearest replica of each shard it touches,
+    /// without a read barrier, with the most entries any of them lags.
+    async fn stale(&self, req: Request) -> Result<Response, WireError> {
+        let shards = self.cfg.shards;
+        let (reply, lag) = match req {
+            Request::Counts(r) => {
+                let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+                for &e in &r.entities {
+                    by_shard.entry(shard_of(r.biz, e, shards)).or_default().push(e);
+                }
+                let parts = by_shard.into_iter().map(|(shard, entities)| {
+                    let sub = Request::Counts(CountsRequest { biz: r.biz, entities });
+                    async move { self.stale_on(shard, sub).await }
+                });
+                let mut found: BTreeMap<u64, EntityCounts> = BTreeMap::new();
+                let mut lag = 0;
+                for part in futures::future::join_all(parts).await {
+                    let (reply, l) = part?;
+                    lag = lag.max(l);
+                    match reply {
+                        Response::Counts(c) => found.extend(c.into_iter().map(|c| (c.entity, c))),
+                        other => return Err(internal(format!("unexpected answer {other:?}"))),
+                    }
+                }
+                let out = r.entities.iter().filter_map(|e| found.get(e).copied()).collect();
+                (Response::Counts(out), lag)
+            }
+            Request::Status(ref r) => self.stale_on(shard_of(r.biz, r.user, shards), req).await?,
+            Request::UserLikes(ref r) => {
+                self.stale_on(shard_of(r.biz, r.user, shards), req).await?
+            }
+            Request::Received(ref r) => self.stale_on(shard_of(r.biz, r.user, shards), req).await?,
+            Request::Likers(ref r) => self.stale_on(shard_of(r.biz, r.entity, shards), req).await?,
+            Request::Query(ref q) => {
+                let def = self.rank_def(q.rank).await?;
+                let t = plaudit_actors::rankings::route::board_of(&def, &q.board)?;
+                let shard = plaudit_proto::routing::board_shard(q.rank, &t.to_key(), shards);
+                self.stale_on(shard, req).await?
+            }
+            Request::GetBiz(id) => {
+                let b = self.directory.get(id).ok_or_else(|| unknown_business(id))?;
+                (Response::Biz(b), self.lag_of(self.router.meta_id))
+            }
+            Request::ListBiz => {
+                (Response::BizList(self.directory.list()), self.lag_of(self.router.meta_id))
+            }
+            Request::GetRank(id) => {
+                let def = self.directory.rank(id).ok_or_else(|| unknown_rank(id))?;
+                (Response::Rank((*def).clone()), self.lag_of(self.router.meta_id))
+            }
+            Request::ListRanks => {
+                (Response::RankList(self.directory.ranks()), self.lag_of(self.router.meta_id))
+            }
+            other => {
+                return Err(WireError::bad_request(format!("{} cannot be read stale", other.op())))
+            }
+        };
+        Ok(Response::Stale { lag, reply: Box::new(reply) })
+    }
+
+    /// Entries this replica of `group` knows committed but has not applied.
+    fn lag_of(&self, group: u32) -> u64 {
+        let Some(g) = self.router.group(group) else { return 0 };
+        let applied = g.raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
+        g.log.committed_index().unwrap_or(0).saturating_sub(applied)
+    }
+
+    /// One shard's part of a stale read: this node's replica, or the first
+    /// replica that answers.
+    async fn stale_on(&self, shard: u32, req: Request) -> Result<(Response, u64), WireError> {
+        if let Some(g) = self.router.group(shard) {
+            let reply = self.on_local(&g, req, false).await?;
+            return Ok((reply, self.lag_of(shard)));
+        }
+        let replicas =
+            self.directory.cluster().map(|m| m.replicas(shard).to_vec()).unwrap_or_default();
+        let mut last = WireError::internal(format!("no replica of shard {shard} is known"));
+        for r in replicas {
+            match self.router.forward(r, Request::Stale(Box::new(req.clone()))).await {
+                Ok(Response::Stale { lag, reply }) => return Ok((*reply, lag)),
+                Ok(other) => return Err(internal(format!("unexpected answer {other:?}"))),
+                Err(Hop::Answer(e)) => return Err(e),
+                Err(Hop::Unreachable(why)) | Err(Hop::NoAnswer(why)) => {
+                    last = WireError::internal(why)
+                }
+            }
+        }
+        Err(last)
     }
 }
 

@@ -256,6 +256,7 @@ impl Engine {
             me: c.me.clone(),
             cookie: crate::peer::auth::control_cookie(&secret),
             seeds: c.seeds.clone(),
+            secret: secret.clone().into(),
         };
         let weak = Arc::downgrade(self);
         let local: crate::control::LocalView = Arc::new(move || match weak.upgrade() {
@@ -458,6 +459,41 @@ impl Engine {
         if let Some(c) = self.control.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             c.cut(&newly);
         }
+    }
+
+    /// `(group, applied index, state hash)` of every group held here, for
+    /// tests that compare replicas (`GET /debug/digest`).
+    pub fn digests(&self) -> Vec<(u32, u64, u64)> {
+        self.router
+            .local()
+            .iter()
+            .filter_map(|g| {
+                let meta = g.id == self.router.meta_id;
+                let (applied, hash) = self.store.digest(g.id, meta).ok()?;
+                let applied: Option<crate::types::LogId> =
+                    applied.and_then(|a| plaudit_proto::codec::from_bytes(&a).ok());
+                Some((g.id, applied.map_or(0, |l| l.index), hash))
+            })
+            .collect()
+    }
+
+    /// Pending outbox records of every group held here: `(group, target,
+    /// seqs)`, for tests that look into a stuck delivery.
+    pub fn outbox_dump(&self) -> Vec<(u32, u32, Vec<u64>)> {
+        let mut out = Vec::new();
+        for g in self.router.local() {
+            for t in self.store.outbox_targets(g.id).unwrap_or_default() {
+                let seqs = self
+                    .store
+                    .outbox_after(g.id, t, 0, 10_000)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(s, _)| s)
+                    .collect();
+                out.push((g.id, t, seqs));
+            }
+        }
+        out
     }
 
     /// `(peer, dial failures, call failures)`.

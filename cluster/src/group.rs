@@ -71,6 +71,8 @@ pub struct Group {
     /// When this replica last heard from its leader (an AppendEntries),
     /// for failover: the others' leader lease runs from about then.
     last_heard: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The followers' leader lease (`election_timeout_max`), in ms.
+    lease_ms: u64,
     proposals: mpsc::Sender<Proposal>,
     reads: mpsc::Sender<ReadWaiter>,
     /// This node leads and is the only voter (kept current from Raft metrics).
@@ -142,6 +144,7 @@ impl Group {
             handle,
             log,
             last_heard: std::sync::Mutex::new(None),
+            lease_ms: cfg.election_max_ms,
             proposals: ptx,
             reads: rtx,
             sole_voter,
@@ -219,10 +222,25 @@ impl Group {
         std::future::pending::<()>().await
     }
 
-    /// Whether this node currently leads the group.
+    /// Whether this node leads the group and is still in touch with a
+    /// quorum. openraft 0.9 keeps a leader that has lost its quorum (a
+    /// partition) leading until it hears of a higher term, and cannot be
+    /// told to step down; but once no quorum has acknowledged it for the
+    /// followers' lease, they may have elected another leader, so this node
+    /// stops acting as leader: requests go elsewhere (or get `NotLeader`
+    /// with no leader), and its delivery stops.
     pub fn is_leader(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.metrics();
+        let m = m.borrow();
         m.current_leader == Some(m.id)
+            && m.state == openraft::ServerState::Leader
+            && self.quorum_in_touch(&m)
+    }
+
+    fn quorum_in_touch(&self, m: &openraft::RaftMetrics<NodeId, BasicNode>) -> bool {
+        let mut voters = m.membership_config.membership().voter_ids();
+        let alone = voters.next().is_some() && voters.next().is_none();
+        alone || m.millis_since_quorum_ack.is_none_or(|ms| ms <= self.lease_ms)
     }
 
     /// Whether an event of `priority` (0..=`max`) should be shed now. Each

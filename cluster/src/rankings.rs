@@ -37,7 +37,7 @@ fn now_secs() -> i64 {
 impl Engine {
     /// A ranking's definition, catching up with the registry first if this
     /// node does not know it yet.
-    async fn rank_def(
+    pub(crate) async fn rank_def(
         &self,
         rank: u32,
     ) -> Result<Arc<plaudit_proto::rankings::RankDef>, WireError> {
@@ -155,7 +155,7 @@ impl Engine {
                 redirect,
                 |g| async move {
                     match req {
-                        Request::Query(q) => self.query_here(&g, q.clone()).await,
+                        Request::Query(q) => self.query_here(&g, q.clone(), true).await,
                         _ => Err(internal("not a query")),
                     }
                 },
@@ -164,15 +164,19 @@ impl Engine {
             .await
     }
 
-    /// A board query on this node, which leads the board's shard.
+    /// A board query on this node's replica of the board's shard: with
+    /// `fresh`, this node leads it and passes the read barrier first.
     pub(crate) async fn query_here(
         &self,
         g: &Group,
         q: QueryRequest,
+        fresh: bool,
     ) -> Result<Response, WireError> {
         let def = self.rank_def(q.rank).await?;
         let t = route::board_of(&def, &q.board)?;
-        g.read_barrier().await?;
+        if fresh {
+            g.read_barrier().await?;
+        }
         let item = match q.query {
             BoardQuery::RankOf { item } => item,
             _ => 0,

@@ -128,13 +128,13 @@ impl Router {
 
     pub fn leader(&self, g: GroupId) -> Leader {
         if let Some(group) = self.group(g) {
-            let (leader, term, leading) = {
+            let (leader, term) = {
                 let m = group.raft.metrics();
                 let m = m.borrow();
-                (m.current_leader, m.current_term, m.state == openraft::ServerState::Leader)
+                (m.current_leader, m.current_term)
             };
             match leader {
-                Some(l) if l == self.me && leading => return Leader::Here(group),
+                Some(l) if l == self.me && group.is_leader() => return Leader::Here(group),
                 Some(l) if l != self.me => {
                     self.note(g, l, term);
                     return Leader::There(l);

@@ -195,7 +195,9 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     type SnapshotBuilder = Builder;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
-        self.applied()
+        let a = self.applied()?;
+        tracing::debug!(shard = self.shard, applied = ?a.0, "applied state");
+        Ok(a)
     }
 
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<CmdResult>>, StorageError>
@@ -204,7 +206,9 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         I::IntoIter: Send,
     {
         let mut batch = Vec::new();
+        let mut first = None;
         for entry in entries {
+            first.get_or_insert(entry.log_id);
             let log_id = codec::to_bytes(&entry.log_id).map_err(|e| sm_err(ErrorVerb::Write, e))?;
             let (membership, payload) = match entry.payload {
                 EntryPayload::Blank => (None, None),
@@ -219,6 +223,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
+        tracing::trace!(shard = self.shard, first = ?first, entries = batch.len(), "apply");
         self.handle.apply(batch).await.map_err(|e| sm_err(ErrorVerb::Write, e))
     }
 

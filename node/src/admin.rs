@@ -6,6 +6,7 @@
 //! | `GET /readyz`    | `200 ready` or `503 not ready`, from [`AdminSource::ready`] |
 //! | `GET /metrics`   | `200` with [`AdminSource::metrics_text`]                |
 //! | `GET /status`    | `200` with the cluster status as JSON ([`AdminSource::status_json`]) |
+//! | `GET /debug/digest` | per group held here: applied index and a hash of its state (test mode only) |
 //! | `POST /fault/links?cut=2,3` | cuts this node's links to nodes 2 and 3 (`cut=` heals all); `404` unless `fault_injection` is on |
 //!
 //! Any other path is `404`, any method but `GET` (and `HEAD`, which RFC 9110
@@ -40,6 +41,9 @@ pub trait AdminSource: Send + Sync + 'static {
     /// separated; empty heals every link): `None` when fault injection is
     /// off, else the new set or why `cut` is wrong.
     fn set_links(&self, cut: &str) -> Option<Result<String, String>>;
+    /// Per group held here, its applied index and a hash of its state, as
+    /// JSON; `None` when fault injection (test mode) is off.
+    fn digests_json(&self) -> Option<String>;
 }
 
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -293,6 +297,16 @@ async fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
             body: source.metrics_text(),
             allow: false,
         },
+        "/debug/digest" => match source.digests_json() {
+            Some(body) => Response {
+                status: 200,
+                reason: "OK",
+                content_type: "application/json",
+                body,
+                allow: false,
+            },
+            None => Response::text(404, "Not Found", "not found\n"),
+        },
         "/status" => Response {
             status: 200,
             reason: "OK",
@@ -362,6 +376,9 @@ mod tests {
         }
         fn set_links(&self, cut: &str) -> Option<Result<String, String>> {
             Some(Ok(cut.to_string()))
+        }
+        fn digests_json(&self) -> Option<String> {
+            None
         }
     }
 

@@ -31,6 +31,30 @@ impl AdminSource for NodeStatus {
         })
     }
 
+    fn digests_json(&self) -> Option<String> {
+        if !self.fault_injection {
+            return None;
+        }
+        let outbox = self.engine.outbox_dump();
+        let rows: Vec<serde_json::Value> = self
+            .engine
+            .digests()
+            .into_iter()
+            .map(|(g, applied, hash)| {
+                let pending: Vec<_> = outbox
+                    .iter()
+                    .filter(|(og, _, _)| *og == g)
+                    .map(|(_, t, seqs)| serde_json::json!({"target": t, "seqs": seqs}))
+                    .collect();
+                serde_json::json!({
+                    "group": g, "applied": applied, "digest": format!("{hash:016x}"),
+                    "outbox": pending,
+                })
+            })
+            .collect();
+        Some(serde_json::Value::Array(rows).to_string())
+    }
+
     fn set_links(&self, cut: &str) -> Option<Result<String, String>> {
         if !self.fault_injection {
             return None;

@@ -50,10 +50,24 @@ pub enum Request {
     Routing,
     /// Every node and group, for operators.
     ClusterStatus,
+    /// A registry change (create or update a business or ranking) that the
+    /// cluster applies at most once per `id`: a retry after a lost answer
+    /// gets the first attempt's result. `id` should be random (64 bits).
+    Once {
+        id: u64,
+        req: Box<Request>,
+    },
+    /// A read served by whichever replica of its shard is nearest (this
+    /// node's, if it has one), without the leader's read barrier: it may
+    /// miss the newest writes, and says by how many entries at most.
+    /// Status, counts, lists, received totals, board queries and registry
+    /// reads may be stale; a status read should not be, if the caller must
+    /// see its own likes.
+    Stale(Box<Request>),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 25] = [
+pub const OPS: [&str; 27] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -79,6 +93,8 @@ pub const OPS: [&str; 25] = [
     "hello",
     "routing",
     "cluster_status",
+    "once",
+    "stale",
 ];
 
 impl Request {
@@ -112,6 +128,8 @@ impl Request {
             Request::Hello(_) => "hello",
             Request::Routing => "routing",
             Request::ClusterStatus => "cluster_status",
+            Request::Once { .. } => "once",
+            Request::Stale(_) => "stale",
         }
     }
 
@@ -120,6 +138,28 @@ impl Request {
         match self {
             Request::Ping | Request::GetBiz(_) | Request::ListBiz => Ok(()),
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => Ok(()),
+            Request::Once { req, .. } => match **req {
+                Request::CreateBiz(_)
+                | Request::UpdateBiz(_)
+                | Request::CreateRank(_)
+                | Request::UpdateRank(_) => req.validate(),
+                _ => Err(WireError::bad_request(
+                    "only registry changes (create or update a business or ranking) take a Once",
+                )),
+            },
+            Request::Stale(req) => match **req {
+                Request::Status(_)
+                | Request::Counts(_)
+                | Request::UserLikes(_)
+                | Request::Likers(_)
+                | Request::Received(_)
+                | Request::Query(_)
+                | Request::GetBiz(_)
+                | Request::ListBiz
+                | Request::GetRank(_)
+                | Request::ListRanks => req.validate(),
+                _ => Err(WireError::bad_request(format!("{} cannot be read stale", req.op()))),
+            },
             Request::CreateRank(d) => d.validate(),
             Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
             Request::Score(r) => r.validate(),
@@ -140,6 +180,7 @@ impl Request {
         match self {
             Request::Ping | Request::ListBiz | Request::CreateBiz(_) => None,
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
+            Request::Once { req, .. } | Request::Stale(req) => req.biz(),
             Request::CreateRank(_)
             | Request::GetRank(_)
             | Request::ListRanks
@@ -179,6 +220,13 @@ pub enum Response {
     Hello,
     Routing(RoutingTable),
     ClusterStatus(ClusterStatus),
+    /// The answer to a `Stale` read, and how far behind it may be: the
+    /// most log entries the answering replicas knew committed but had not
+    /// applied.
+    Stale {
+        lag: u64,
+        reply: Box<Response>,
+    },
 }
 
 #[cfg(test)]
@@ -225,6 +273,8 @@ mod tests {
             Request::Hello(Default::default()),
             Request::Routing,
             Request::ClusterStatus,
+            Request::Once { id: 1, req: Box::new(Request::GetBiz(1)) },
+            Request::Stale(Box::new(Request::ListBiz)),
         ]
     }
 

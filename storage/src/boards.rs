@@ -181,6 +181,24 @@ impl WriteSet {
         self.put(TreeRef::Rank(rank), key(shard, KIND_BOARD, type_key, None), &v);
     }
 
+    /// Deletes every member and event-id record of a sub-board that this
+    /// write set puts (a drop after writes of the same apply call).
+    pub fn del_board_written(&mut self, rank: u32, shard: u32, type_key: &[u8]) {
+        let member = key(shard, KIND_MEMBER, type_key, None);
+        let events = key(shard, KIND_EVENTS, type_key, None);
+        let written: Vec<Vec<u8>> = self
+            .keys_put(TreeRef::Rank(rank))
+            .filter(|k| {
+                (k.starts_with(&member) && k.len() == member.len() + 8)
+                    || (k.starts_with(&events) && k.len() == events.len() + 8)
+            })
+            .map(<[u8]>::to_vec)
+            .collect();
+        for k in written {
+            self.del(TreeRef::Rank(rank), k);
+        }
+    }
+
     pub fn del_board_meta(&mut self, rank: u32, shard: u32, type_key: &[u8]) {
         self.del(TreeRef::Rank(rank), key(shard, KIND_BOARD, type_key, None));
     }

@@ -1,5 +1,7 @@
-//! The registry tree: businesses and rankings, as the metadata group writes
-//! them (`actors/src/directory.rs` has the key layout and the values). Unlike
+//! The registry tree: businesses, rankings, the cluster map and the memory
+//! of at-most-once requests, as the metadata group writes them
+//! (`actors/src/directory.rs` and `actors/src/shard/once.rs` have the key
+//! layouts and the values). Unlike
 //! the other trees its keys do not start with a shard id, so a read merges
 //! the staged registry writes of every shard.
 
@@ -32,8 +34,19 @@ impl StateStore {
     }
 }
 
+impl StateStore {
+    /// One registry entry as the metadata group `shard` applied it.
+    pub fn registry_get(&self, shard: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get(shard, TreeRef::Registry, key)
+    }
+}
+
 impl WriteSet {
     pub fn put_registry(&mut self, key: &[u8], value: &[u8]) {
         self.put(TreeRef::Registry, key.to_vec(), value);
+    }
+
+    pub fn del_registry(&mut self, key: &[u8]) {
+        self.del(TreeRef::Registry, key.to_vec());
     }
 }

@@ -228,6 +228,27 @@ impl StateStore {
         Ok(stats)
     }
 
+    /// A hash of `shard`'s applied state (what a snapshot of it would
+    /// hold) and the applied id it is at. Two replicas at the same applied
+    /// id must have the same hash: tests compare them.
+    pub fn digest(&self, shard: u32, registry: bool) -> Result<(Option<Vec<u8>>, u64)> {
+        struct Hashing(std::collections::hash_map::DefaultHasher);
+        impl Write for Hashing {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                std::hash::Hasher::write(&mut self.0, buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let frozen = self.freeze(shard)?;
+        let applied = self.applied(shard)?;
+        let mut h = Hashing(Default::default());
+        self.export(&frozen, registry, b"", &mut h)?;
+        Ok((applied, std::hash::Hasher::finish(&h.0)))
+    }
+
     /// The note of an install that a crash interrupted, if `shard` has one.
     pub fn pending_install(&self, shard: u32) -> Result<Option<Vec<u8>>> {
         Ok(self.installs.get(shard.to_be_bytes())?.map(|v| v.to_vec()))

@@ -381,6 +381,14 @@ impl WriteSet {
         self.ops.is_empty()
     }
 
+    /// The keys of `tree` this write set puts (not deletes), in write order.
+    pub(crate) fn keys_put(&self, tree: TreeRef) -> impl Iterator<Item = &[u8]> {
+        self.ops
+            .iter()
+            .filter(move |op| op.tree == tree && op.value.is_some())
+            .map(|op| &op.key[..])
+    }
+
     /// The shard whose apply these writes are.
     pub fn owner(&self) -> u32 {
         self.owner

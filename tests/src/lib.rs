@@ -15,7 +15,9 @@
 //! sleeps: derived state (counts, likers, received) is applied asynchronously.
 //!
 //! `raw` speaks the frame protocol by hand over a tokio `TcpStream`, for tests
-//! that must send what the SDK never would.
+//! that must send what the SDK never would. `cluster` starts clusters of
+//! nodes and cuts their links; `history` records what a load did and checks
+//! a cluster's final state against it.
 
 use plaudit_client::{Client, ClientOptions};
 use std::future::Future;
@@ -27,12 +29,17 @@ use std::time::{Duration, Instant};
 
 pub use plaudit_client::proto;
 
+pub mod cluster;
+pub mod history;
+pub use cluster::Cluster;
+
 /// How long a node may take to become ready (start or restart).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long derived state may take to converge in a test.
 pub const CONVERGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The node's log filter: our own info lines, openraft's warnings only.
-const LOG_FILTER: &str = "info,openraft=warn,ractor_cluster=error,ractor=warn";
+const LOG_FILTER: &str =
+    "info,openraft=warn,ractor_cluster=error,ractor=warn,plaudit_cluster::state_machine=debug";
 /// Lines of `node.log` printed when a test fails.
 const LOG_TAIL_LINES: usize = 60;
 
@@ -62,6 +69,14 @@ fn bin(name: &str, env: &str) -> PathBuf {
              run `cargo build --bins` first"
         ),
     }
+}
+
+/// `n` distinct free ports on 127.0.0.1: all bound at once (so the OS
+/// hands out different ones), read, then released.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> =
+        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0")).collect();
+    listeners.iter().map(|l| l.local_addr().expect("local_addr").port()).collect()
 }
 
 /// A free port on 127.0.0.1: bind :0, read it, drop the listener.
@@ -95,6 +110,30 @@ impl NodeBuilder {
         self
     }
 
+    /// Spawns the node without waiting for it to be ready (it may never be:
+    /// a node meant to join a cluster that refuses it).
+    pub fn spawn_only(self) -> Node {
+        let dir = tempfile::Builder::new().prefix("plaudit-e2e-").tempdir().expect("tempdir");
+        let mut node = Node {
+            bin: node_bin(),
+            data_dir: dir.path().join("data"),
+            log_path: dir.path().join("node.log"),
+            _dir: dir,
+            listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            admin: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            shards: self.shards,
+            env: self.env,
+            extra_args: Vec::new(),
+            id: 0,
+            peer: None,
+            child: None,
+        };
+        if let Err(e) = node.spawn() {
+            node.fail(&e);
+        }
+        node
+    }
+
     /// Spawns the node and waits until `/readyz` answers 200.
     pub fn start(self) -> Node {
         let dir = tempfile::Builder::new().prefix("plaudit-e2e-").tempdir().expect("tempdir");
@@ -107,6 +146,9 @@ impl NodeBuilder {
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
             shards: self.shards,
             env: self.env,
+            extra_args: Vec::new(),
+            id: 1,
+            peer: None,
             child: None,
         };
         // Another process may take a port between our probe and the node's
@@ -136,6 +178,11 @@ pub struct Node {
     admin: SocketAddr,
     shards: u32,
     env: Vec<(String, String)>,
+    /// Flags beyond the common ones (a cluster node's id, peers, secret).
+    extra_args: Vec<String>,
+    id: u64,
+    /// The peer listener of a cluster member.
+    peer: Option<SocketAddr>,
     child: Option<Child>,
     // Last: removed after the process is gone.
     _dir: tempfile::TempDir,
@@ -166,6 +213,43 @@ impl Node {
 
     pub fn shards(&self) -> u32 {
         self.shards
+    }
+
+    /// The node's id in its cluster (1 for a lone node).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// A node of a cluster, not yet started (`cluster.rs` starts them together).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn cluster_member(
+        id: u64,
+        shards: u32,
+        (listen, admin, peer): (SocketAddr, SocketAddr, SocketAddr),
+        extra_args: Vec<String>,
+        env: Vec<(String, String)>,
+    ) -> Node {
+        let dir =
+            tempfile::Builder::new().prefix(&format!("plaudit-n{id}-")).tempdir().expect("tempdir");
+        Node {
+            bin: node_bin(),
+            data_dir: dir.path().join("data"),
+            log_path: dir.path().join("node.log"),
+            _dir: dir,
+            listen,
+            admin,
+            shards,
+            env,
+            extra_args,
+            id,
+            peer: Some(peer),
+            child: None,
+        }
+    }
+
+    /// The peer address of a cluster member (`127.0.0.1:PORT`).
+    pub fn peer_addr(&self) -> String {
+        self.peer.map(|p| p.to_string()).unwrap_or_default()
     }
 
     /// The process id, while it runs.
@@ -251,6 +335,46 @@ impl Node {
         }
     }
 
+    /// Whether the process runs (it may be paused).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGSTOP: the process freezes (its sockets stay open, nothing answers).
+    pub fn pause(&self) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own unreaped child.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGSTOP);
+            }
+        }
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        if let Some(child) = &self.child {
+            // SAFETY: as in `pause`.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGCONT);
+            }
+        }
+    }
+
+    /// Starts the process again after `kill9` (same data dir and ports)
+    /// without waiting for it to be ready (a cluster member may need its
+    /// peers first).
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "node {} still runs", self.id);
+        if let Err(e) = self.spawn() {
+            self.fail(&e);
+        }
+    }
+
+    /// `POST path` on the admin port: `(status, body)`.
+    pub fn admin_post(&self, path: &str) -> std::io::Result<(u16, String)> {
+        http_request(self.admin, "POST", path)
+    }
+
     /// SIGTERM and wait for a clean exit (status 0) within 20 s.
     pub fn terminate(&mut self) {
         let Some(mut child) = self.child.take() else { return };
@@ -313,6 +437,12 @@ impl Node {
     }
 
     fn spawn_and_wait_ready(&mut self) -> Result<(), String> {
+        self.spawn()?;
+        self.wait_ready(READY_TIMEOUT)
+    }
+
+    /// Starts the process (it must not be running).
+    pub(crate) fn spawn(&mut self) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -329,6 +459,7 @@ impl Node {
             .arg(self.shards.to_string())
             .arg("--log")
             .arg(LOG_FILTER)
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -341,8 +472,12 @@ impl Node {
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", self.bin.display()))?;
         self.child = Some(child);
+        Ok(())
+    }
 
-        let deadline = Instant::now() + READY_TIMEOUT;
+    /// Waits until `/readyz` answers 200, or the process exits.
+    pub(crate) fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 self.child = None;
@@ -353,7 +488,7 @@ impl Node {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!("node not ready within {READY_TIMEOUT:?}"));
+                return Err(format!("node {} not ready within {timeout:?}", self.id));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -375,10 +510,17 @@ impl Drop for Node {
 
 /// A minimal HTTP/1.1 GET (the admin server closes after each reply).
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    http_request(addr, "GET", path)
+}
+
+fn http_request(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw);

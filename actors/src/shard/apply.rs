@@ -17,7 +17,7 @@ use super::rankings::BoardsPlan;
 use super::{registry, ApplyEntry, ApplyResult, ShardActor, ShardMsg, ShardState};
 use crate::command::{CmdResult, Command};
 use crate::error::Fatal;
-use plaudit_proto::Millis;
+use plaudit_proto::{Millis, ShardId};
 use plaudit_storage::WriteSet;
 use ractor::ActorRef;
 use std::collections::HashMap;
@@ -77,7 +77,45 @@ impl ShardActor {
         Ok(f)
     }
 
+    /// Applies committed entries. The stored result must not depend on how
+    /// entries are grouped into calls (openraft groups them one way while
+    /// serving and another when replaying after a crash, and replicas group
+    /// them differently): every write below is ordered as if the entries
+    /// were applied one at a time. An entry that drops a board is applied
+    /// in a call of its own, since its drops run after its other commands.
     pub(super) async fn apply(
+        &self,
+        myself: &ActorRef<ShardMsg>,
+        state: &mut ShardState,
+        entries: Vec<ApplyEntry>,
+    ) -> ApplyResult {
+        let drops = |e: &ApplyEntry| {
+            e.batch
+                .as_ref()
+                .is_some_and(|b| b.cmds.iter().any(|c| matches!(c, Command::DropBoard { .. })))
+        };
+        if !entries.iter().any(drops) {
+            return self.apply_run(myself, state, entries).await;
+        }
+        let mut results = Vec::with_capacity(entries.len());
+        let mut run = Vec::new();
+        for e in entries {
+            if drops(&e) {
+                if !run.is_empty() {
+                    results.extend(self.apply_run(myself, state, std::mem::take(&mut run)).await?);
+                }
+                results.extend(self.apply_run(myself, state, vec![e]).await?);
+            } else {
+                run.push(e);
+            }
+        }
+        if !run.is_empty() {
+            results.extend(self.apply_run(myself, state, run).await?);
+        }
+        Ok(results)
+    }
+
+    async fn apply_run(
         &self,
         myself: &ActorRef<ShardMsg>,
         state: &mut ShardState,
@@ -92,6 +130,12 @@ impl ShardActor {
         let mut likes = LikesPlan::new();
         let mut boards = BoardsPlan::new();
         let mut floor = self.time_floor(state)?;
+        let mut once = super::once::OnceMemo::default();
+        // Acknowledgements delete outbox records of earlier entries; they
+        // are written after this call's new records, as one-at-a-time
+        // application would order them (a record and its Ack may both be in
+        // this call when a replay groups many entries).
+        let mut acks: Vec<(ShardId, &[u64])> = Vec::new();
 
         for (ei, entry) in entries.iter().enumerate() {
             if let Some(m) = &entry.membership {
@@ -125,7 +169,7 @@ impl ShardActor {
                         CmdResult::Done
                     }
                     Command::Ack { target, seqs } => {
-                        out.ws.ack_outbox(shard, *target, seqs.iter().copied());
+                        acks.push((*target, seqs));
                         CmdResult::Done
                     }
                     Command::Score(c) => {
@@ -143,6 +187,12 @@ impl ShardActor {
                     | Command::SetCluster(_) => {
                         registry::apply(&self.directory, self.cfg.is_meta, cmd, &mut out.ws)
                     }
+                    Command::Once { id, cmd } if self.cfg.is_meta => {
+                        self.apply_once(&mut once, *id, cmd, &mut out.ws)?
+                    }
+                    Command::Once { .. } => CmdResult::Failed(plaudit_proto::WireError::internal(
+                        "registry command sent to a data shard",
+                    )),
                 };
                 results.push(r);
             }
@@ -162,6 +212,9 @@ impl ShardActor {
 
         let Applied { results, mut ws, outbox } = out;
         let targets = self.push_outbox(state, &mut ws, outbox)?;
+        for (target, seqs) in acks {
+            ws.ack_outbox(shard, target, seqs.iter().copied());
+        }
         if let Some(last) = entries.last() {
             ws.put_applied(shard, &last.log_id);
         }

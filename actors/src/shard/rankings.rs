@@ -94,6 +94,8 @@ impl ShardActor {
             for (seq, _) in self.store.board_events(rank, shard, &type_key)? {
                 ws.del_board_events(rank, shard, &type_key, seq);
             }
+            // And what this call wrote for the board before the drop.
+            ws.del_board_written(rank, shard, &type_key);
             ws.del_board_meta(rank, shard, &type_key);
         }
         Ok(())

@@ -4,24 +4,27 @@
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use plaudit_proto::{BizConfig, BizId, EntityId, LikeAction, UserId};
 
-/// Default node address when neither `--addr` nor `PLAUDIT_ADDR` is set.
+/// Default seed address when neither `--addr` nor `PLAUDIT_ADDR` is set.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7401";
 /// Default page size of `user-likes` and `likers`.
 pub const DEFAULT_LIMIT: u32 = 20;
 
-/// Talk to a Plaudit node: manage businesses, like things, read counts and lists.
+/// Talk to a Plaudit cluster: manage businesses and rankings, like things,
+/// score events, read counts, lists and leaderboards, see the cluster's state.
 #[derive(Debug, Parser)]
 #[command(
     name = "plaudit",
     version,
-    after_help = "Exit status: 0 success, 1 the node refused or failed the request \
-                  (or timed out), 2 bad usage, 3 the node could not be reached.\n\
+    after_help = "Any node of a cluster will do as --addr: the rest are found from it, \
+                  and each request goes to the node that serves it.\n\
+                  Exit status: 0 success, 1 the cluster refused or failed the request \
+                  (or timed out), 2 bad usage, 3 no node could be reached.\n\
                   With --json, stdout holds exactly one JSON object, \
                   {\"error\":{\"code\":..,\"message\":..}} on failure."
 )]
 pub struct Cli {
-    /// Node address, HOST:PORT.
-    #[arg(long, global = true, env = "PLAUDIT_ADDR", default_value = DEFAULT_ADDR)]
+    /// Seed node addresses, HOST:PORT, comma separated; one live seed is enough.
+    #[arg(long, global = true, env = "PLAUDIT_ADDR", default_value = DEFAULT_ADDR, value_name = "HOST:PORT,..")]
     pub addr: String,
     /// Print exactly one JSON object on stdout instead of tables and sentences.
     #[arg(long, global = true)]
@@ -38,6 +41,9 @@ pub enum Command {
     /// Manage ranking definitions: create, get, list, update.
     #[command(subcommand)]
     Rank(super::rank::RankCommand),
+    /// Operate the cluster: status.
+    #[command(subcommand)]
+    Admin(super::admin::AdminCommand),
     /// Like an entity as a user.
     Like(ActArgs),
     /// Withdraw a user's like of an entity.
@@ -98,7 +104,7 @@ pub enum Command {
         #[arg(long)]
         user: UserId,
     },
-    /// Check that the node answers.
+    /// Check that the cluster answers (any one node).
     Ping,
     /// Score one event on every sub-board of its ranking it lands on.
     Score(super::board::ScoreArgs),
@@ -305,6 +311,14 @@ mod tests {
         let cli = parse(&["ping", "--addr", "10.0.0.1:9", "--json"]).unwrap();
         assert_eq!(cli.addr, "10.0.0.1:9");
         assert!(cli.json);
+    }
+
+    #[test]
+    fn addr_takes_a_seed_list_and_admin_status_its_json_flag() {
+        let cli = parse(&["--addr", "10.0.0.1:9,10.0.0.2:9", "admin", "status", "--json"]).unwrap();
+        assert_eq!(cli.addr, "10.0.0.1:9,10.0.0.2:9");
+        assert!(cli.json);
+        assert!(matches!(cli.command, Command::Admin(super::super::admin::AdminCommand::Status)));
     }
 
     #[test]

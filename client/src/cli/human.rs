@@ -128,6 +128,7 @@ pub fn output(o: &Output) -> String {
         Output::RankOf { item, row } => super::board::rank_of_human(*item, row),
         Output::Size(n) => format!("{n} members\n"),
         Output::Boards(p) => super::board::boards_human(p),
+        Output::ClusterStatus(s) => super::admin::status_human(s),
     }
 }
 

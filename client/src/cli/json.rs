@@ -126,6 +126,7 @@ pub fn output(o: &Output) -> String {
         Output::RankOf { item, row } => super::board::rank_of_json(*item, row),
         Output::Size(n) => super::board::size_json(*n),
         Output::Boards(p) => super::board::boards_json(p),
+        Output::ClusterStatus(s) => super::admin::status_json(s),
     }
 }
 

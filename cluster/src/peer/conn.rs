@@ -90,36 +90,7 @@ impl PeerConn {
         secret: &[u8],
         timeout: Duration,
     ) -> Result<PeerConn, String> {
-        let fut = async {
-            let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
-            let mut pre = PREAMBLE.to_vec();
-            pre.push(KIND_DATA);
-            pre.extend_from_slice(&me.to_be_bytes());
-            stream.write_all(&pre).await.map_err(|e| e.to_string())?;
-            let mine = auth::nonce();
-            let hello = Hello { version: VERSION, from: me, to: node, nonce: mine };
-            wire::write_msg(&mut stream, &hello).await.map_err(|e| e.to_string())?;
-            let mut buf = Vec::new();
-            let ch: Challenge =
-                wire::read_msg(&mut stream, &mut buf).await.map_err(|e| refused_or(e, node))?;
-            if !auth::check_acceptor(secret, &mine, &ch.nonce, me, node, &ch.proof) {
-                return Err(format!(
-                    "node {node} at {addr} could not prove the cluster secret (or is another node)"
-                ));
-            }
-            let proof = auth::dialer_proof(secret, &mine, &ch.nonce, me, node);
-            wire::write_msg(&mut stream, &ProofMsg { proof }).await.map_err(|e| e.to_string())?;
-            match wire::read_msg::<_, Verdict>(&mut stream, &mut buf).await {
-                Ok(Verdict::Accepted) => Ok(stream),
-                Ok(Verdict::Refused(why)) => Err(format!("refused by node {node}: {why}")),
-                Err(e) => Err(refused_or(e, node)),
-            }
-        };
-        let stream = match tokio::time::timeout(timeout, fut).await {
-            Ok(r) => r?,
-            Err(_) => return Err(format!("connecting to {addr} timed out")),
-        };
+        let stream = dial_authenticated(me, node, addr, KIND_DATA, secret, timeout).await?;
         Ok(PeerConn::start(node, stream))
     }
 
@@ -185,6 +156,49 @@ impl Drop for PeerConn {
         self.reader.abort();
         self.writer.abort();
         self.shared.die("connection dropped".into());
+    }
+}
+
+/// Connects to `addr`, sends the preamble of a `kind` connection and proves
+/// the secret to node `node` (0: whichever node listens there, for a seed
+/// whose id is not known yet), which must prove it back.
+pub(crate) async fn dial_authenticated(
+    me: NodeId,
+    node: NodeId,
+    addr: &str,
+    kind: u8,
+    secret: &[u8],
+    timeout: Duration,
+) -> Result<TcpStream, String> {
+    let fut = async {
+        let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut pre = PREAMBLE.to_vec();
+        pre.push(kind);
+        pre.extend_from_slice(&me.to_be_bytes());
+        stream.write_all(&pre).await.map_err(|e| e.to_string())?;
+        let mine = auth::nonce();
+        let hello = Hello { version: VERSION, from: me, to: node, nonce: mine };
+        wire::write_msg(&mut stream, &hello).await.map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let ch: Challenge =
+            wire::read_msg(&mut stream, &mut buf).await.map_err(|e| refused_or(e, node))?;
+        if !auth::check_acceptor(secret, &mine, &ch.nonce, me, node, &ch.proof) {
+            return Err(format!(
+                "the node at {addr} could not prove the cluster secret (or is not node {node})"
+            ));
+        }
+        let proof = auth::dialer_proof(secret, &mine, &ch.nonce, me, node);
+        wire::write_msg(&mut stream, &ProofMsg { proof }).await.map_err(|e| e.to_string())?;
+        match wire::read_msg::<_, Verdict>(&mut stream, &mut buf).await {
+            Ok(Verdict::Accepted) => Ok(stream),
+            Ok(Verdict::Refused(why)) => Err(format!("refused by the node at {addr}: {why}")),
+            Err(e) => Err(refused_or(e, node)),
+        }
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("connecting to {addr} timed out")),
     }
 }
 

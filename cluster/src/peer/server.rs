@@ -87,22 +87,29 @@ impl PeerServer {
             debug!(%addr, from, "link to this peer is cut (fault injection)");
             return;
         }
-        match kind {
-            KIND_CONTROL => (self.control)(from, stream),
-            KIND_DATA => {
-                let authed = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.handshake(&mut stream));
-                match authed.await {
-                    Ok(Ok(peer)) => self.serve(peer, stream).await,
-                    Ok(Err(why)) => warn!(%addr, claimed = from, "refused a peer: {why}"),
-                    Err(_) => warn!(%addr, claimed = from, "refused a peer: handshake timed out"),
-                }
-            }
-            other => debug!(%addr, kind = other, "a peer connection of unknown kind"),
+        if kind != KIND_CONTROL && kind != KIND_DATA {
+            debug!(%addr, kind, "a peer connection of unknown kind");
+            return;
+        }
+        // Both kinds prove the secret first; a control connection then goes
+        // to ractor_cluster (whose own cookie check follows).
+        let authed = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.handshake(&mut stream, kind));
+        let peer = match authed.await {
+            Ok(Ok(peer)) => peer,
+            Ok(Err(why)) => return warn!(%addr, claimed = from, "refused a peer: {why}"),
+            Err(_) => return warn!(%addr, claimed = from, "refused a peer: handshake timed out"),
+        };
+        if kind == KIND_CONTROL {
+            (self.control)(peer, stream)
+        } else {
+            self.serve(peer, stream).await
         }
     }
 
-    /// Checks the dialer knows the secret; returns its node id.
-    async fn handshake(&self, stream: &mut TcpStream) -> Result<NodeId, String> {
+    /// Checks the dialer knows the secret; returns its node id. A control
+    /// connection may be addressed to node 0 (a seed dialed before its id
+    /// is known).
+    async fn handshake(&self, stream: &mut TcpStream, kind: u8) -> Result<NodeId, String> {
         let mut buf = Vec::new();
         let hello: Hello = wire::read_msg(stream, &mut buf).await.map_err(|e| e.to_string())?;
         let refuse = |why: String| Verdict::Refused(why);
@@ -112,18 +119,18 @@ impl PeerServer {
             let _ = wire::write_msg(stream, &refuse(why.clone())).await;
             return Err(why);
         }
-        if hello.to != self.me {
+        if hello.to != self.me && !(kind == KIND_CONTROL && hello.to == 0) {
             let why = format!("dialed node {} but this is node {}", hello.to, self.me);
             let _ = wire::write_msg(stream, &refuse(why.clone())).await;
             return Err(why);
         }
         let mine = auth::nonce();
-        let proof = auth::acceptor_proof(&self.secret, &hello.nonce, &mine, hello.from, self.me);
+        let proof = auth::acceptor_proof(&self.secret, &hello.nonce, &mine, hello.from, hello.to);
         wire::write_msg(stream, &Challenge { nonce: mine, proof })
             .await
             .map_err(|e| e.to_string())?;
         let p: ProofMsg = wire::read_msg(stream, &mut buf).await.map_err(|e| e.to_string())?;
-        if !auth::check_dialer(&self.secret, &hello.nonce, &mine, hello.from, self.me, &p.proof) {
+        if !auth::check_dialer(&self.secret, &hello.nonce, &mine, hello.from, hello.to, &p.proof) {
             let why = format!("node {} could not prove the cluster secret", hello.from);
             let _ = wire::write_msg(stream, &refuse("wrong cluster secret".into())).await;
             return Err(why);

@@ -1,0 +1,191 @@
+//! `plaudit admin status`: the clap definition, and how a `ClusterStatus`
+//! prints. `--json` prints the status exactly as `proto::cluster::StatusView`
+//! serialises (the shape scripts and tests rely on); people get two tables:
+//!
+//! ```text
+//! cluster epoch 3, as node 1 sees it
+//!
+//! NODE  STATE  CLIENT          SHARDS_LED
+//!    1  up     10.0.0.1:7401            2
+//!    3  down   10.0.0.3:7401            0
+//!
+//! SHARD  LEADER  REPLICAS  TERM  APPLIED/LAG
+//!  meta       1  1,2,3        2  1:40/0 2:40/0 3:down
+//!     0       1  1,3,2        3  1:120/0 3:down 2:118/2
+//! ```
+//!
+//! `APPLIED/LAG` is, per replica, its applied log index and how many entries
+//! it is behind its leader (unacknowledged plus not yet applied); `down`
+//! when the replica did not report.
+
+use super::human::{table, Align};
+use super::json;
+use clap::Subcommand;
+use plaudit_proto::cluster::{ClusterStatus, GroupStatus, ReplicaStatus, StatusView};
+use std::fmt::Write;
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Show every node and Raft group: which nodes are up, who leads each
+    /// shard, and how far each replica lags.
+    ///
+    /// Nodes: id, whether the answering node can reach it, its client
+    /// address and how many shards it leads. Then one line per group (the
+    /// metadata group first): its leader (`-` during an election), its
+    /// replicas, the highest term, and per replica `NODE:APPLIED/LAG`, the
+    /// applied log index and the entries it is behind its leader, or
+    /// `NODE:down`. With --json, the status as one object.
+    Status,
+}
+
+/// `--json`: the documented `StatusView` shape, byte for byte.
+pub fn status_json(s: &ClusterStatus) -> String {
+    json::encode(&StatusView::from(s))
+}
+
+/// The people-facing tables.
+pub fn status_human(s: &ClusterStatus) -> String {
+    let mut out = format!("cluster epoch {}, as node {} sees it\n\n", s.epoch, s.reporter);
+    let nodes: Vec<Vec<String>> = s
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                n.info.id.to_string(),
+                n.state.as_str().to_string(),
+                n.info.client.clone(),
+                n.shards_led.to_string(),
+            ]
+        })
+        .collect();
+    out += &table(
+        &[
+            ("NODE", Align::Right),
+            ("STATE", Align::Left),
+            ("CLIENT", Align::Left),
+            ("SHARDS_LED", Align::Right),
+        ],
+        &nodes,
+    );
+    out.push('\n');
+    let groups: Vec<Vec<String>> =
+        std::iter::once(&s.meta).chain(&s.shards).map(group_row).collect();
+    out += &table(
+        &[
+            ("SHARD", Align::Right),
+            ("LEADER", Align::Right),
+            ("REPLICAS", Align::Left),
+            ("TERM", Align::Right),
+            ("APPLIED/LAG", Align::Left),
+        ],
+        &groups,
+    );
+    out
+}
+
+fn group_row(g: &GroupStatus) -> Vec<String> {
+    let replicas: Vec<String> = g.replicas.iter().map(u64::to_string).collect();
+    let term = g.states.iter().map(|r| r.term).max().unwrap_or(0);
+    let progress: Vec<String> = g.states.iter().map(progress).collect();
+    vec![
+        g.shard.map_or("meta".to_string(), |s| s.to_string()),
+        g.leader.map_or("-".to_string(), |l| l.to_string()),
+        replicas.join(","),
+        term.to_string(),
+        progress.join(" "),
+    ]
+}
+
+/// `node:applied/lag`, or `node:down`.
+fn progress(r: &ReplicaStatus) -> String {
+    let mut cell = format!("{}:", r.node);
+    if r.role == "down" {
+        cell.push_str("down");
+        return cell;
+    }
+    let applied = r.applied.map_or("-".to_string(), |a| a.to_string());
+    let lag = r.apply_lag + r.behind_leader.unwrap_or(0);
+    // Writing to a String cannot fail.
+    let _ = write!(cell, "{applied}/{lag}");
+    cell
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plaudit_proto::cluster::{NodeInfo, NodeState, NodeStatus};
+
+    fn replica(node: u64, role: &str, applied: Option<u64>, behind: Option<u64>) -> ReplicaStatus {
+        ReplicaStatus {
+            node,
+            role: role.into(),
+            term: if role == "down" { 0 } else { 3 },
+            applied,
+            apply_lag: 1,
+            behind_leader: behind,
+        }
+    }
+
+    fn status() -> ClusterStatus {
+        let node = |id: u64, state, led| NodeStatus {
+            info: NodeInfo {
+                id,
+                client: format!("10.0.0.{id}:7401"),
+                peer: format!("10.0.0.{id}:7403"),
+                admin: format!("10.0.0.{id}:7402"),
+            },
+            state,
+            shards_led: led,
+        };
+        ClusterStatus {
+            reporter: 1,
+            epoch: 3,
+            nodes: vec![node(1, NodeState::Up, 1), node(2, NodeState::Down, 0)],
+            meta: GroupStatus {
+                shard: None,
+                leader: Some(1),
+                replicas: vec![1, 2],
+                states: vec![
+                    replica(1, "leader", Some(40), Some(0)),
+                    replica(2, "down", None, None),
+                ],
+            },
+            shards: vec![GroupStatus {
+                shard: Some(0),
+                leader: None,
+                replicas: vec![2, 1],
+                states: vec![
+                    replica(2, "candidate", Some(118), None),
+                    replica(1, "follower", None, Some(4)),
+                ],
+            }],
+        }
+    }
+
+    #[test]
+    fn json_is_the_status_view_exactly() {
+        let s = status();
+        let want = serde_json::to_string(&StatusView::from(&s)).unwrap();
+        assert_eq!(status_json(&s), want);
+        let v: serde_json::Value = serde_json::from_str(&status_json(&s)).unwrap();
+        assert_eq!(v["nodes"][1]["state"], "down");
+        assert_eq!(v["shards"][0]["leader"], serde_json::Value::Null);
+        assert!(v["meta"].get("shard").is_none());
+    }
+
+    #[test]
+    fn people_get_a_node_table_then_a_line_per_group() {
+        let want = "\
+cluster epoch 3, as node 1 sees it
+
+NODE  STATE  CLIENT         SHARDS_LED
+   1  up     10.0.0.1:7401           1
+   2  down   10.0.0.2:7401           0
+
+SHARD  LEADER  REPLICAS  TERM  APPLIED/LAG
+ meta       1  1,2          3  1:40/1 2:down
+    0       -  2,1          3  2:118/1 1:-/5
+";
+        assert_eq!(status_human(&status()), want);
+    }
+}

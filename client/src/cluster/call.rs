@@ -1,0 +1,226 @@
+//! One call's way through the cluster, top to bottom: wrap it so it is safe
+//! to repeat, route it, send it, read what the answer means, and either
+//! return or go again, all before the call's deadline.
+//!
+//! ```text
+//! call(req) ─ retry::once ─► route::target ─► View::pick (or the hinted node)
+//!    ▲                                            │
+//!    │                           pool(addr).get ─► answer_or_silence
+//!    │                                            │
+//!    └─ Step ◄── retry::outcome ◄─────────────────┘
+//!        NotLeader: View::learn ─► the hinted node now │ back off │ refresh first
+//!        node down: mark it down, wake the refresher ─► another node now │ back off
+//!        Overloaded / Timeout: back off (twice at most)
+//!        anything else: returned as it is
+//! ```
+//!
+//! The deadline bounds every await of the loop: an attempt in flight when
+//! it passes makes the call `Timeout` (its outcome is unknown); a backoff
+//! that would pass it ends the call with the last error at once.
+
+use super::{lock, Cluster};
+use crate::connection::Connection;
+use crate::error::ClientError;
+use crate::retry::{self, Attempts, Outcome, Step};
+use crate::route::{self, Dest, Learned, Target};
+use plaudit_proto::error::LeaderHint;
+use plaudit_proto::{ErrorCode, Request, Response};
+use std::io;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A call silent this long makes the SDK ping the node on the same
+/// connection...
+pub(crate) const PROBE_AFTER: Duration = Duration::from_secs(1);
+/// ...and a node that does not answer the ping within this is left as
+/// stopped (a paused or wedged process keeps its sockets open).
+pub(crate) const PROBE_PATIENCE: Duration = Duration::from_millis(500);
+
+/// What one call has been through so far.
+struct Call {
+    deadline: Instant,
+    attempts: Attempts,
+    /// The error to return if the call gives up.
+    last: Option<ClientError>,
+    /// Whether some attempt may have been applied (a node's `Timeout`, or a
+    /// connection lost after sending), so that a later refusal is not
+    /// reported as if nothing happened (`retry::final_error`).
+    maybe_applied: bool,
+    /// The node a `NotLeader` hint named, for the next attempt only.
+    hinted: Option<Dest>,
+}
+
+impl Cluster {
+    /// Sends one request to the node that should serve it, following
+    /// redirects, around dead nodes and through short overloads, until it
+    /// has an answer or the timeout passes. A node's error reply comes back
+    /// as `Err(ClientError::Server)`.
+    pub(crate) async fn call(&self, req: Request) -> Result<Response, ClientError> {
+        let req = retry::once(req, retry::random_u64());
+        let mut call = Call {
+            deadline: Instant::now() + self.timeout,
+            attempts: Attempts::default(),
+            last: None,
+            maybe_applied: false,
+            hinted: None,
+        };
+        loop {
+            let target = route::target(&req, lock(&self.view).shards());
+            let Some(dest) = call.hinted.take().or_else(|| self.pick(target)) else {
+                break;
+            };
+            let (reply, sent) =
+                match tokio::time::timeout_at(call.deadline, self.attempt(&dest, &req)).await {
+                    Ok(r) => r,
+                    // In flight at the deadline: the outcome is unknown.
+                    Err(_) => return Err(ClientError::Timeout),
+                };
+            let step = match retry::outcome(reply) {
+                Outcome::Done(r) => {
+                    if !matches!(r, Err(ClientError::Protocol(_))) {
+                        lock(&self.view).mark_up(&dest.addr);
+                    }
+                    return r;
+                }
+                Outcome::NotLeader(hint, e) => {
+                    tracing::debug!(op = req.op(), addr = %dest.addr, ?hint, "not the leader");
+                    call.last = Some(e);
+                    self.not_leader(&mut call, &dest, hint).await
+                }
+                Outcome::NodeDown(e) => {
+                    tracing::debug!(op = req.op(), addr = %dest.addr, error = %e, "node down");
+                    call.maybe_applied |= sent;
+                    call.last = Some(e);
+                    self.node_down(&mut call, &dest, target)
+                }
+                Outcome::Busy(e) => {
+                    lock(&self.view).mark_up(&dest.addr);
+                    if !retry::safe_to_repeat(&req) {
+                        return Err(e);
+                    }
+                    call.maybe_applied |= e.code() == Some(ErrorCode::Timeout);
+                    call.last = Some(e);
+                    call.attempts.busy()
+                }
+            };
+            if !call.pause(step).await {
+                break;
+            }
+        }
+        Err(retry::final_error(call.last, call.maybe_applied))
+    }
+
+    /// After `NotLeader`: learn the hint, then go to the node it names, wait
+    /// for an election, or fetch a table that knows the named node.
+    async fn not_leader(&self, call: &mut Call, dest: &Dest, hint: Option<LeaderHint>) -> Step {
+        if matches!(hint, Some(LeaderHint { leader: None, .. })) {
+            // This node knows no leader for the group: try the others first.
+            lock(&self.view).mark_doubtful(&dest.addr, Instant::now().into_std());
+        }
+        let learned = match hint {
+            Some(h) => {
+                let mut view = lock(&self.view);
+                view.mark_up(&dest.addr);
+                let learned = view.learn(&h, Instant::now().into_std());
+                if view.is_stale() {
+                    self.wake.notify_one();
+                }
+                learned
+            }
+            // No hint at all: ask for a fresh table while waiting.
+            None => {
+                lock(&self.view).mark_doubtful(&dest.addr, Instant::now().into_std());
+                self.wake.notify_one();
+                Learned::Wait
+            }
+        };
+        match learned {
+            Learned::Retry(d) => {
+                call.hinted = Some(d);
+                call.attempts.redirected()
+            }
+            Learned::Wait => call.attempts.waited(),
+            Learned::Refresh => {
+                let _ = tokio::time::timeout_at(call.deadline, self.refresh()).await;
+                call.attempts.redirected()
+            }
+        }
+    }
+
+    /// After a connection failure: skip the node for a while, have the
+    /// table refreshed, and go elsewhere at once if any other node is up.
+    fn node_down(&self, call: &mut Call, dest: &Dest, target: Target) -> Step {
+        let now = Instant::now().into_std();
+        let elsewhere = {
+            let mut view = lock(&self.view);
+            view.mark_down(&dest.addr, now);
+            view.has_other(target, &dest.addr, now)
+        };
+        self.wake.notify_one();
+        call.attempts.node_down(elsewhere)
+    }
+
+    fn pick(&self, target: Target) -> Option<Dest> {
+        let spin = self.spin.fetch_add(1, Ordering::Relaxed);
+        lock(&self.view).pick(target, Instant::now().into_std(), spin)
+    }
+
+    /// One try at one node, and whether the request was sent (a failed
+    /// dial sends nothing).
+    async fn attempt(&self, dest: &Dest, req: &Request) -> (Result<Response, ClientError>, bool) {
+        match self.pool(&dest.addr).get().await {
+            Ok(conn) => (answer_or_silence(&conn, req, &dest.addr).await, true),
+            Err(e) => (Err(e), false),
+        }
+    }
+}
+
+impl Call {
+    /// Waits as `step` says. False when the call should stop: it gave up,
+    /// or the wait would end past the deadline.
+    async fn pause(&self, step: Step) -> bool {
+        match step {
+            Step::Now => {}
+            Step::After(pause) => {
+                let until = Instant::now() + retry::jittered(pause);
+                if until >= self.deadline {
+                    return false;
+                }
+                tokio::time::sleep_until(until).await;
+            }
+            Step::GiveUp => return false,
+        }
+        Instant::now() < self.deadline
+    }
+}
+
+/// Waits for `req`'s answer; while it is silent, checks every `PROBE_AFTER`
+/// that the node still answers a ping on the same connection. A slow node
+/// answers the ping and is waited for; a stopped one is a connection failure.
+async fn answer_or_silence(
+    conn: &Connection,
+    req: &Request,
+    addr: &str,
+) -> Result<Response, ClientError> {
+    let call = conn.call(req);
+    tokio::pin!(call);
+    loop {
+        tokio::select! {
+            r = &mut call => return r,
+            _ = tokio::time::sleep(PROBE_AFTER) => {}
+        }
+        let probe = tokio::time::timeout(PROBE_PATIENCE, conn.call(&Request::Ping));
+        tokio::select! {
+            r = &mut call => return r,
+            p = probe => {
+                if !matches!(p, Ok(Ok(_))) {
+                    return Err(ClientError::Io(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{addr} stopped answering (no reply to a ping within {PROBE_PATIENCE:?})"),
+                    )));
+                }
+            }
+        }
+    }
+}

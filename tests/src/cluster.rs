@@ -1,0 +1,354 @@
+//! Clusters of real `plaudit-node` processes on 127.0.0.1, for the
+//! multi-node scenarios.
+//!
+//! ```text
+//! Cluster::start(3) ─ free ports for every node (client, admin, peer) ─ a secret file
+//!   ─ spawn nodes 1..=n with --join <every peer> --bootstrap-expect n ─ wait: every node
+//!     ready, every shard led
+//! .kill9(id) / .pause(id) / .resume(id) / .start_again(id)     processes
+//! .cut(id, &[others]) / .heal(id)                               links (POST /fault/links)
+//! .status() / .leaders() / .most_leading()                      GET /status
+//! .wait_converged()   outboxes empty, logs applied, and every replica of every group
+//!                     at the same applied index holds the same state (GET /debug/digest)
+//! ```
+//!
+//! Nodes run with `fault_injection` on (the links seam and the digest
+//! endpoint); everything else is the production configuration.
+
+use crate::{free_ports, metric_sum, wait_until, Node, CONVERGE_TIMEOUT, READY_TIMEOUT};
+
+use plaudit_client::{Client, ClientOptions};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// How a cluster is started.
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    size: usize,
+    shards: u32,
+    env: Vec<(String, String)>,
+}
+
+pub struct Cluster {
+    nodes: Vec<Node>,
+    _secret_dir: tempfile::TempDir,
+}
+
+impl ClusterBuilder {
+    pub fn shards(mut self, n: u32) -> Self {
+        self.shards = n;
+        self
+    }
+
+    /// Sets an environment variable for every node, e.g. `PLAUDIT_SNAPSHOT_EVERY_ENTRIES`.
+    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Spawns every node and waits until each is ready and every shard has
+    /// a leader.
+    pub fn start(self) -> Cluster {
+        let secret_dir = tempfile::tempdir().expect("tempdir");
+        let secret = secret_dir.path().join("cluster-secret");
+        std::fs::write(&secret, "test-cluster-secret-0123456789abcdef\n").expect("secret file");
+        let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let all = free_ports(self.size * 3);
+        let ports: Vec<(u16, u16, u16)> = all.chunks(3).map(|c| (c[0], c[1], c[2])).collect();
+        let join: Vec<String> = ports.iter().map(|p| addr(p.2).to_string()).collect();
+        let mut env = self.env.clone();
+        env.push(("PLAUDIT_FAULT_INJECTION".into(), "true".into()));
+        let mut nodes: Vec<Node> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &(client, admin, peer))| {
+                let args = vec![
+                    format!("--node-id={}", i + 1),
+                    format!("--peer-listen={}", addr(peer)),
+                    format!("--join={}", join.join(",")),
+                    format!("--bootstrap-expect={}", self.size),
+                    format!("--cluster-secret-file={}", secret.display()),
+                ];
+                Node::cluster_member(
+                    i as u64 + 1,
+                    self.shards,
+                    (addr(client), addr(admin), addr(peer)),
+                    args,
+                    env.clone(),
+                )
+            })
+            .collect();
+        for n in &mut nodes {
+            if let Err(e) = n.spawn() {
+                n.fail(&e);
+            }
+        }
+        let cluster = Cluster { nodes, _secret_dir: secret_dir };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for i in 0..cluster.nodes.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let n = &cluster.nodes[i];
+            if let Err(e) = wait_ready_shared(n, left) {
+                n.fail(&format!("cluster did not form: {e}"));
+            }
+        }
+        cluster
+    }
+}
+
+/// `Node::wait_ready` for a node that is borrowed shared.
+fn wait_ready_shared(n: &Node, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if n.is_ready() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(format!("node {} not ready within {timeout:?}", n.id()))
+}
+
+impl Cluster {
+    pub fn builder(size: usize) -> ClusterBuilder {
+        ClusterBuilder { size, shards: 4, env: Vec::new() }
+    }
+
+    /// A cluster of `size` nodes, 4 shards, default configuration.
+    pub fn start(size: usize) -> Cluster {
+        Cluster::builder(size).start()
+    }
+
+    pub fn node(&self, id: u64) -> &Node {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    pub fn node_mut(&mut self, id: u64) -> &mut Node {
+        &mut self.nodes[(id - 1) as usize]
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        (1..=self.nodes.len() as u64).collect()
+    }
+
+    /// Ids of the nodes whose process runs (paused ones included).
+    pub fn running(&self) -> Vec<u64> {
+        self.nodes.iter().filter(|n| n.is_running()).map(Node::id).collect()
+    }
+
+    /// Every node's client address, comma separated (the SDK's seeds).
+    pub fn seeds(&self) -> String {
+        self.nodes.iter().map(Node::addr).collect::<Vec<_>>().join(",")
+    }
+
+    /// An SDK client seeded with every node.
+    pub async fn client(&self) -> Client {
+        match Client::connect_with(&self.seeds(), ClientOptions::default()).await {
+            Ok(c) => c,
+            Err(e) => self.nodes[0].fail(&format!("connecting a cluster client: {e}")),
+        }
+    }
+
+    /// The cluster status (GET /status) as a running, unpaused node sees it.
+    pub fn status_via(&self, id: u64) -> Option<serde_json::Value> {
+        match self.node(id).admin_get("/status") {
+            Ok((200, body)) => serde_json::from_str(&body).ok(),
+            _ => None,
+        }
+    }
+
+    /// The status from the first node that answers.
+    pub fn status(&self) -> serde_json::Value {
+        for id in self.running() {
+            if let Some(s) = self.status_via(id) {
+                return s;
+            }
+        }
+        self.nodes[0].fail("no node answers GET /status")
+    }
+
+    /// Each shard's leader as the status reports it.
+    pub fn leaders(&self) -> Vec<Option<u64>> {
+        let s = self.status();
+        s["shards"]
+            .as_array()
+            .map(|a| a.iter().map(|g| g["leader"].as_u64()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The node leading the most shards (the lowest id among equals).
+    pub fn most_leading(&self) -> u64 {
+        let mut count: BTreeMap<u64, usize> = BTreeMap::new();
+        for l in self.leaders().into_iter().flatten() {
+            *count.entry(l).or_default() += 1;
+        }
+        count.into_iter().max_by_key(|(id, n)| (*n, std::cmp::Reverse(*id))).map_or(1, |(id, _)| id)
+    }
+
+    /// Waits until every shard has a leader among `among` (as `via` sees it).
+    pub async fn wait_led_by(&self, via: u64, among: &[u64], timeout: Duration) {
+        let among: BTreeSet<u64> = among.iter().copied().collect();
+        wait_until(timeout, "every shard has a leader among the live nodes", || {
+            let s = self.status_via(via);
+            let ok = s.is_some_and(|s| {
+                let shards = s["shards"].as_array().cloned().unwrap_or_default();
+                let meta = s["meta"]["leader"].as_u64();
+                !shards.is_empty()
+                    && meta.is_some_and(|m| among.contains(&m))
+                    && shards
+                        .iter()
+                        .all(|g| g["leader"].as_u64().is_some_and(|l| among.contains(&l)))
+            });
+            async move { ok }
+        })
+        .await;
+    }
+
+    /// Cuts `id`'s links to `others` (both directions, as seen from `id`;
+    /// the others are told too, so neither side waits for the other's timeouts).
+    pub fn cut(&self, id: u64, others: &[u64]) {
+        let list = |ids: &[u64]| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        self.post_links(id, &list(others));
+        for &o in others {
+            self.post_links(o, &id.to_string());
+        }
+    }
+
+    /// Heals every link of every running node.
+    pub fn heal(&self) {
+        for id in self.running() {
+            self.post_links(id, "");
+        }
+    }
+
+    fn post_links(&self, id: u64, cut: &str) {
+        let n = self.node(id);
+        match n.admin_post(&format!("/fault/links?cut={cut}")) {
+            Ok((200, _)) => {}
+            other => n.fail(&format!("POST /fault/links?cut={cut}: {other:?}")),
+        }
+    }
+
+    /// Waits until derived state has converged on every running node and
+    /// every replica of every group holds the same state at the same
+    /// applied index (compared by digest).
+    pub async fn wait_converged(&self) {
+        let running = self.running();
+        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            let pending: Vec<(u64, f64, f64)> = running
+                .iter()
+                .map(|&id| match self.node(id).admin_get("/metrics") {
+                    Ok((200, text)) => (
+                        id,
+                        metric_sum(&text, "plaudit_outbox_backlog").unwrap_or(0.0),
+                        metric_sum(&text, "plaudit_raft_apply_lag").unwrap_or(0.0),
+                    ),
+                    _ => (id, f64::NAN, f64::NAN),
+                })
+                .filter(|(_, backlog, lag)| *backlog != 0.0 || *lag != 0.0)
+                .collect();
+            if pending.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                for &id in &running {
+                    if let Ok((_, text)) = self.node(id).admin_get("/metrics") {
+                        let lines: Vec<&str> = text
+                            .lines()
+                            .filter(|l| {
+                                l.starts_with("plaudit_outbox_backlog")
+                                    || l.starts_with("plaudit_raft_role") && l.ends_with(" 1")
+                                    || l.starts_with("plaudit_raft_applied_index")
+                            })
+                            .collect();
+                        eprintln!("node {id}:\n{}", lines.join("\n"));
+                    }
+                }
+                for &id in &running {
+                    if let Ok((_, body)) = self.node(id).admin_get("/debug/digest") {
+                        eprintln!("node {id} digests: {body}");
+                    }
+                }
+                self.dump_logs();
+                self.nodes[0].fail(&format!(
+                    "not converged within {CONVERGE_TIMEOUT:?}: (node, outbox backlog, apply lag) {pending:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            match self.compare_replicas(&running) {
+                Ok(()) => return,
+                Err(why) if Instant::now() > deadline => {
+                    self.nodes[0].fail(&format!("replicas differ: {why}"))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// Every group's replicas on `nodes`: same applied index, same digest.
+    fn compare_replicas(&self, nodes: &[u64]) -> Result<(), String> {
+        let mut by_group: BTreeMap<u64, Vec<(u64, u64, String)>> = BTreeMap::new();
+        for &id in nodes {
+            let body = match self.node(id).admin_get("/debug/digest") {
+                Ok((200, b)) => b,
+                other => return Err(format!("node {id}: /debug/digest {other:?}")),
+            };
+            let rows: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            for r in rows.as_array().cloned().unwrap_or_default() {
+                let g = r["group"].as_u64().unwrap_or(u64::MAX);
+                let applied = r["applied"].as_u64().unwrap_or(0);
+                let digest = r["digest"].as_str().unwrap_or("").to_string();
+                by_group.entry(g).or_default().push((id, applied, digest));
+            }
+        }
+        for (g, reps) in by_group {
+            let first = &reps[0];
+            for r in &reps[1..] {
+                if r.1 != first.1 {
+                    return Err(format!(
+                        "group {g}: node {} applied {}, node {} {}",
+                        first.0, first.1, r.0, r.1
+                    ));
+                }
+                if r.2 != first.2 {
+                    return Err(format!(
+                        "group {g} at index {}: node {} has state {}, node {} has {}",
+                        first.1, first.0, first.2, r.0, r.2
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills node `id` with SIGKILL.
+    pub fn kill9(&mut self, id: u64) {
+        self.node_mut(id).kill9();
+    }
+
+    /// Starts a killed node again and waits until it is ready.
+    pub fn restart(&mut self, id: u64) {
+        let n = self.node_mut(id);
+        n.start_again();
+        if let Err(e) = n.wait_ready(READY_TIMEOUT) {
+            n.fail(&e);
+        }
+    }
+
+    /// Prints every node's log tail (call when a scenario fails).
+    pub fn dump_logs(&self) {
+        for n in &self.nodes {
+            eprintln!("--- node {} ---\n{}", n.id(), n.log_tail(40));
+        }
+        if std::env::var_os("PLAUDIT_TESTS_KEEP_LOGS").is_some() {
+            for n in &self.nodes {
+                let to = format!("/tmp/plaudit-node-{}.log", n.id());
+                let _ = std::fs::write(&to, n.log_tail(1_000_000));
+            }
+        }
+    }
+}
