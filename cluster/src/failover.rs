@@ -9,8 +9,10 @@
 //! follower waits until the lease has run out (measured from the last
 //! AppendEntries it received, plus a small margin for the other voters'
 //! clocks), then calls `trigger().elect()`. Surviving voters are ranked by
-//! id and stagger their attempts, so two of them do not split the vote; if
-//! the first attempt does not produce a leader the next one tries.
+//! id and stagger their attempts, so two of them do not split the vote, and
+//! each tries again every `RETRY` until a leader is known: a first attempt
+//! refused because another voter heard the dead leader a little later than
+//! this one does not wait for the next voter's turn.
 
 use crate::control::Control;
 use crate::engine::Engine;
@@ -23,8 +25,12 @@ use tracing::{debug, info};
 
 /// Waited past the lease, for the other voters' leases to run out too.
 const MARGIN: Duration = Duration::from_millis(30);
-/// Between the attempts of successive surviving voters.
-const STAGGER: Duration = Duration::from_millis(200);
+/// Between the first attempts of successive surviving voters.
+const STAGGER: Duration = Duration::from_millis(100);
+/// Between one voter's attempts while no leader is known.
+const RETRY: Duration = Duration::from_millis(150);
+/// Attempts per voter before the randomised timers are left to it.
+const ATTEMPTS: u32 = 8;
 
 pub(crate) async fn run(engine: Arc<Engine>, control: Arc<Control>) {
     let mut view = control.watch();
@@ -63,17 +69,22 @@ async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
         let l = g.raft.metrics().borrow().current_leader;
         l.is_none() || l == Some(dead)
     };
-    if !still_dead(&g) {
-        debug!(shard = g.id, "a leader emerged before this node tried");
-        return;
-    }
-    info!(
-        shard = g.id,
-        dead,
-        waited_ms = heard.elapsed().as_millis() as u64,
-        "leader lost: electing"
-    );
-    if let Err(e) = g.raft.trigger().elect().await {
-        debug!(shard = g.id, error = %e, "triggering an election failed");
+    for attempt in 0..ATTEMPTS {
+        if !still_dead(&g) {
+            debug!(shard = g.id, attempt, "a leader is known");
+            return;
+        }
+        info!(
+            shard = g.id,
+            dead,
+            attempt,
+            since_heard_ms = heard.elapsed().as_millis() as u64,
+            "leader lost: electing"
+        );
+        if let Err(e) = g.raft.trigger().elect().await {
+            debug!(shard = g.id, error = %e, "triggering an election failed");
+            return;
+        }
+        tokio::time::sleep(RETRY).await;
     }
 }

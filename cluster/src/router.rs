@@ -24,7 +24,12 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 /// How long to wait between attempts while a group has no leader.
-const ELECTION_POLL: Duration = Duration::from_millis(25);
+const ELECTION_POLL: Duration = Duration::from_millis(10);
+/// A redirecting client asking for a group with no leader (an election
+/// under way) is held this long for the election to end before being told
+/// "no leader": it then learns the new leader at once, rather than after
+/// its own backoff.
+const REDIRECT_PATIENCE: Duration = Duration::from_millis(300);
 
 /// Where a group's leader is, as far as this node knows.
 pub enum Leader {
@@ -182,7 +187,8 @@ impl Router {
         R: Fn(NodeId) -> RF,
         RF: Future<Output = Result<T, Hop>>,
     {
-        let deadline = Instant::now() + self.deadline;
+        let started = Instant::now();
+        let deadline = started + self.deadline;
         let mut last = None;
         while Instant::now() < deadline {
             match self.leader(g) {
@@ -217,7 +223,9 @@ impl Router {
                         )))
                     }
                 },
-                Leader::Unknown if redirect => return Err(not_leader(g, None, self.epoch())),
+                Leader::Unknown if redirect && started.elapsed() >= REDIRECT_PATIENCE => {
+                    return Err(not_leader(g, None, self.epoch()))
+                }
                 Leader::Unknown => {}
             }
             tokio::time::sleep(ELECTION_POLL).await;

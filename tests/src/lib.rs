@@ -56,11 +56,15 @@ pub fn cli_bin() -> PathBuf {
 }
 
 fn bin(name: &str, env: &str) -> PathBuf {
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().and_then(Path::parent).map(|d| d.join(name)));
-    if let Some(p) = beside.filter(|p| p.is_file()) {
-        return p;
+    // A test runs from target/<profile>/deps, a binary of this crate from
+    // target/<profile>: look beside both.
+    let exe = std::env::current_exe().ok();
+    let dirs = exe.iter().flat_map(|e| e.parent()).flat_map(|d| [Some(d), d.parent()]).flatten();
+    for d in dirs {
+        let p = d.join(name);
+        if p.is_file() {
+            return p;
+        }
     }
     match std::env::var_os(env).map(PathBuf::from) {
         Some(p) if p.is_file() => p,

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# One node against a three-node cluster (RF=3), same workloads, back to back.
+#
+# Builds release binaries, then for each target (one plaudit-node; three
+# plaudit-nodes formed into one cluster with a secret in the work
+# directory) runs `plaudit-bench likes` (the step-1 mix) and `plaudit-bench
+# rankings` (the rankings mix), and prints the JSON of every run and a
+# markdown table. On the cluster it also reports elections that happened
+# during the load (the sum of every shard's Raft term on every node, before
+# and after): with the default timers there should be none.
+#
+# Every process (the nodes and the load generator) shares this machine's
+# cores: the cluster's figures measure three replicas' work on the same CPUs
+# as one node's, not a cluster of three machines.
+#
+# Environment (defaults in brackets):
+#   DURATION [10s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]  SHARDS [16]
+#   TARGETS ["single cluster"]  BASE_PORT [7600]  KEEP [0]  SKIP_BUILD [0]
+set -euo pipefail
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+CONNECTIONS=${CONNECTIONS:-32}
+PIPELINE=${PIPELINE:-16}
+SHARDS=${SHARDS:-16}
+TARGETS=${TARGETS:-single cluster}
+BASE_PORT=${BASE_PORT:-7600}
+KEEP=${KEEP:-0}
+SKIP_BUILD=${SKIP_BUILD:-0}
+
+NAME=bench-cluster
+# shellcheck source=scripts/lib/bench.sh
+source "$(dirname "$0")/lib/bench.sh"
+bench_init
+bench_build
+
+likes=(likes --connections "$CONNECTIONS" --pipeline "$PIPELINE" --duration "$DURATION"
+    --warmup "$WARMUP" --users 100000 --entities 100000 --zipf 0.99
+    --mix like=10,status=45,counts=45 --biz 1 --json)
+rankings=(rankings --connections "$CONNECTIONS" --pipeline "$PIPELINE" --duration "$DURATION"
+    --warmup "$WARMUP" --rank 904 --boards 1000 --members 10000 --hot-share 0.2 --json)
+
+# The sum of plaudit_raft_term over every running node (elections raise it).
+terms() {
+    local sum=0 a t
+    for a in "$@"; do
+        t=$(node_metric "$a" plaudit_raft_term)
+        sum=$((sum + ${t:-0}))
+    done
+    echo "$sum"
+}
+
+run_target() { # name, seeds, admin ports...
+    local name=$1 addr=$2
+    shift 2
+    local before after
+    before=$(terms "$@")
+    log "likes against $name"
+    "$BENCH" "${likes[@]}" --target plaudit --addr "$addr" >"$WORK/$name-likes.json"
+    log "rankings mix against $name"
+    "$BENCH" "${rankings[@]}" --target plaudit --addr "$addr" >"$WORK/$name-rankings.json"
+    after=$(terms "$@")
+    echo "$((after - before))" >"$WORK/$name-elections"
+}
+
+port() { echo $((BASE_PORT + $1)); }
+
+if [[ " $TARGETS " == *" single "* ]]; then
+    require_free_ports "$(port 1)" "$(port 2)"
+    start_node "$(port 1)" "$(port 2)" --shards "$SHARDS"
+    run_target single "127.0.0.1:$(port 1)" "$(port 2)"
+    stop_pid "$NODE_PID"
+fi
+
+if [[ " $TARGETS " == *" cluster "* ]]; then
+    echo "bench-cluster-secret-$(date +%s%N)" >"$WORK/secret"
+    join=""
+    for i in 1 2 3; do join+="${join:+,}127.0.0.1:$(port $((10 * i + 3)))"; done
+    seeds=""
+    admins=()
+    for i in 1 2 3; do
+        c=$(port $((10 * i + 1))); a=$(port $((10 * i + 2))); p=$(port $((10 * i + 3)))
+        require_free_ports "$c" "$a" "$p"
+        mkdir -p "$WORK/n$i"
+        log "starting cluster node $i on 127.0.0.1:$c (admin $a, peer $p)"
+        "$NODE" --node-id "$i" --data-dir "$WORK/n$i" --listen "127.0.0.1:$c" \
+            --admin "127.0.0.1:$a" --peer-listen "127.0.0.1:$p" --join "$join" \
+            --bootstrap-expect 3 --cluster-secret-file "$WORK/secret" --shards "$SHARDS" \
+            >"$WORK/n$i.log" 2>&1 &
+        PIDS+=("$!")
+        seeds+="${seeds:+,}127.0.0.1:$c"
+        admins+=("$a")
+    done
+    for a in "${admins[@]}"; do
+        wait_for "cluster node (admin $a) /readyz" 60 node_ready "$a" || exit 1
+    done
+    run_target cluster "$seeds" "${admins[@]}"
+fi
+
+echo
+echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE duration=$DURATION warmup=$WARMUP shards=$SHARDS"
+for t in $TARGETS; do
+    echo "$t likes: $(cat "$WORK/$t-likes.json")"
+    echo "$t rankings: $(cat "$WORK/$t-rankings.json")"
+done
+echo
+echo "| target | likes ops/s | like p99 us | status p99 us | counts p99 us | rankings mix ops/s | score p99 us | top p99 us | rank p99 us | errors | elections during the load |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for t in $TARGETS; do
+    l=$WORK/$t-likes.json r=$WORK/$t-rankings.json
+    errors=$(( $(num "$l" errors_total | cut -d. -f1) + $(num "$r" errors_total | cut -d. -f1) ))
+    echo "| $t | $(num "$l" total_ops_per_s) | $(num "$l" like p99_us) | $(num "$l" status p99_us)" \
+        "| $(num "$l" counts p99_us) | $(num "$r" total_ops_per_s) | $(num "$r" score p99_us)" \
+        "| $(num "$r" top p99_us) | $(num "$r" rank p99_us) | $errors | $(cat "$WORK/$t-elections") |"
+done
