@@ -23,8 +23,6 @@ echo "== starting plaudit-node on $LISTEN (admin $ADMIN), data in $DATA"
 node=$!
 stop() { if [ "${KEEP:-0}" != 1 ]; then kill -TERM "$node" 2>/dev/null || true; wait "$node" 2>/dev/null || true; fi; }
 trap stop EXIT
-p() { if [ "${KEEP:-0}" != 1 ]; then kill -TERM "$node" 2>/dev/null || true; wait "$node" 2>/dev/null || true; fi; }
-trap stop EXIT
 for _ in $(seq 1 100); do
   if (exec 3<>"/dev/tcp/${ADMIN%:*}/${ADMIN#*:}") 2>/dev/null; then
     printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3 2>/dev/null || true
@@ -67,6 +65,7 @@ p score --rank 1 --item 501 --score 30 --dim ruid=42 --event-id 3
 p top --rank 1 --dim ruid=42 --granularity day
 p rank-of --rank 1 --dim ruid=42 --granularity month --item 502
 p boards --rank 1
+p admin status
 echo "$ plaudit like --biz 99 --entity 1 --user 1   # unknown business"
 "$bin/plaudit" --addr "$LISTEN" like --biz 99 --entity 1 --user 1 2>&1 || true
 echo

@@ -21,11 +21,22 @@ use std::time::Duration;
 const SHARD: u32 = 0;
 
 async fn shard(store: &StateStore, directory: Directory) -> ShardHandle {
+    spawn(store, directory, SHARD, 1, false).await
+}
+
+/// A shard actor on `store`: shard `id` of `count`, the metadata group if `meta`.
+async fn spawn(
+    store: &StateStore,
+    directory: Directory,
+    id: u32,
+    count: u32,
+    meta: bool,
+) -> ShardHandle {
     let actor = ShardActor {
         cfg: ShardConfig {
-            shard: SHARD,
-            shard_count: 1,
-            is_meta: false,
+            shard: id,
+            shard_count: count,
+            is_meta: meta,
             actor_budget: 100,
             actor_idle: Duration::from_secs(60),
         },
@@ -135,20 +146,7 @@ async fn a_registry_change_with_an_id_applies_once_however_often_it_is_sent() {
     let db = sled::open(dir.path()).unwrap();
     let store = StateStore::open(&db).unwrap();
     let directory = Directory::load(&store).unwrap();
-    let actor = ShardActor {
-        cfg: ShardConfig {
-            shard: 9,
-            shard_count: 9,
-            is_meta: true,
-            actor_budget: 100,
-            actor_idle: Duration::from_secs(60),
-        },
-        store: store.clone(),
-        directory: directory.clone(),
-        outbox: Arc::default(),
-        gauges: Arc::default(),
-    };
-    let s = ShardHandle::spawn(actor).await.unwrap();
+    let s = spawn(&store, directory.clone(), 9, 9, true).await;
     let create = |name: &str| {
         Command::CreateBiz(CreateBiz { id: None, name: name.into(), config: Default::default() })
     };
@@ -174,20 +172,7 @@ async fn a_registry_change_with_an_id_applies_once_however_often_it_is_sent() {
     let store = StateStore::open(&db).unwrap();
     let directory = Directory::load(&store).unwrap();
     assert_eq!(directory.list().len(), 2, "once-records are not businesses");
-    let actor = ShardActor {
-        cfg: ShardConfig {
-            shard: 9,
-            shard_count: 9,
-            is_meta: true,
-            actor_budget: 100,
-            actor_idle: Duration::from_secs(60),
-        },
-        store: store.clone(),
-        directory: directory.clone(),
-        outbox: Arc::default(),
-        gauges: Arc::default(),
-    };
-    let s = ShardHandle::spawn(actor).await.unwrap();
+    let s = spawn(&store, directory.clone(), 9, 9, true).await;
     let out = s.apply(vec![entry(3, 30, vec![once(77, create("video"))])]).await.unwrap();
     assert_eq!(biz_id(&out[0][0]), first);
     assert_eq!(directory.list().len(), 2);

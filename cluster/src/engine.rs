@@ -340,8 +340,12 @@ impl Engine {
         Ok(g)
     }
 
-    /// Starts the groups the cluster map places here, whenever it changes.
+    /// Starts the groups the cluster map places here, whenever it changes,
+    /// and again every few seconds (placing is idempotent): a metadata
+    /// leader elected after a map change still adds the learners the map
+    /// names.
     async fn watch_placement(self: Arc<Self>) {
+        const AGAIN: Duration = Duration::from_secs(3);
         let mut maps = self.directory.watch_cluster();
         loop {
             let map = maps.borrow_and_update().clone();
@@ -352,8 +356,8 @@ impl Engine {
                     continue;
                 }
             }
-            if maps.changed().await.is_err() {
-                return;
+            if let Ok(Err(_)) = tokio::time::timeout(AGAIN, maps.changed()).await {
+                return; // the registry view is gone: shutting down
             }
         }
     }
@@ -402,13 +406,7 @@ impl Engine {
                 let m = g.raft.metrics().borrow().clone();
                 let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
                 let last = m.last_log_index.unwrap_or(0);
-                let role = match m.state {
-                    openraft::ServerState::Leader => "leader",
-                    openraft::ServerState::Follower => "follower",
-                    openraft::ServerState::Candidate => "candidate",
-                    openraft::ServerState::Learner => "learner",
-                    openraft::ServerState::Shutdown => "shutdown",
-                };
+                let role = crate::group::role_name(m.state);
                 let gauges = &g.handle.gauges;
                 ShardStats {
                     shard: g.id,

@@ -276,6 +276,17 @@ impl Group {
     }
 }
 
+/// A replica's Raft role, as metrics and status name it.
+pub fn role_name(state: openraft::ServerState) -> &'static str {
+    match state {
+        openraft::ServerState::Leader => "leader",
+        openraft::ServerState::Follower => "follower",
+        openraft::ServerState::Candidate => "candidate",
+        openraft::ServerState::Learner => "learner",
+        openraft::ServerState::Shutdown => "shutdown",
+    }
+}
+
 fn stopped(id: u32) -> WireError {
     WireError::internal(format!("shard {id} is not running"))
 }

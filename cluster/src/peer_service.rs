@@ -88,13 +88,7 @@ impl Engine {
             .iter()
             .map(|g| {
                 let m = g.raft.metrics().borrow().clone();
-                let role = match m.state {
-                    openraft::ServerState::Leader => "leader",
-                    openraft::ServerState::Follower => "follower",
-                    openraft::ServerState::Candidate => "candidate",
-                    openraft::ServerState::Learner => "learner",
-                    openraft::ServerState::Shutdown => "shutdown",
-                };
+                let role = crate::group::role_name(m.state);
                 let matched = m
                     .replication
                     .as_ref()

@@ -228,12 +228,7 @@ impl WriteSet {
 mod tests {
     use super::*;
 
-    fn store() -> (tempfile::TempDir, StateStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let s = StateStore::open(&db).unwrap();
-        (dir, s)
-    }
+    use crate::state::test_store as store;
 
     const DAY: &[u8] = &[2, 0x80, 0, 0, 0, 0x66, 0x1c, 0x1d, 0x80, 0, 0, 0, 0, 6, 0x8e, 0x77, 0x44];
     const MONTH: &[u8] =

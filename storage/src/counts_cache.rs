@@ -59,12 +59,7 @@ impl CountsCache {
 mod tests {
     use crate::{CountsRec, StateStore, WriteSet};
 
-    fn store() -> (tempfile::TempDir, StateStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let s = StateStore::open(&db).unwrap();
-        (dir, s)
-    }
+    use crate::state::test_store as store;
 
     #[test]
     fn counts_cache_follows_commits() {

@@ -238,12 +238,7 @@ impl WriteSet {
 mod tests {
     use super::*;
 
-    fn store() -> (tempfile::TempDir, StateStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let s = StateStore::open(&db).unwrap();
-        (dir, s)
-    }
+    use crate::state::test_store as store;
 
     #[test]
     fn state_counts_and_received_round_trip() {

@@ -177,12 +177,7 @@ impl WriteSet {
 mod tests {
     use super::*;
 
-    fn store() -> (tempfile::TempDir, StateStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let s = StateStore::open(&db).unwrap();
-        (dir, s)
-    }
+    use crate::state::test_store as store;
 
     #[test]
     fn outbox_reads_from_a_cursor_per_target_and_acks() {

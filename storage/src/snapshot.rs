@@ -396,12 +396,7 @@ mod tests {
     use crate::state::WriteSet;
     use plaudit_proto::LikeState;
 
-    fn store() -> (tempfile::TempDir, StateStore) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let s = StateStore::open(&db).unwrap();
-        (dir, s)
-    }
+    use crate::state::test_store as store;
 
     /// Every key of every tree, as sled holds it after a checkpoint.
     fn dump(s: &StateStore, shard: u32) -> Vec<(String, Vec<u8>, Vec<u8>)> {

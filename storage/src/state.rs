@@ -394,3 +394,13 @@ impl WriteSet {
         self.owner
     }
 }
+
+/// A store in a fresh temporary directory, for the unit tests of every
+/// module of this crate.
+#[cfg(test)]
+pub(crate) fn test_store() -> (tempfile::TempDir, StateStore) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::open(dir.path()).expect("sled");
+    let s = StateStore::open(&db).expect("store");
+    (dir, s)
+}

@@ -70,7 +70,7 @@ impl ClusterBuilder {
                     format!("--bootstrap-expect={}", self.size),
                     format!("--cluster-secret-file={}", secret.display()),
                 ];
-                Node::cluster_member(
+                Node::new(
                     i as u64 + 1,
                     self.shards,
                     (addr(client), addr(admin), addr(peer)),

@@ -75,6 +75,11 @@ fn bin(name: &str, env: &str) -> PathBuf {
     }
 }
 
+/// `127.0.0.1:port`.
+pub fn localhost(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
 /// `n` distinct free ports on 127.0.0.1: all bound at once (so the OS
 /// hands out different ones), read, then released.
 pub fn free_ports(n: usize) -> Vec<u16> {
@@ -117,21 +122,10 @@ impl NodeBuilder {
     /// Spawns the node without waiting for it to be ready (it may never be:
     /// a node meant to join a cluster that refuses it).
     pub fn spawn_only(self) -> Node {
-        let dir = tempfile::Builder::new().prefix("plaudit-e2e-").tempdir().expect("tempdir");
-        let mut node = Node {
-            bin: node_bin(),
-            data_dir: dir.path().join("data"),
-            log_path: dir.path().join("node.log"),
-            _dir: dir,
-            listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            admin: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            shards: self.shards,
-            env: self.env,
-            extra_args: Vec::new(),
-            id: 0,
-            peer: None,
-            child: None,
-        };
+        let ports = free_ports(2);
+        let addrs = (localhost(ports[0]), localhost(ports[1]), localhost(0));
+        let mut node = Node::new(0, self.shards, addrs, Vec::new(), self.env);
+        node.peer = None;
         if let Err(e) = node.spawn() {
             node.fail(&e);
         }
@@ -140,21 +134,14 @@ impl NodeBuilder {
 
     /// Spawns the node and waits until `/readyz` answers 200.
     pub fn start(self) -> Node {
-        let dir = tempfile::Builder::new().prefix("plaudit-e2e-").tempdir().expect("tempdir");
-        let mut node = Node {
-            bin: node_bin(),
-            data_dir: dir.path().join("data"),
-            log_path: dir.path().join("node.log"),
-            _dir: dir,
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-            shards: self.shards,
-            env: self.env,
-            extra_args: Vec::new(),
-            id: 1,
-            peer: None,
-            child: None,
-        };
+        let mut node = Node::new(
+            1,
+            self.shards,
+            (localhost(0), localhost(0), localhost(0)),
+            Vec::new(),
+            self.env,
+        );
+        node.peer = None;
         // Another process may take a port between our probe and the node's
         // bind; on a fresh start (nothing stored yet) just try other ports.
         for attempt in 1..=3 {
@@ -224,9 +211,9 @@ impl Node {
         self.id
     }
 
-    /// A node of a cluster, not yet started (`cluster.rs` starts them together).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn cluster_member(
+    /// A node, not yet started, in a fresh tempdir: `(listen, admin, peer)`
+    /// addresses, flags beyond the common ones, and its environment.
+    pub(crate) fn new(
         id: u64,
         shards: u32,
         (listen, admin, peer): (SocketAddr, SocketAddr, SocketAddr),

@@ -4,6 +4,7 @@
 
 use plaudit_client::proto::{BizConfig, ErrorCode, LikeAction, LikeState, UserId};
 use plaudit_client::{Client, ClientOptions};
+use plaudit_tests::history::{next_state, Rng};
 use plaudit_tests::{wait_converged, wait_until, Node};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,37 +19,8 @@ const ENTITIES: u64 = 50;
 const OWNERS: u64 = 5;
 const SEED: u64 = 0x5eed_2024_c0ff_ee00;
 
-/// splitmix64: a small seeded generator, so a failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn owner_of(entity: u64) -> UserId {
     1_000_000 + entity % OWNERS
-}
-
-/// The state after `action` from `prev` (the documented transition table).
-fn next_state(prev: LikeState, action: LikeAction) -> LikeState {
-    match (action, prev) {
-        (LikeAction::Like, _) => LikeState::Like,
-        (LikeAction::Dislike, _) => LikeState::Dislike,
-        (LikeAction::Unlike, LikeState::Like) | (LikeAction::Undislike, LikeState::Dislike) => {
-            LikeState::None
-        }
-        (_, p) => p,
-    }
 }
 
 /// What one task knows about one `(user, entity)` pair.
