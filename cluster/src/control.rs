@@ -132,8 +132,11 @@ impl NodeEventSubscription for Subscription {
     }
 }
 
-/// A TCP stream handed to ractor_cluster, labelled with the address dialed
-/// (or the remote address, for accepted ones).
+/// A TCP stream handed to ractor_cluster, labelled `addr#id`: the address
+/// dialed (or the remote address, for accepted ones) and the node id our
+/// own handshake proved (0: a seed dialed before its id was known). A
+/// session whose ractor peer name claims another id is dropped: the name is
+/// only self-declared.
 struct Bidi {
     stream: TcpStream,
     label: String,
@@ -146,6 +149,14 @@ impl ClusterBidiStream for Bidi {
     }
     fn peer_label(&self) -> Option<String> {
         Some(self.label.clone())
+    }
+}
+
+/// `addr#id` -> `(addr, id)` (`id` 0 when absent).
+fn split_label(label: &str) -> (&str, NodeId) {
+    match label.rsplit_once('#') {
+        Some((addr, id)) => (addr, id.parse().unwrap_or(0)),
+        None => (label, 0),
     }
 }
 
@@ -257,7 +268,8 @@ impl Control {
         if self.links.is_blocked(from) {
             return;
         }
-        let label = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        let label = format!("{addr}#{from}");
         let msg = NodeServerMessage::ConnectionOpenedExternal {
             stream: Box::new(Bidi { stream, label }),
             is_server: true,
@@ -317,9 +329,15 @@ impl Loop {
         match ev {
             Event::Ready(ses) => {
                 let Some(id) = id_of(&ses) else { return };
-                self.dialing.remove(&ses.peer_addr);
-                if self.seeds.contains(&ses.peer_addr) {
-                    self.seed_ids.insert(ses.peer_addr.clone(), id);
+                let (addr, proved) = split_label(&ses.peer_addr);
+                if proved != 0 && proved != id {
+                    warn!(proved, claimed = id, %addr, "a control session names another node; dropped");
+                    ses.actor.stop(Some("peer name does not match the proved id".into()));
+                    return;
+                }
+                self.dialing.remove(addr);
+                if self.seeds.iter().any(|s| s == addr) {
+                    self.seed_ids.insert(addr.to_string(), id);
                 }
                 if id == self.me.id {
                     // A seed that is this node under another address.
@@ -494,7 +512,7 @@ async fn dial(
     )
     .await
     .map_err(anyhow::Error::msg)?;
-    let bidi = Bidi { stream, label: addr.to_string() };
+    let bidi = Bidi { stream, label: format!("{addr}#{to}") };
     ractor_cluster::client_connect_external(server, Box::new(bidi))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -426,12 +426,23 @@ impl Engine {
     /// One shard's part of a stale read: this node's replica, or the first
     /// replica that answers.
     async fn stale_on(&self, shard: u32, req: Request) -> Result<(Response, u64), WireError> {
-        if let Some(g) = self.router.group(shard) {
+        // This node's replica, unless it has stopped (a fatal storage error,
+        // a half-installed snapshot): then a peer's.
+        if let Some(g) = self.router.group(shard).filter(|g| {
+            g.raft.metrics().borrow().running_state.is_ok()
+                && self.store.pending_install(shard).ok().flatten().is_none()
+        }) {
             let reply = self.on_local(&g, req, false).await?;
             return Ok((reply, self.lag_of(shard)));
         }
-        let replicas =
-            self.directory.cluster().map(|m| m.replicas(shard).to_vec()).unwrap_or_default();
+        let replicas: Vec<u64> = self
+            .directory
+            .cluster()
+            .map(|m| m.replicas(shard).to_vec())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| *r != self.node_id())
+            .collect();
         let mut last = WireError::internal(format!("no replica of shard {shard} is known"));
         for r in replicas {
             match self.router.forward(r, Request::Stale(Box::new(req.clone()))).await {

@@ -37,7 +37,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// Where this node sits in a cluster.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClusterConfig {
     /// This node: id and the addresses others use to reach it.
     pub me: NodeInfo,
@@ -49,6 +49,19 @@ pub struct ClusterConfig {
     pub replication_factor: u32,
     /// The cluster secret; `None` for a node that has no peers.
     pub secret: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    // By hand: the secret must never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("me", &self.me)
+            .field("seeds", &self.seeds)
+            .field("bootstrap_expect", &self.bootstrap_expect)
+            .field("replication_factor", &self.replication_factor)
+            .field("secret", &self.secret.as_ref().map(|_| "(redacted)"))
+            .finish()
+    }
 }
 
 impl ClusterConfig {
@@ -241,6 +254,9 @@ impl Engine {
         });
         let server = Arc::new(PeerServer {
             me: self.node_id(),
+            handshaking: Arc::new(tokio::sync::Semaphore::new(
+                crate::peer::server::MAX_UNAUTHENTICATED,
+            )),
             secret,
             links: self.links.clone(),
             handler,
@@ -313,18 +329,26 @@ impl Engine {
             data_dir: cfg.data_dir.clone(),
         };
         let network = PeerNetwork { group: id, peers: self.peers.clone() };
-        let g = Group::start(
+        let started = Group::start(
             id,
             &name,
             &cfg.group,
             &self.db,
             self.commit.clone(),
             self.store.clone(),
-            handle,
+            handle.clone(),
             ctx,
             network,
         )
-        .await?;
+        .await;
+        let g = match started {
+            Ok(g) => g,
+            Err(e) => {
+                // Its actor has timers running: stop it, or every retry leaks one.
+                handle.stop().await;
+                return Err(e);
+            }
+        };
         let g = Arc::new(g);
         self.router.insert(g.clone());
         if !is_meta {
@@ -350,11 +374,7 @@ impl Engine {
         loop {
             let map = maps.borrow_and_update().clone();
             if let Some(map) = map {
-                if let Err(e) = self.place(&map).await {
-                    tracing::error!(error = %e, "starting this node's shards failed");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    continue;
-                }
+                self.place(&map).await;
             }
             if let Ok(Err(_)) = tokio::time::timeout(AGAIN, maps.changed()).await {
                 return; // the registry view is gone: shutting down
@@ -364,7 +384,7 @@ impl Engine {
 
     /// Brings this node in line with `map`: addresses, its replicas, the
     /// groups it is meant to create, the metadata group's learners.
-    async fn place(self: &Arc<Self>, map: &ClusterMap) -> anyhow::Result<()> {
+    async fn place(self: &Arc<Self>, map: &ClusterMap) {
         let _one = self.starting.lock().await;
         for n in &map.nodes {
             if n.id != self.node_id() {
@@ -373,16 +393,26 @@ impl Engine {
         }
         let me = self.node_id();
         let addr = |id: NodeId| map.node(id).map(|n| n.peer.clone()).unwrap_or_default();
+        // One shard that cannot start (a half-installed one refuses to)
+        // must not keep the others down: each is tried, failures are logged
+        // and retried at the next pass.
         for shard in map.shards_of(me).collect::<Vec<_>>() {
-            let g = self.start_group(shard).await?;
+            let g = match self.start_group(shard).await {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!(shard, error = %e, "this replica of the shard cannot start");
+                    continue;
+                }
+            };
             let replicas = map.replicas(shard);
             if replicas.first() == Some(&me) {
                 let members: Vec<_> = replicas.iter().map(|&r| (r, addr(r))).collect();
-                g.initialize(&members).await?;
+                if let Err(e) = g.initialize(&members).await {
+                    tracing::warn!(shard, error = %e, "creating the shard's group failed");
+                }
             }
         }
         crate::bootstrap::add_meta_learners(self, map).await;
-        Ok(())
     }
 
     /// Whether every group this node holds has a leader and the map is known.
@@ -465,12 +495,18 @@ impl Engine {
         self.router
             .local()
             .iter()
-            .filter_map(|g| {
+            .map(|g| {
                 let meta = g.id == self.router.meta_id;
-                let (applied, hash) = self.store.digest(g.id, meta).ok()?;
-                let applied: Option<crate::types::LogId> =
-                    applied.and_then(|a| plaudit_proto::codec::from_bytes(&a).ok());
-                Some((g.id, applied.map_or(0, |l| l.index), hash))
+                match self.store.digest(g.id, meta) {
+                    Ok((applied, hash)) => {
+                        let applied: Option<crate::types::LogId> =
+                            applied.and_then(|a| plaudit_proto::codec::from_bytes(&a).ok());
+                        (g.id, applied.map_or(0, |l| l.index), hash)
+                    }
+                    // A snapshot export holds the shard: no comparable answer
+                    // now (an index no replica reports makes the caller retry).
+                    Err(_) => (g.id, u64::MAX, 0),
+                }
             })
             .collect()
     }

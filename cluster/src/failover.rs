@@ -74,6 +74,12 @@ async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
             debug!(shard = g.id, attempt, "a leader is known");
             return;
         }
+        // Only the control session may have dropped: if the leader still
+        // sends AppendEntries, a campaign would only depose it.
+        if g.last_heard().is_some_and(|t| t.elapsed() < lease) {
+            debug!(shard = g.id, "the leader is still heard from; no election");
+            return;
+        }
         info!(
             shard = g.id,
             dead,

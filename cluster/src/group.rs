@@ -107,6 +107,7 @@ impl Group {
             commit,
             directory: sm_ctx.directory,
             snapshot_dir: sm_ctx.data_dir.join("snapshots").join(name),
+            files: Default::default(),
         };
         sm.resume_install().await?;
         let raft_cfg = RaftConfig {
@@ -199,6 +200,18 @@ impl Group {
 
     /// Proposes one command; resolves with its applied result.
     pub async fn propose(&self, cmd: Command) -> Result<CmdResult, WireError> {
+        // A replica that does not lead (or has lost its quorum) would queue
+        // the command only for Raft to refuse it, or to hold it until a
+        // partition heals: answer at once.
+        if !self.is_leader() {
+            let leader = self
+                .raft
+                .metrics()
+                .borrow()
+                .current_leader
+                .filter(|l| *l != self.raft.metrics().borrow().id);
+            return Err(not_leader(self.id, leader));
+        }
         let (tx, rx) = oneshot::channel();
         self.proposals.try_send(Proposal { cmd, reply: tx }).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
@@ -363,7 +376,10 @@ async fn propose_loop(
                     }
                 }
                 Err(_) => {
-                    let err = WireError::internal("raft dropped the write");
+                    // Raft shut down with the entry appended: it may commit.
+                    let err = WireError::timeout(
+                        "raft stopped before the write was applied; it may still apply",
+                    );
                     for r in replies {
                         let _ = r.send(Err(err.clone()));
                     }

@@ -19,12 +19,15 @@
 use crate::group::Group;
 use crate::peer::wire::{PeerRequest, PeerResponse};
 use crate::router::{Hop, Router};
+use futures::stream::{FuturesUnordered, StreamExt};
 use plaudit_actors::{Command, Delta, OutboxSignal};
 use plaudit_proto::{codec, ShardId};
 use plaudit_storage::StateStore;
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a worker waits before retrying a target whose delivery failed.
 const RETRY_AFTER: Duration = Duration::from_millis(50);
@@ -39,14 +42,21 @@ pub struct Delivery {
     pub batch: usize,
 }
 
-/// Where the worker is, per target: the highest seq acknowledged by this
-/// leader's own rounds.
+/// Where the worker is, per target.
 #[derive(Default)]
 struct Cursors {
+    /// The highest seq acknowledged by this leader's own rounds.
     after: BTreeMap<ShardId, u64>,
     /// Targets that may have records beyond their cursor.
     pending: BTreeSet<ShardId>,
+    /// Targets with a round in flight.
+    busy: BTreeSet<ShardId>,
+    /// Targets to retry after a failed round, and from when.
+    retry_at: BTreeMap<ShardId, Instant>,
 }
+
+type Round<'a> =
+    Pin<Box<dyn Future<Output = (ShardId, Result<Option<(u64, bool)>, String>)> + Send + 'a>>;
 
 impl Delivery {
     fn own(&self) -> Arc<Group> {
@@ -54,69 +64,79 @@ impl Delivery {
         self.router.group(self.shard).expect("a delivery worker outlives its group")
     }
 
+    /// Delivers while this node leads the shard. Each target progresses on
+    /// its own: a target without a leader (its rounds fail until the
+    /// deadline) holds up no other target.
     pub async fn run(self) {
-        let mut was_leader = false;
-        let mut cursors = Cursors::default();
         loop {
-            let leader = self.own().is_leader();
-            if !leader {
-                was_leader = false;
+            if !self.own().is_leader() {
                 // Followers keep the replicated outbox but never deliver it.
                 let _ = tokio::time::timeout(IDLE_CHECK, self.own().leader_changed()).await;
                 continue;
             }
-            if !was_leader {
-                // Newly leading: start over from what storage says is pending.
-                was_leader = true;
-                cursors = Cursors::default();
-                match self.store.outbox_targets(self.shard) {
-                    Ok(t) => cursors.pending.extend(t),
-                    Err(e) => {
-                        tracing::warn!(shard = self.shard, error = %e, "reading the outbox failed");
-                        was_leader = false;
-                        tokio::time::sleep(RETRY_AFTER).await;
-                        continue;
-                    }
+            // Newly leading: start over from what storage says is pending.
+            let mut cursors = Cursors::default();
+            match self.store.outbox_targets(self.shard) {
+                Ok(t) => cursors.pending.extend(t),
+                Err(e) => {
+                    tracing::warn!(shard = self.shard, error = %e, "reading the outbox failed");
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    continue;
                 }
             }
-            cursors.pending.extend(self.signal.take());
-            if cursors.pending.is_empty() {
-                let _ = tokio::time::timeout(IDLE_CHECK, self.signal.wait()).await;
-                continue;
-            }
-            if !self.round(&mut cursors).await {
-                tokio::time::sleep(RETRY_AFTER).await;
-            }
+            self.lead(&mut cursors).await;
         }
     }
 
-    /// One delivery to every pending target, concurrently. Returns false if
-    /// any failed (it stays pending, its cursor where it was).
-    async fn round(&self, cursors: &mut Cursors) -> bool {
-        let targets: Vec<ShardId> = cursors.pending.iter().copied().collect();
-        let rounds = targets.iter().map(|&t| {
-            let after = cursors.after.get(&t).copied().unwrap_or(0);
-            async move { (t, self.deliver(t, after).await) }
-        });
-        let mut ok = true;
-        for (target, res) in futures::future::join_all(rounds).await {
-            match res {
-                Ok(Some((last, full))) => {
-                    cursors.after.insert(target, last);
-                    if !full {
-                        cursors.pending.remove(&target);
+    /// Runs rounds until this node stops leading (rounds in flight are
+    /// dropped then: the next leader starts from storage).
+    async fn lead(&self, cursors: &mut Cursors) {
+        let mut rounds: FuturesUnordered<Round<'_>> = FuturesUnordered::new();
+        loop {
+            if !self.own().is_leader() {
+                return;
+            }
+            cursors.pending.extend(self.signal.take());
+            let now = Instant::now();
+            let ready: Vec<ShardId> = cursors
+                .pending
+                .iter()
+                .copied()
+                .filter(|t| !cursors.busy.contains(t))
+                .filter(|t| cursors.retry_at.get(t).is_none_or(|at| *at <= now))
+                .collect();
+            for t in ready {
+                cursors.pending.remove(&t);
+                cursors.busy.insert(t);
+                let after = cursors.after.get(&t).copied().unwrap_or(0);
+                rounds.push(Box::pin(async move { (t, self.deliver(t, after).await) }));
+            }
+            let wake = cursors.retry_at.values().min().copied().unwrap_or(now + IDLE_CHECK);
+            tokio::select! {
+                Some((t, res)) = rounds.next(), if !rounds.is_empty() => {
+                    cursors.busy.remove(&t);
+                    match res {
+                        Ok(Some((last, full))) => {
+                            cursors.after.insert(t, last);
+                            cursors.retry_at.remove(&t);
+                            if full {
+                                cursors.pending.insert(t);
+                            }
+                        }
+                        Ok(None) => {
+                            cursors.retry_at.remove(&t);
+                        }
+                        Err(e) => {
+                            tracing::debug!(shard = self.shard, target = t, error = %e, "delivery failed; retrying");
+                            cursors.pending.insert(t);
+                            cursors.retry_at.insert(t, Instant::now() + RETRY_AFTER);
+                        }
                     }
                 }
-                Ok(None) => {
-                    cursors.pending.remove(&target);
-                }
-                Err(e) => {
-                    ok = false;
-                    tracing::debug!(shard = self.shard, target, error = %e, "delivery failed; retrying");
-                }
+                _ = self.signal.wait() => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
-        ok
     }
 
     /// Delivers the records after `after` to `target` and acknowledges them:

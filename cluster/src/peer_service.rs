@@ -10,6 +10,14 @@ use crate::types::NodeId;
 use plaudit_proto::cluster::Routing;
 use std::sync::Arc;
 
+/// A forwarded request or proposal that ran out of time: it may still apply.
+fn timed_out(after: std::time::Duration) -> plaudit_proto::WireError {
+    plaudit_proto::WireError::timeout(format!(
+        "no result within {} ms; the request may still apply",
+        after.as_millis()
+    ))
+}
+
 impl Engine {
     pub(crate) async fn serve_peer(
         self: Arc<Self>,
@@ -44,11 +52,21 @@ impl Engine {
                 None => no_group(group),
             },
             PeerRequest::Client(req) => {
-                PeerResponse::Client(self.handle_as(req, Routing::Redirect).await)
+                let served = self.handle_as(req, Routing::Redirect);
+                match tokio::time::timeout(self.cfg.request_timeout, served).await {
+                    Ok(resp) => PeerResponse::Client(resp),
+                    Err(_) => PeerResponse::Client(plaudit_proto::Response::Error(timed_out(
+                        self.cfg.request_timeout,
+                    ))),
+                }
             }
             PeerRequest::Propose { group, cmd, shed } => match self.router.group(group) {
                 Some(g) if g.is_leader() => {
-                    PeerResponse::Propose(propose_here(&g, cmd, shed).await)
+                    let proposed = propose_here(&g, cmd, shed);
+                    match tokio::time::timeout(self.cfg.request_timeout, proposed).await {
+                        Ok(r) => PeerResponse::Propose(r),
+                        Err(_) => PeerResponse::Propose(Err(timed_out(self.cfg.request_timeout))),
+                    }
                 }
                 Some(g) => {
                     let leader = g.raft.metrics().borrow().current_leader;

@@ -62,7 +62,7 @@ fn rpc_err<E: std::error::Error>(
 
 fn unexpected<E: std::error::Error>(r: PeerResponse) -> RPCError<NodeId, BasicNode, E> {
     let why = match r {
-        PeerResponse::Unavailable(why) => why,
+        PeerResponse::Unavailable(why) | PeerResponse::Failed(why) => why,
         other => format!("unexpected answer {other:?}"),
     };
     RPCError::Unreachable(Unreachable::new(&std::io::Error::other(why)))

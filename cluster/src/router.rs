@@ -286,6 +286,7 @@ impl Hop {
     pub fn unexpected(r: PeerResponse) -> Hop {
         match r {
             PeerResponse::Unavailable(why) => Hop::Unreachable(why),
+            PeerResponse::Failed(why) => Hop::NoAnswer(why),
             other => Hop::Answer(WireError::internal(format!("unexpected peer answer {other:?}"))),
         }
     }

@@ -11,6 +11,10 @@
 //! installing.snap             the snapshot being installed (kept until the install is done,
 //!                             so an install that a crash interrupted can be finished)
 //! ```
+//!
+//! The state machine serialises everything that renames or deletes these
+//! files behind one lock per group (a build, an install and a send can
+//! overlap), and snapshots are ordered by the log position in their names.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -33,6 +37,11 @@ impl SnapshotFile {
     pub async fn open(path: PathBuf) -> io::Result<SnapshotFile> {
         let file = tokio::fs::File::open(&path).await?;
         Ok(SnapshotFile { file, path })
+    }
+
+    /// A file already open (at its start), with its path.
+    pub fn from_std(path: PathBuf, file: std::fs::File) -> SnapshotFile {
+        SnapshotFile { file: tokio::fs::File::from_std(file), path }
     }
 
     /// A new empty file for receiving a snapshot.
@@ -71,39 +80,58 @@ pub fn complete_name(snapshot_id: &str) -> String {
     format!("{snapshot_id}.snap")
 }
 
-/// The newest complete snapshot in `dir` (by modification time), if any.
+/// The position of a complete snapshot, from its name
+/// (`<index>-<term>-<ms>.snap`): snapshots order by it.
+fn position(path: &Path) -> Option<(u64, u64, u128)> {
+    let name = path.file_name()?.to_str()?.strip_suffix(".snap")?;
+    let mut parts = name.split('-');
+    let index = parts.next()?.parse().ok()?;
+    let term = parts.next()?.parse().ok()?;
+    let ms = parts.next()?.parse().ok()?;
+    Some((index, term, ms))
+}
+
+/// The newest complete snapshot in `dir` (by log position), if any. A file
+/// that disappears while the directory is read is skipped.
 pub fn newest_complete(dir: &Path) -> io::Result<Option<PathBuf>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
-    for e in entries {
-        let e = e?;
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if !name.ends_with(".snap") || name == "installing.snap" {
-            continue;
-        }
-        let t = e.metadata()?.modified()?;
-        if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
-            best = Some((t, e.path()));
-        }
-    }
+    let best = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter_map(|p| position(&p).map(|pos| (pos, p)))
+        .max_by_key(|(pos, _)| *pos);
     Ok(best.map(|(_, p)| p))
 }
 
-/// Removes every file in `dir` but `keep`: older snapshots and temporary
-/// files left by a crash. Failures are logged, not fatal: a stale file only
-/// costs disk.
-pub fn remove_all_but(dir: &Path, keep: &Path) {
+/// Removes the complete snapshots older than `keep`. Temporary files are
+/// not touched here: a transfer or a build may own them (`remove_leftovers`
+/// clears them at start). Failures are logged: a stale file only costs disk.
+pub fn remove_older(dir: &Path, keep: &Path) {
+    let Some(kept) = position(keep) else { return };
     let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p != keep && p.file_name().is_some_and(|n| n != "installing.snap") {
+    for p in entries.flatten().map(|e| e.path()) {
+        if position(&p).is_some_and(|pos| pos < kept) {
             if let Err(err) = std::fs::remove_file(&p) {
                 tracing::warn!(path = %p.display(), error = %err, "removing an old snapshot file");
+            }
+        }
+    }
+}
+
+/// Removes every temporary file of `dir` but those named `except`: before
+/// a group starts (nothing can own them then), and when a new transfer
+/// begins (an older one was abandoned).
+pub fn remove_leftovers(dir: &Path, kind: &str, except: Option<&Path>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for p in entries.flatten().map(|e| e.path()) {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with(kind) && name.ends_with(".tmp") && Some(p.as_path()) != except {
+            if let Err(err) = std::fs::remove_file(&p) {
+                tracing::warn!(path = %p.display(), error = %err, "removing a leftover snapshot file");
             }
         }
     }
@@ -149,5 +177,38 @@ impl AsyncSeek for SnapshotFile {
 
     fn poll_complete(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
         Pin::new(&mut self.file).poll_complete(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_snapshot_is_the_highest_log_position_whatever_the_file_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Written newest first: modification times say the opposite.
+        for name in ["900-3-5.snap", "120-2-9.snap", "120-2-7.snap", "incoming-1-1.tmp"] {
+            std::fs::write(d.join(name), b"x").unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::fs::write(d.join("installing.snap"), b"x").unwrap();
+        let newest = newest_complete(d).unwrap().unwrap();
+        assert_eq!(newest.file_name().unwrap(), "900-3-5.snap");
+        remove_older(d, &d.join("120-2-9.snap"));
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        // Only the older complete snapshot went; a newer one, temporary files
+        // and the install in progress stay.
+        assert_eq!(
+            left,
+            vec!["120-2-9.snap", "900-3-5.snap", "incoming-1-1.tmp", "installing.snap"]
+        );
+        remove_leftovers(d, "incoming", None);
+        assert!(!d.join("incoming-1-1.tmp").exists());
     }
 }

@@ -32,6 +32,7 @@ use plaudit_storage::snapshot::{read_header, Frozen};
 use plaudit_storage::StateStore;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 type Meta = SnapshotMeta<u64, openraft::BasicNode>;
@@ -47,6 +48,17 @@ pub struct ShardStateMachine {
     pub directory: Directory,
     /// Where this group's snapshot files live.
     pub snapshot_dir: PathBuf,
+    /// Held while snapshot files are renamed, deleted or chosen.
+    pub files: FileLock,
+}
+
+/// Serialises the snapshot file operations of one group (a build, an
+/// install and a send may overlap). A std mutex: it is held only around
+/// short file operations, never across an `.await`.
+pub type FileLock = Arc<std::sync::Mutex<()>>;
+
+fn lock(files: &FileLock) -> std::sync::MutexGuard<'_, ()> {
+    files.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn sm_err(verb: ErrorVerb, e: impl ToString) -> StorageError {
@@ -85,13 +97,22 @@ impl ShardStateMachine {
     /// starts: from the kept `installing.snap`, or not at all (an error: a
     /// half-installed shard must not serve or replay).
     pub async fn resume_install(&self) -> anyhow::Result<()> {
-        let Some(note) = self.store.pending_install(self.shard)? else { return Ok(()) };
+        let Some(note) = self.store.pending_install(self.shard)? else {
+            // Nothing to finish: what a crash left behind is garbage now.
+            let dir = &self.snapshot_dir;
+            snapshot_file::remove_leftovers(dir, "incoming", None);
+            snapshot_file::remove_leftovers(dir, "building", None);
+            let _ = std::fs::remove_file(dir.join("installing.snap"));
+            return Ok(());
+        };
         let path = PathBuf::from(String::from_utf8_lossy(&note).to_string());
         if !path.is_file() {
             anyhow::bail!(
                 "shard {}: a snapshot install was interrupted and its file {} is gone; \
-                 this replica's state is half replaced and it will not serve the shard \
-                 (clear this node's data directory to re-seed it from its peers)",
+                 this replica's state is half replaced and it will not serve the shard. \
+                 Do not simply clear the data directory of a voter (it would forget its \
+                 votes and log): restore it from a backup, or have the node removed from \
+                 the group and added back as a new replica",
                 self.shard,
                 path.display()
             );
@@ -136,9 +157,12 @@ impl ShardStateMachine {
         self.store.finish_install(self.shard).map_err(|e| snap_err(ErrorVerb::Write, e))?;
         self.commit.flush().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
         let current = self.snapshot_dir.join(snapshot_file::complete_name(&meta.snapshot_id));
-        std::fs::rename(path, &current).map_err(|e| snap_err(ErrorVerb::Write, e))?;
-        let _ = snapshot_file::sync_dir(&self.snapshot_dir);
-        snapshot_file::remove_all_but(&self.snapshot_dir, &current);
+        {
+            let _files = lock(&self.files);
+            std::fs::rename(path, &current).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+            let _ = snapshot_file::sync_dir(&self.snapshot_dir);
+            snapshot_file::remove_older(&self.snapshot_dir, &current);
+        }
         self.handle.reset().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
         if self.is_meta {
             self.directory.reload(&self.store).map_err(|e| snap_err(ErrorVerb::Read, e))?;
@@ -154,6 +178,7 @@ pub struct Builder {
     is_meta: bool,
     store: StateStore,
     snapshot_dir: PathBuf,
+    files: FileLock,
     taken: Result<(Frozen, Meta), String>,
 }
 
@@ -165,6 +190,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
         let (store, registry, dir) = (self.store.clone(), self.is_meta, self.snapshot_dir.clone());
         let name = snapshot_file::complete_name(&meta.snapshot_id);
         let shard = self.shard;
+        let files = self.files.clone();
         let path = tokio::task::spawn_blocking(move || -> Result<PathBuf, String> {
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
             let tmp = snapshot_file::tmp_path(&dir, "building");
@@ -177,9 +203,10 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             let file = out.into_inner().map_err(|e| e.to_string())?;
             file.sync_all().map_err(|e| e.to_string())?;
             let done = dir.join(&name);
+            let _files = lock(&files);
             std::fs::rename(&tmp, &done).map_err(|e| e.to_string())?;
             let _ = snapshot_file::sync_dir(&dir);
-            snapshot_file::remove_all_but(&dir, &done);
+            snapshot_file::remove_older(&dir, &done);
             tracing::info!(shard, items = stats.items, bytes = stats.bytes, "snapshot built");
             Ok(done)
         })
@@ -230,8 +257,23 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     /// Runs in the state machine task, between applies: the point frozen
     /// here is exactly the applied state, at the applied id.
     async fn get_snapshot_builder(&mut self) -> Builder {
+        // Freezing writes a checkpoint: on the blocking pool, not a runtime
+        // worker. Another export (a test's digest) may hold the shard for a
+        // moment: wait for it rather than fail the build (a failed build
+        // stops the group).
+        let frozen = loop {
+            let (store, shard) = (self.store.clone(), self.shard);
+            match tokio::task::spawn_blocking(move || store.freeze(shard)).await {
+                Ok(Ok(f)) => break Ok(f),
+                Ok(Err(_)) if self.store.is_frozen(self.shard) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await
+                }
+                Ok(Err(e)) => break Err(e.to_string()),
+                Err(e) => break Err(e.to_string()),
+            }
+        };
         let taken = (|| {
-            let frozen = self.store.freeze(self.shard).map_err(|e| e.to_string())?;
+            let frozen = frozen?;
             let (last_log_id, last_membership) = self.applied().map_err(|e| e.to_string())?;
             let snapshot_id = format!(
                 "{}-{}-{}",
@@ -246,11 +288,17 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             is_meta: self.is_meta,
             store: self.store.clone(),
             snapshot_dir: self.snapshot_dir.clone(),
+            files: self.files.clone(),
             taken,
         }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        {
+            // A transfer begins: an earlier one was abandoned.
+            let _files = lock(&self.files);
+            snapshot_file::remove_leftovers(&self.snapshot_dir, "incoming", None);
+        }
         let f = SnapshotFile::create_incoming(&self.snapshot_dir)
             .await
             .map_err(|e| snap_err(ErrorVerb::Write, e))?;
@@ -264,8 +312,11 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     ) -> Result<(), StorageError> {
         let received = snapshot.finish().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
         let installing = self.snapshot_dir.join("installing.snap");
-        std::fs::rename(&received, &installing).map_err(|e| snap_err(ErrorVerb::Write, e))?;
-        let _ = snapshot_file::sync_dir(&self.snapshot_dir);
+        {
+            let _files = lock(&self.files);
+            std::fs::rename(&received, &installing).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+            let _ = snapshot_file::sync_dir(&self.snapshot_dir);
+        }
         let got = self.install_file(&installing).await?;
         if got.snapshot_id != meta.snapshot_id {
             return Err(snap_err(
@@ -278,19 +329,24 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(path) = snapshot_file::newest_complete(&self.snapshot_dir)
-            .map_err(|e| snap_err(ErrorVerb::Read, e))?
-        else {
-            return Ok(None);
+        // Chosen and opened under the lock: an open file stays readable
+        // even if a newer build deletes its name afterwards.
+        let (path, file) = {
+            let _files = lock(&self.files);
+            let Some(path) = snapshot_file::newest_complete(&self.snapshot_dir)
+                .map_err(|e| snap_err(ErrorVerb::Read, e))?
+            else {
+                return Ok(None);
+            };
+            let file = std::fs::File::open(&path).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+            (path, file)
         };
         let header = {
-            let mut f = BufReader::new(
-                std::fs::File::open(&path).map_err(|e| snap_err(ErrorVerb::Read, e))?,
-            );
+            let mut f = BufReader::new(file.try_clone().map_err(|e| snap_err(ErrorVerb::Read, e))?);
             read_header(&mut f).map_err(|e| snap_err(ErrorVerb::Read, e))?
         };
         let meta: Meta = codec::from_bytes(&header).map_err(|e| snap_err(ErrorVerb::Read, e))?;
-        let file = SnapshotFile::open(path).await.map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        let file = SnapshotFile::from_std(path, file);
         Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
     }
 }

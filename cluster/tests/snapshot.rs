@@ -66,6 +66,7 @@ async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
         commit,
         directory,
         snapshot_dir: dir.join("snapshots").join("g1"),
+        files: Default::default(),
     };
     (db, sm)
 }

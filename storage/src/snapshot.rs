@@ -243,7 +243,9 @@ impl StateStore {
             }
         }
         let frozen = self.freeze(shard)?;
-        let applied = self.applied(shard)?;
+        // From sled, as frozen: what is applied meanwhile is only staged.
+        let applied = self.shard_tree(shard)?.get(crate::shard_meta::meta::APPLIED)?;
+        let applied = applied.map(|v| v.to_vec());
         let mut h = Hashing(Default::default());
         self.export(&frozen, registry, b"", &mut h)?;
         Ok((applied, std::hash::Hasher::finish(&h.0)))
@@ -274,6 +276,9 @@ impl StateStore {
         // First the marker: sled keeps writes in order, so any change below
         // that survives a crash comes with it.
         self.installs.insert(shard.to_be_bytes(), note)?;
+        // A checkpoint that failed part-way leaves its redo record; it holds
+        // the old state's writes and must not be replayed over the new one.
+        self.redo.remove(shard.to_be_bytes())?;
         {
             let mut layers = slot.layers();
             layers.active.drop_shard(&keys::shard_prefix(shard), TreeRef::Shard(shard));
@@ -509,6 +514,35 @@ mod tests {
         // Once thawed, the next checkpoint writes what was staged meanwhile.
         s.checkpoint(1).unwrap();
         assert_eq!(s.applied(1).unwrap().as_deref(), Some(&b"later"[..]));
+    }
+
+    #[test]
+    fn an_install_drops_a_failed_checkpoints_redo_record() {
+        use crate::state::Op;
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let s = StateStore::open(&db).unwrap();
+        fill(&s, 2, 3);
+        s.checkpoint(2).unwrap();
+        // What a checkpoint that failed part-way leaves: its redo record,
+        // holding the old state's writes.
+        let old = vec![Op {
+            tree: TreeRef::Shard(2),
+            key: b"a:applied".to_vec(),
+            value: Some(b"old".to_vec()),
+        }];
+        let mut record = vec![crate::keys::VALUE_V1];
+        codec::encode_into(&old, &mut record).unwrap();
+        s.redo.insert(2u32.to_be_bytes(), record).unwrap();
+
+        let (_b, src) = store();
+        fill(&src, 2, 5);
+        let file = src.snapshot_bytes(2);
+        s.install_bytes(2, &file);
+        drop(s);
+        // A restart replays redo records: none may land on the new state.
+        let again = StateStore::open(&db).unwrap();
+        assert_eq!(again.applied(2).unwrap().as_deref(), Some(&b"applied-at-n"[..]));
     }
 
     #[test]

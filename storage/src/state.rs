@@ -108,7 +108,7 @@ pub struct StateStore {
     pub(crate) shards: Arc<RwLock<HashMap<u32, Tree>>>,
     pub(crate) registry: Tree,
     /// Redo records of checkpoints in progress, one key per shard.
-    redo: Tree,
+    pub(crate) redo: Tree,
     /// Markers of snapshot installs in progress, one key per shard (`snapshot.rs`).
     pub(crate) installs: Tree,
     pub(crate) counts_cache: Arc<CountsCache>,

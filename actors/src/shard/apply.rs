@@ -223,14 +223,11 @@ impl ShardActor {
             state.floor = Some(floor);
         }
         self.store.stage(ws);
-        if self.cfg.is_meta {
-            // The registry is small and rarely written; checkpointing it at
-            // once keeps the on-disk registry current for the edge's view
-            // after a restart (the log replays it anyway).
-            self.store.checkpoint(shard)?;
-        } else {
-            self.checkpoint_if_due(state).await?;
-        }
+        // The metadata group checkpoints like any shard: nothing another
+        // group applies reads the registry any more (rules travel in the
+        // commands), and after a restart its log replays what the registry
+        // view lacks.
+        self.checkpoint_if_due(state).await?;
         // After staging: the worker reads what it is told about.
         self.signal_outbox(targets);
         self.evict_over_budget(state);

@@ -30,9 +30,25 @@ use tracing::{debug, warn};
 
 /// How long a new connection may take to send its preamble and handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Requests of one connection served at once; beyond it the connection is
-/// not read until one finishes.
-const IN_FLIGHT_PER_CONNECTION: usize = 256;
+/// Raft RPCs of one connection served at once; beyond it the connection is
+/// not read until one finishes (they finish quickly: openraft answers them
+/// from its own state).
+const RAFT_IN_FLIGHT: usize = 256;
+/// Other requests (forwarded client requests, proposals, reads) of one
+/// connection served at once; beyond it they are answered `Overloaded` at
+/// once. They have their own budget so that requests waiting on a slow or
+/// deposed leader never hold up the Raft traffic of every group sharing
+/// the connection.
+const WORK_IN_FLIGHT: usize = 256;
+/// No request of a peer is served longer than this (a forwarded request
+/// carries a shorter deadline of its own): the answer says it timed out.
+const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Handshake messages are a few dozen bytes; a larger one is refused before
+/// it is read (no memory for unauthenticated peers).
+const MAX_HANDSHAKE_MSG: usize = 256;
+/// Connections that have not finished the handshake, at once; beyond it new
+/// ones are closed at once.
+pub const MAX_UNAUTHENTICATED: usize = 64;
 /// Answers queued for one connection's writer.
 const REPLY_QUEUE: usize = 1024;
 
@@ -44,6 +60,8 @@ pub type ControlSink = Arc<dyn Fn(NodeId, TcpStream) + Send + Sync>;
 
 pub struct PeerServer {
     pub me: NodeId,
+    /// Bounds the connections still in their handshake.
+    pub handshaking: Arc<Semaphore>,
     pub secret: Arc<[u8]>,
     pub links: Arc<Links>,
     pub handler: Handler,
@@ -72,6 +90,10 @@ impl PeerServer {
     }
 
     async fn connection(self: Arc<Self>, mut stream: TcpStream, addr: SocketAddr) {
+        let Ok(handshaking) = self.handshaking.clone().try_acquire_owned() else {
+            debug!(%addr, "too many peer connections in their handshake; closed");
+            return;
+        };
         let _ = stream.set_nodelay(true);
         let mut pre = [0u8; 13];
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut pre)).await {
@@ -95,10 +117,14 @@ impl PeerServer {
         // to ractor_cluster (whose own cookie check follows).
         let authed = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.handshake(&mut stream, kind));
         let peer = match authed.await {
-            Ok(Ok(peer)) => peer,
+            Ok(Ok(peer)) if peer == from => peer,
+            Ok(Ok(peer)) => {
+                return warn!(%addr, claimed = from, proved = peer, "refused a peer: ids differ")
+            }
             Ok(Err(why)) => return warn!(%addr, claimed = from, "refused a peer: {why}"),
             Err(_) => return warn!(%addr, claimed = from, "refused a peer: handshake timed out"),
         };
+        drop(handshaking);
         if kind == KIND_CONTROL {
             (self.control)(peer, stream)
         } else {
@@ -111,7 +137,9 @@ impl PeerServer {
     /// is known).
     async fn handshake(&self, stream: &mut TcpStream, kind: u8) -> Result<NodeId, String> {
         let mut buf = Vec::new();
-        let hello: Hello = wire::read_msg(stream, &mut buf).await.map_err(|e| e.to_string())?;
+        let hello: Hello = wire::read_msg_max(stream, &mut buf, MAX_HANDSHAKE_MSG)
+            .await
+            .map_err(|e| e.to_string())?;
         let refuse = |why: String| Verdict::Refused(why);
         if hello.version != VERSION {
             let why =
@@ -129,7 +157,9 @@ impl PeerServer {
         wire::write_msg(stream, &Challenge { nonce: mine, proof })
             .await
             .map_err(|e| e.to_string())?;
-        let p: ProofMsg = wire::read_msg(stream, &mut buf).await.map_err(|e| e.to_string())?;
+        let p: ProofMsg = wire::read_msg_max(stream, &mut buf, MAX_HANDSHAKE_MSG)
+            .await
+            .map_err(|e| e.to_string())?;
         if !auth::check_dialer(&self.secret, &hello.nonce, &mine, hello.from, hello.to, &p.proof) {
             let why = format!("node {} could not prove the cluster secret", hello.from);
             let _ = wire::write_msg(stream, &refuse("wrong cluster secret".into())).await;
@@ -158,7 +188,8 @@ impl PeerServer {
                 }
             }
         });
-        let slots = Arc::new(Semaphore::new(IN_FLIGHT_PER_CONNECTION));
+        let raft_slots = Arc::new(Semaphore::new(RAFT_IN_FLIGHT));
+        let work_slots = Arc::new(Semaphore::new(WORK_IN_FLIGHT));
         let mut rd = BufReader::with_capacity(64 * 1024, rd);
         let mut buf = Vec::new();
         loop {
@@ -172,16 +203,42 @@ impl PeerServer {
             if self.links.is_blocked(peer) {
                 break;
             }
-            let Ok(permit) = slots.clone().acquire_owned().await else { break };
+            let permit = if frame.body.is_raft() {
+                match raft_slots.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => break,
+                }
+            } else {
+                match work_slots.clone().try_acquire_owned() {
+                    Ok(p) => p,
+                    Err(_) => {
+                        let busy = frame.body.overloaded(format!(
+                            "node {} serves {WORK_IN_FLIGHT} requests of node {peer} already",
+                            self.me
+                        ));
+                        let mut out = Vec::new();
+                        if wire::encode_msg(&Frame { id: frame.id, body: busy }, &mut out).is_ok() {
+                            let _ = tx.send(out).await;
+                        }
+                        continue;
+                    }
+                }
+            };
             let (handler, tx) = (self.handler.clone(), tx.clone());
             tokio::spawn(async move {
-                let body = handler(peer, frame.body).await;
+                let body = match tokio::time::timeout(HANDLER_TIMEOUT, handler(peer, frame.body))
+                    .await
+                {
+                    Ok(body) => body,
+                    Err(_) => PeerResponse::Failed(format!("no answer within {HANDLER_TIMEOUT:?}")),
+                };
                 let mut out = Vec::new();
                 let body = match wire::encode_msg(&Frame { id: frame.id, body }, &mut out) {
                     Ok(()) => out,
                     Err(e) => {
                         let mut out = Vec::new();
-                        let err = PeerResponse::Unavailable(format!("answer not encodable: {e}"));
+                        // It ran: the caller must not take it as "not sent".
+                        let err = PeerResponse::Failed(format!("answer not encodable: {e}"));
                         if wire::encode_msg(&Frame { id: frame.id, body: err }, &mut out).is_err() {
                             return;
                         }
@@ -194,5 +251,101 @@ impl PeerServer {
         }
         drop(tx);
         writer.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::conn::PeerConn;
+    use plaudit_proto::{Request, Response};
+
+    const SECRET: &[u8] = b"the-test-cluster-secret";
+
+    /// A peer server on a free port whose handler answers `Ping` (after
+    /// `delay`) and refuses control connections.
+    async fn server(delay: Duration) -> (SocketAddr, Arc<PeerServer>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handler: Handler = Arc::new(move |_from, _req| {
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                PeerResponse::Client(Response::Pong)
+            })
+        });
+        let server = Arc::new(PeerServer {
+            me: 1,
+            handshaking: Arc::new(Semaphore::new(MAX_UNAUTHENTICATED)),
+            secret: SECRET.into(),
+            links: Arc::default(),
+            handler,
+            control: Arc::new(|_, _| {}),
+        });
+        tokio::spawn(server.clone().run(listener, std::future::pending()));
+        (addr, server)
+    }
+
+    #[tokio::test]
+    async fn a_peer_with_the_secret_is_served_and_one_without_is_refused() {
+        let (addr, _s) = server(Duration::ZERO).await;
+        let addr = addr.to_string();
+        let good = PeerConn::dial(2, 1, &addr, SECRET, Duration::from_secs(2)).await.unwrap();
+        let r = good.call(PeerRequest::Client(Request::Ping)).await.unwrap();
+        assert!(matches!(r, PeerResponse::Client(Response::Pong)));
+
+        let wrong = PeerConn::dial(2, 1, &addr, b"not-the-secret-at-all", Duration::from_secs(2));
+        let why = wrong.await.err().expect("a wrong secret is refused");
+        assert!(why.contains("could not prove") || why.contains("refused"), "{why}");
+        // Dialing the right address as if it were another node fails too.
+        let other = PeerConn::dial(2, 7, &addr, SECRET, Duration::from_secs(2)).await;
+        assert!(other.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_oversized_handshake_is_refused_before_it_is_read() {
+        use tokio::io::AsyncWriteExt;
+        let (addr, _s) = server(Duration::ZERO).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut pre = PREAMBLE.to_vec();
+        pre.push(KIND_DATA);
+        pre.extend_from_slice(&2u64.to_be_bytes());
+        s.write_all(&pre).await.unwrap();
+        // A Hello announcing 32 MiB: the server must close, not wait for it.
+        s.write_all(&(32u32 << 20).to_be_bytes()).await.unwrap();
+        let mut byte = [0u8; 1];
+        let closed = tokio::time::timeout(Duration::from_secs(3), s.read(&mut byte)).await;
+        assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
+    }
+
+    #[tokio::test]
+    async fn slow_requests_get_overloaded_answers_instead_of_stalling_raft_traffic() {
+        // Every handler takes 2 s: after WORK_IN_FLIGHT of them, further
+        // work is refused at once while Raft traffic is still read.
+        let (addr, _s) = server(Duration::from_secs(2)).await;
+        let conn = Arc::new(
+            PeerConn::dial(2, 1, &addr.to_string(), SECRET, Duration::from_secs(2)).await.unwrap(),
+        );
+        let slow: Vec<_> = (0..WORK_IN_FLIGHT)
+            .map(|_| {
+                let c = conn.clone();
+                tokio::spawn(async move { c.call(PeerRequest::Client(Request::Ping)).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = std::time::Instant::now();
+        let busy = conn.call(PeerRequest::Client(Request::Ping)).await.unwrap();
+        match busy {
+            PeerResponse::Client(Response::Error(e)) => {
+                assert_eq!(e.code, plaudit_proto::ErrorCode::Overloaded)
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(1), "answered at once");
+        // A Raft request still goes through (its own budget).
+        let report = conn.call(PeerRequest::Report).await.unwrap();
+        assert!(matches!(report, PeerResponse::Client(Response::Pong)));
+        for s in slow {
+            assert!(s.await.unwrap().is_ok());
+        }
     }
 }

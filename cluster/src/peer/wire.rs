@@ -139,6 +139,35 @@ pub enum PeerResponse {
     Report(Vec<GroupReport>),
     /// The receiver could not take the request at all (no such group here).
     Unavailable(String),
+    /// The request was taken and may have run, but no answer can be given
+    /// (it timed out, or the answer could not be encoded).
+    Failed(String),
+}
+
+impl PeerRequest {
+    /// Raft traffic (and status), served from its own budget on a connection.
+    pub fn is_raft(&self) -> bool {
+        matches!(
+            self,
+            PeerRequest::AppendEntries { .. }
+                | PeerRequest::Vote { .. }
+                | PeerRequest::InstallSnapshot { .. }
+                | PeerRequest::Report
+        )
+    }
+
+    /// The answer to this request when the receiver is too busy to take it
+    /// (nothing ran).
+    pub fn overloaded(&self, why: String) -> PeerResponse {
+        let e = WireError::overloaded(why);
+        match self {
+            PeerRequest::Client(_) => PeerResponse::Client(Response::Error(e)),
+            PeerRequest::Propose { .. } => PeerResponse::Propose(Err(e)),
+            PeerRequest::MetaApplied => PeerResponse::MetaApplied(Err(e)),
+            PeerRequest::Boards { .. } => PeerResponse::Boards(Err(e)),
+            _ => PeerResponse::Unavailable(e.message),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,6 +215,15 @@ pub async fn read_msg<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(
     r: &mut R,
     buf: &mut Vec<u8>,
 ) -> Result<T, WireFault> {
+    read_msg_max(r, buf, MAX_FRAME).await
+}
+
+/// `read_msg` with a smaller limit (handshake messages).
+pub async fn read_msg_max<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> Result<T, WireFault> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -193,7 +231,7 @@ pub async fn read_msg<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(
         Err(e) => return Err(e.into()),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
+    if len > max {
         return Err(WireFault::TooLarge(len));
     }
     buf.clear();
