@@ -1,0 +1,285 @@
+//! The config's sources, precedence, validation and sample file.
+use super::*;
+use clap::Parser;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn args(flags: &[&str]) -> Args {
+    Args::try_parse_from(std::iter::once("plaudit-node").chain(flags.iter().copied()))
+        .expect("flags parse")
+}
+
+fn error_text(err: anyhow::Error) -> String {
+    format!("{err:#}")
+}
+
+#[test]
+fn no_sources_give_the_documented_defaults() {
+    let config = Config::from_sources(None, &[], &Args::default()).unwrap();
+    assert_eq!(config, Config::default());
+    assert_eq!(config.listen.to_string(), "127.0.0.1:7401");
+    assert_eq!(config.admin.to_string(), "127.0.0.1:7402");
+    assert_eq!(config.shards, 16);
+    assert_eq!(config.log, DEFAULT_LOG);
+}
+
+#[test]
+fn flags_beat_env_and_env_beats_file() {
+    let file = "shards = 8\nnode_id = 2\nlog = \"warn\"\nsled_cache_mb = 64\n";
+    let vars = env(&[("PLAUDIT_SHARDS", "32"), ("PLAUDIT_NODE_ID", "3")]);
+
+    let from_file = Config::from_sources(Some(file), &[], &Args::default()).unwrap();
+    assert_eq!((from_file.shards, from_file.node_id), (8, 2));
+
+    let with_env = Config::from_sources(Some(file), &vars, &Args::default()).unwrap();
+    assert_eq!((with_env.shards, with_env.node_id), (32, 3));
+    assert_eq!(with_env.log, "warn", "a field no env var sets keeps the file's value");
+    assert_eq!(with_env.sled_cache_mb, 64);
+
+    let flags = args(&["--shards", "64", "--log", "debug"]);
+    let with_flags = Config::from_sources(Some(file), &vars, &flags).unwrap();
+    assert_eq!((with_flags.shards, with_flags.node_id), (64, 3));
+    assert_eq!(with_flags.log, "debug");
+    assert_eq!(with_flags.raft_heartbeat_ms, DEFAULT_RAFT_HEARTBEAT_MS);
+}
+
+#[test]
+fn every_flag_overrides_its_field() {
+    let flags = args(&[
+        "--node-id=7",
+        "--data-dir=/var/lib/plaudit",
+        "--listen=0.0.0.0:9000",
+        "--admin=0.0.0.0:9001",
+        "--shards=2",
+        "--log=plaudit_node=trace",
+    ]);
+    let config = Config::from_sources(None, &[], &flags).unwrap();
+    assert_eq!(config.node_id, 7);
+    assert_eq!(config.data_dir, PathBuf::from("/var/lib/plaudit"));
+    assert_eq!(config.listen.to_string(), "0.0.0.0:9000");
+    assert_eq!(config.admin.to_string(), "0.0.0.0:9001");
+    assert_eq!(config.shards, 2);
+    assert_eq!(config.log, "plaudit_node=trace");
+}
+
+#[test]
+fn every_field_can_be_set_from_the_environment() {
+    // Serialise a config whose every field differs from the default, feed
+    // each field back as PLAUDIT_<FIELD>, and expect the same config.
+    let wanted = Config {
+        node_id: 9,
+        data_dir: PathBuf::from("/d"),
+        listen: "10.0.0.1:1".parse().unwrap(),
+        admin: "10.0.0.1:2".parse().unwrap(),
+        peer_listen: "10.0.0.1:3".parse().unwrap(),
+        join: vec!["10.0.0.2:3".parse().unwrap(), "10.0.0.3:3".parse().unwrap()],
+        bootstrap_expect: 3,
+        replication_factor: 2,
+        cluster_secret: Secret("0123456789abcdef-secret".into()),
+        cluster_secret_file: Some(PathBuf::from("/etc/plaudit/secret")),
+        fault_injection: true,
+        shards: 3,
+        max_connections: 4,
+        max_in_flight_per_connection: 5,
+        max_pending_per_shard: 6,
+        batch_max_commands: 7,
+        max_proposals_in_flight: 8,
+        actor_budget_per_shard: 9,
+        actor_idle_secs: 10,
+        retention_sweep_secs: 19,
+        sled_cache_mb: 11,
+        request_timeout_ms: 12,
+        shutdown_grace_ms: 13,
+        raft_heartbeat_ms: 14,
+        raft_election_min_ms: 15,
+        raft_election_max_ms: 16,
+        snapshot_every_entries: 17,
+        snapshot_logs_to_keep: 22,
+        checkpoint_keys: 20,
+        checkpoint_ms: 21,
+        outbox_batch: 18,
+        log: "debug".to_string(),
+    };
+    let table = toml::Table::try_from(&wanted).unwrap();
+    let vars: Vec<(String, String)> = table
+        .iter()
+        .map(|(key, value)| {
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                // Lists are comma separated in a variable.
+                toml::Value::Array(items) => items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_string).unwrap_or_else(|| i.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            (format!("PLAUDIT_{}", key.to_ascii_uppercase()), text)
+        })
+        .collect();
+    let got = Config::from_sources(None, &vars, &Args::default()).unwrap();
+    assert_eq!(got, wanted);
+}
+
+#[test]
+fn cluster_flags_parse_and_bootstrap_expect_defaults_by_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "  a-long-enough-cluster-secret\n").unwrap();
+    let secret_flag = format!("--cluster-secret-file={}", secret.display());
+    let flags = args(&[
+        "--node-id=2",
+        "--peer-listen=127.0.0.1:7413",
+        "--join=127.0.0.1:7403,127.0.0.1:7413,127.0.0.1:7423",
+        "--bootstrap-expect=3",
+        &secret_flag,
+    ]);
+    let c = Config::from_sources(None, &[], &flags).unwrap();
+    assert_eq!(c.peer_listen.to_string(), "127.0.0.1:7413");
+    assert_eq!(c.join.len(), 3);
+    assert_eq!(c.effective_bootstrap_expect(), 3);
+    assert_eq!(c.secret().unwrap().unwrap(), b"a-long-enough-cluster-secret");
+
+    let single = Config::default();
+    assert_eq!(single.effective_bootstrap_expect(), 1, "no join: a one-node cluster");
+    assert_eq!(single.secret().unwrap(), None);
+    let joiner = Config { join: c.join.clone(), ..c.clone() };
+    assert_eq!(Config { bootstrap_expect: 0, ..joiner }.effective_bootstrap_expect(), 0);
+}
+
+#[test]
+fn a_cluster_needs_a_secret_that_is_never_printed() {
+    let text = invalid("join = [\"127.0.0.1:7403\"]");
+    assert!(text.contains("cluster_secret_file"), "{text}");
+    assert!(invalid("bootstrap_expect = 3").contains("needs join"));
+    let short = "join = [\"127.0.0.1:7403\"]\ncluster_secret = \"short\"";
+    assert!(invalid(short).contains("at least 16 bytes"));
+    let ok = "join = [\"127.0.0.1:7403\"]\ncluster_secret = \"0123456789abcdef-x\"";
+    let c = Config::from_sources(Some(ok), &[], &Args::default()).unwrap();
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("0123456789abcdef"), "{shown}");
+    assert!(shown.contains("(redacted)"), "{shown}");
+}
+
+#[test]
+fn unknown_field_in_file_is_rejected() {
+    let err = Config::from_sources(Some("shard = 4\n"), &[], &Args::default()).unwrap_err();
+    let text = error_text(err);
+    assert!(text.contains("unknown field") && text.contains("shard"), "{text}");
+}
+
+#[test]
+fn wrongly_typed_field_in_file_is_rejected() {
+    let err = Config::from_sources(Some("shards = \"many\"\n"), &[], &Args::default()).unwrap_err();
+    assert!(error_text(err).contains("shards"));
+}
+
+#[test]
+fn bad_env_value_names_the_variable() {
+    let vars = env(&[("PLAUDIT_SHARDS", "lots")]);
+    let text = error_text(Config::from_sources(None, &vars, &Args::default()).unwrap_err());
+    assert!(text.contains("PLAUDIT_SHARDS"), "{text}");
+
+    let vars = env(&[("PLAUDIT_LISTEN", "localhost")]);
+    let text = error_text(Config::from_sources(None, &vars, &Args::default()).unwrap_err());
+    assert!(text.contains("PLAUDIT_LISTEN"), "{text}");
+}
+
+#[test]
+fn env_names_are_case_insensitive_after_the_prefix_and_values_are_trimmed() {
+    let vars = env(&[("PLAUDIT_Shards", " 4 ")]);
+    assert_eq!(Config::from_sources(None, &vars, &Args::default()).unwrap().shards, 4);
+}
+
+#[test]
+fn unrelated_and_kubernetes_service_variables_are_ignored() {
+    let vars = env(&[
+        ("HOME", "/root"),
+        ("PLAUDIT_SERVICE_HOST", "10.0.0.1"),
+        ("PLAUDIT_PORT_7401_TCP", "tcp://10.0.0.1:7401"),
+        ("PLAUDIT_CONFIG", "/etc/plaudit.toml"),
+    ]);
+    assert_eq!(Config::from_sources(None, &vars, &Args::default()).unwrap(), Config::default());
+}
+
+fn invalid(file: &str) -> String {
+    error_text(Config::from_sources(Some(file), &[], &Args::default()).unwrap_err())
+}
+
+#[test]
+fn shards_must_be_in_range() {
+    assert!(invalid("shards = 0").contains("shards must be in 1..=1024"));
+    assert!(invalid("shards = 1025").contains("got 1025"));
+    assert!(Config::from_sources(Some("shards = 1024"), &[], &Args::default()).is_ok());
+    assert!(Config::from_sources(Some("shards = 1"), &[], &Args::default()).is_ok());
+}
+
+#[test]
+fn raft_timers_must_be_ordered() {
+    let text = invalid("raft_election_min_ms = 2000\nraft_election_max_ms = 2000");
+    assert!(text.contains("raft_election_min_ms (2000) must be less than"), "{text}");
+    let text = invalid("raft_heartbeat_ms = 1000");
+    assert!(text.contains("raft_heartbeat_ms (1000) must be less than"), "{text}");
+}
+
+#[test]
+fn limits_must_be_non_zero() {
+    for field in [
+        "max_connections",
+        "max_in_flight_per_connection",
+        "max_pending_per_shard",
+        "batch_max_commands",
+        "max_proposals_in_flight",
+        "actor_budget_per_shard",
+        "request_timeout_ms",
+        "snapshot_every_entries",
+        "outbox_batch",
+    ] {
+        let text = invalid(&format!("{field} = 0"));
+        assert!(text.contains(&format!("{field} must be greater than 0")), "{text}");
+    }
+    assert!(invalid("node_id = 0").contains("node_id"));
+}
+
+#[test]
+fn listen_and_admin_must_differ_and_log_must_parse() {
+    let text = invalid("listen = \"127.0.0.1:9000\"\nadmin = \"127.0.0.1:9000\"");
+    assert!(text.contains("listen and admin"), "{text}");
+    // Port 0 asks the OS for a fresh port each time, so it may repeat.
+    let both_zero = "listen = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"";
+    assert!(Config::from_sources(Some(both_zero), &[], &Args::default()).is_ok());
+    assert!(invalid("log = \"info,[\"").contains("log"));
+}
+
+#[test]
+fn the_sample_file_lists_every_field_at_its_default() {
+    let sample = include_str!("../../../deploy/plaudit.toml");
+    let parsed = Config::from_sources(Some(sample), &[], &Args::default()).unwrap();
+    assert_eq!(parsed, Config::default());
+    let sample_keys: Vec<String> =
+        toml::from_str::<toml::Table>(sample).unwrap().keys().cloned().collect();
+    let field_keys: Vec<String> =
+        toml::Table::try_from(Config::default()).unwrap().keys().cloned().collect();
+    assert_eq!(sample_keys.len(), field_keys.len());
+    for key in field_keys {
+        assert!(sample_keys.contains(&key), "deploy/plaudit.toml lacks {key}");
+    }
+}
+
+#[test]
+fn load_reads_the_file_named_by_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plaudit.toml");
+    std::fs::write(&path, "shards = 5\n").unwrap();
+    let flags = Args { config: Some(path.clone()), ..Args::default() };
+    assert_eq!(Config::load(&flags).unwrap().shards, 5);
+
+    std::fs::write(&path, "shards = 5000\n").unwrap();
+    let text = error_text(Config::load(&flags).unwrap_err());
+    assert!(text.contains(&path.display().to_string()) && text.contains("shards"), "{text}");
+
+    let missing = Args { config: Some(dir.path().join("nope.toml")), ..Args::default() };
+    assert!(error_text(Config::load(&missing).unwrap_err()).contains("nope.toml"));
+}
