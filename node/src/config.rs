@@ -61,7 +61,7 @@ pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 /// at `raft_election_max_ms` since the last heartbeat; a dead peer is seen
 /// within ~50 ms, and its followers elect as soon as the lease allows
 /// (docs/architecture.md). With 100/450/600 a SIGKILLed leader's shards take
-/// writes again after 0.75 s (median, 0.84 s max, docs/benchmarks.md), and a
+/// writes again after 0.72 s (median of 12, 0.79 s max, docs/benchmarks.md), and a
 /// follower's own timer elects only after 1.05 s without a heartbeat: no
 /// election happened in 40 s of full load on two shared cores (measured).
 pub const DEFAULT_RAFT_HEARTBEAT_MS: u64 = 100;

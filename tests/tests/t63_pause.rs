@@ -22,7 +22,7 @@ async fn a_paused_leader_is_replaced_and_rejoins_without_damage() {
     let paused = cluster.most_leading();
     let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != paused).collect();
     cluster.node(paused).pause();
-    // Longer than the election timeout (lease 800 ms + timer): the others must take over.
+    // Longer than the election timeout (the followers' 600 ms lease): the others take over.
     cluster.wait_led_by(others[0], &others, Duration::from_secs(15)).await;
     w.wait_acks(200, Duration::from_secs(30), "writes go on while the node is paused").await;
     cluster.node(paused).resume();
