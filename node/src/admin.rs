@@ -18,9 +18,9 @@
 //! one request per connection (`Connection: close`), the request head capped
 //! at 8 KiB and 5 seconds, the body (if any) ignored.
 
+use crate::server::table::{Entry, Table};
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -54,8 +54,11 @@ pub const MAX_HEAD_BYTES: usize = 8 * 1024;
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a client may take to read the response.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most admin connections served at once; more wait in the listen backlog.
+/// Most admin connections served at once; at the cap a newcomer takes the
+/// place of one that has sent no request for a second or more.
 pub const MAX_CONNECTIONS: usize = 64;
+/// How long a newcomer at the cap waits for the one it evicted to go.
+const EVICT_WAIT: Duration = Duration::from_secs(1);
 
 /// The bounds one connection is held to; tests shorten them.
 #[derive(Debug, Clone, Copy)]
@@ -88,20 +91,41 @@ async fn serve_with(
     limits: Limits,
 ) -> io::Result<()> {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // At the cap, a newcomer closes the connection that has waited longest
+    // without sending its request: idle connections held by anyone must
+    // not keep `/readyz` and `/metrics` from answering.
+    let table = Arc::new(Table::new());
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
             () = &mut shutdown => break,
-            accepted = accept(&listener, &permits) => accepted,
+            accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((stream, peer, permit)) => {
-                let source = source.clone();
+            Ok((stream, peer)) => {
+                let permit = permits.clone().try_acquire_owned().map_err(|_| table.evict_one());
+                let (source, table) = (source.clone(), table.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = handle(stream, source.as_ref(), limits).await {
-                        debug!(%peer, error = %e, "admin connection failed");
+                    let permit = match permit {
+                        Ok(p) => p,
+                        Err(Some(slot)) => match tokio::time::timeout(EVICT_WAIT, slot).await {
+                            Ok(Ok(p)) => p,
+                            _ => return,
+                        },
+                        // Every slot is busy answering: drop this one.
+                        Err(None) => return,
+                    };
+                    let (id, entry) = table.insert();
+                    tokio::select! {
+                        r = handle(stream, source.as_ref(), limits, &entry) => {
+                            if let Err(e) = r {
+                                debug!(%peer, error = %e, "admin connection failed");
+                            }
+                        }
+                        () = entry.kill.notified() => debug!(%peer, "admin connection evicted"),
                     }
-                    drop(permit);
+                    table.remove(id);
+                    entry.pass_on(permit);
                 });
             }
             Err(e) if is_per_connection(&e) => continue,
@@ -117,17 +141,6 @@ async fn serve_with(
     Ok(())
 }
 
-/// Waits for a free connection slot, then for a connection.
-async fn accept(
-    listener: &TcpListener,
-    permits: &Arc<Semaphore>,
-) -> io::Result<(TcpStream, SocketAddr, tokio::sync::OwnedSemaphorePermit)> {
-    // The semaphore is never closed, so acquiring can only wait, not fail.
-    let permit = permits.clone().acquire_owned().await.map_err(io::Error::other)?;
-    let (stream, peer) = listener.accept().await?;
-    Ok((stream, peer, permit))
-}
-
 /// Errors that concern one half-open connection, not the listener.
 fn is_per_connection(e: &io::Error) -> bool {
     matches!(
@@ -140,8 +153,17 @@ fn is_per_connection(e: &io::Error) -> bool {
 }
 
 /// Reads one request, writes one response, closes.
-async fn handle(mut stream: TcpStream, source: &dyn AdminSource, limits: Limits) -> io::Result<()> {
-    let head = match tokio::time::timeout(limits.read_timeout, read_head(&mut stream)).await {
+async fn handle(
+    mut stream: TcpStream,
+    source: &dyn AdminSource,
+    limits: Limits,
+    entry: &Entry,
+) -> io::Result<()> {
+    let head = tokio::time::timeout(limits.read_timeout, read_head(&mut stream)).await;
+    // Whatever came of it, this connection is now being answered: not idle.
+    entry.set_greeted();
+    entry.set_busy(true);
+    let head = match head {
         Ok(Ok(Head::Complete(head))) => Ok(head),
         Ok(Ok(Head::Empty)) => return Ok(()), // a TCP probe: connected and left
         Ok(Ok(Head::Truncated)) => Err(Response::text(400, "Bad Request", "bad request\n")),
@@ -356,6 +378,7 @@ impl Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
     use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::sync::oneshot;
     use tokio::task::JoinHandle;
@@ -452,6 +475,36 @@ mod tests {
     async fn get(addr: SocketAddr, path: &str) -> Reply {
         let raw = format!("GET {path} HTTP/1.1\r\nHost: test\r\nUser-Agent: t/1\r\n\r\n");
         exchange(addr, raw.as_bytes()).await
+    }
+
+    #[tokio::test]
+    async fn idle_connections_at_the_cap_do_not_keep_readyz_from_answering() {
+        // Idle connections would time out only after a minute here: the
+        // probe gets in because a newcomer evicts one, not because they left.
+        let limits = Limits { read_timeout: Duration::from_secs(60), ..DEFAULT_LIMITS };
+        let server = start_with(limits).await;
+        server.source.ready.store(true, Ordering::SeqCst);
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS + 16 {
+            idle.push(TcpStream::connect(server.addr).await.unwrap());
+        }
+        let probe = async {
+            loop {
+                let mut stream = TcpStream::connect(server.addr).await.unwrap();
+                let raw = b"GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n";
+                if stream.write_all(raw).await.is_ok() {
+                    let mut bytes = Vec::new();
+                    if stream.read_to_end(&mut bytes).await.is_ok() && !bytes.is_empty() {
+                        return parse_reply(&bytes);
+                    }
+                }
+                // Over the cap before any idle one was evictable: try again.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        let reply = tokio::time::timeout(Duration::from_secs(20), probe).await.expect("answered");
+        assert_eq!((reply.status, reply.body.as_str()), (200, "ready\n"));
+        drop(idle);
     }
 
     #[tokio::test]

@@ -14,10 +14,8 @@
 
 use anyhow::{bail, ensure, Context};
 use serde::{Deserialize, Serialize};
-use std::fmt::Display;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// The prefix of every environment variable that sets a config field.
@@ -40,7 +38,22 @@ pub const DEFAULT_SHARDS: u32 = 16;
 /// The most shards a cluster may have; `shards` must lie in `1..=MAX_SHARDS`.
 pub const MAX_SHARDS: u32 = 1024;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
-pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 1024;
+/// With replies at most a few KiB (a 500-entity counts reply is the
+/// largest), 256 unfinished requests bound what one client can make a
+/// connection hold to about a MiB (README, "Limits").
+pub const DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION: usize = 256;
+/// Bounds the results all connections hold at once (16,384 of the largest
+/// reply, a 500-entity counts, is ~220 MiB); far above what the shards
+/// serve concurrently.
+pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: usize = 16_384;
+pub const DEFAULT_CLIENT_IDLE_TIMEOUT_SECS: u64 = 300;
+/// Long enough for a client across a slow link to send its first request,
+/// short enough that connections opened and left silent go quickly.
+pub const DEFAULT_CLIENT_AUTH_TIMEOUT_SECS: u64 = 10;
+pub const DEFAULT_CLIENT_WRITE_TIMEOUT_SECS: u64 = 30;
+pub const DEFAULT_CLIENT_FRAME_TIMEOUT_SECS: u64 = 30;
+/// 128 frames of the largest size at once, whatever the number of connections.
+pub const DEFAULT_CLIENT_FRAME_BUDGET_MB: u64 = 128;
 pub const DEFAULT_MAX_PENDING_PER_SHARD: usize = 65_536;
 pub const DEFAULT_BATCH_MAX_COMMANDS: usize = 4096;
 /// One entry in flight per shard batches best on two cores: everything that
@@ -127,6 +140,23 @@ pub struct Config {
     pub max_connections: usize,
     /// Most requests one connection may have in flight (pipelined) at once.
     pub max_in_flight_per_connection: usize,
+    /// Most requests in flight on all client connections together; beyond it
+    /// requests are refused with `Overloaded`.
+    pub max_requests_in_flight: usize,
+    /// A client connection with nothing in flight that sends nothing for this
+    /// long is closed, in seconds.
+    pub client_idle_timeout_secs: u64,
+    /// A client connection that sends no request (with tokens: does not
+    /// authenticate) this long after connecting is closed, in seconds.
+    pub client_auth_timeout_secs: u64,
+    /// A client that reads none of its replies for this long is disconnected,
+    /// in seconds.
+    pub client_write_timeout_secs: u64,
+    /// A request frame, once begun, must arrive whole within this, in seconds.
+    pub client_frame_timeout_secs: u64,
+    /// Memory all client connections together may use for frames longer than
+    /// 64 KiB, in MiB (at least 2: one frame of the largest size).
+    pub client_frame_budget_mb: u64,
     /// Most requests queued for one shard; beyond it requests are refused with
     /// `Overloaded`.
     pub max_pending_per_shard: usize,
@@ -188,6 +218,12 @@ impl Default for Config {
             shards: DEFAULT_SHARDS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_in_flight_per_connection: DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION,
+            max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
+            client_idle_timeout_secs: DEFAULT_CLIENT_IDLE_TIMEOUT_SECS,
+            client_auth_timeout_secs: DEFAULT_CLIENT_AUTH_TIMEOUT_SECS,
+            client_write_timeout_secs: DEFAULT_CLIENT_WRITE_TIMEOUT_SECS,
+            client_frame_timeout_secs: DEFAULT_CLIENT_FRAME_TIMEOUT_SECS,
+            client_frame_budget_mb: DEFAULT_CLIENT_FRAME_BUDGET_MB,
             max_pending_per_shard: DEFAULT_MAX_PENDING_PER_SHARD,
             batch_max_commands: DEFAULT_BATCH_MAX_COMMANDS,
             max_proposals_in_flight: DEFAULT_MAX_PROPOSALS_IN_FLIGHT,
@@ -254,7 +290,7 @@ impl Config {
     /// applies `PLAUDIT_*` variables from the process environment and then the
     /// flags, and validates the result.
     pub fn load(args: &Args) -> anyhow::Result<Config> {
-        let env = process_env()?;
+        let env = sources::process_env()?;
         let path = args.config.clone().or_else(|| {
             env.iter().find(|(k, _)| k == ENV_CONFIG_FILE).map(|(_, v)| PathBuf::from(v))
         });
@@ -341,6 +377,11 @@ impl Config {
         let non_zero = [
             ("max_connections", self.max_connections as u64),
             ("max_in_flight_per_connection", self.max_in_flight_per_connection as u64),
+            ("max_requests_in_flight", self.max_requests_in_flight as u64),
+            ("client_idle_timeout_secs", self.client_idle_timeout_secs),
+            ("client_auth_timeout_secs", self.client_auth_timeout_secs),
+            ("client_write_timeout_secs", self.client_write_timeout_secs),
+            ("client_frame_timeout_secs", self.client_frame_timeout_secs),
             ("max_pending_per_shard", self.max_pending_per_shard as u64),
             ("batch_max_commands", self.batch_max_commands as u64),
             ("max_proposals_in_flight", self.max_proposals_in_flight as u64),
@@ -372,6 +413,10 @@ impl Config {
             self.raft_election_min_ms,
             self.raft_election_max_ms
         );
+        ensure!(
+            self.client_frame_budget_mb >= 2,
+            "client_frame_budget_mb must be at least 2 (one frame of the largest size)"
+        );
         tracing_subscriber::EnvFilter::try_new(&self.log)
             .map_err(|e| anyhow::anyhow!("log {:?} is not a valid filter: {e}", self.log))?;
         Ok(())
@@ -380,6 +425,21 @@ impl Config {
     /// `request_timeout_ms` as a `Duration`.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
+    }
+
+    /// The client listener's bounds.
+    pub fn client_limits(&self) -> crate::server::Limits {
+        crate::server::Limits {
+            max_connections: self.max_connections,
+            max_in_flight_per_connection: self.max_in_flight_per_connection,
+            max_requests_in_flight: self.max_requests_in_flight,
+            request_timeout: self.request_timeout(),
+            idle_timeout: Duration::from_secs(self.client_idle_timeout_secs),
+            auth_timeout: Duration::from_secs(self.client_auth_timeout_secs),
+            write_timeout: Duration::from_secs(self.client_write_timeout_secs),
+            frame_timeout: Duration::from_secs(self.client_frame_timeout_secs),
+            frame_budget: (self.client_frame_budget_mb as usize).saturating_mul(1 << 20),
+        }
     }
 
     /// `shutdown_grace_ms` as a `Duration`.
@@ -425,103 +485,6 @@ impl Config {
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
     }
-
-    /// Sets the field called `name` (lower case, as in the file) from its text
-    /// form. A name that is no field is ignored (see [`Config::from_sources`]).
-    fn set_field(&mut self, name: &str, value: &str) -> anyhow::Result<()> {
-        match name {
-            "node_id" => self.node_id = parse(value)?,
-            "data_dir" => self.data_dir = PathBuf::from(value),
-            "listen" => self.listen = parse(value)?,
-            "admin" => self.admin = parse(value)?,
-            "peer_listen" => self.peer_listen = parse(value)?,
-            "join" => {
-                self.join = value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(parse)
-                    .collect::<anyhow::Result<_>>()?
-            }
-            "bootstrap_expect" => self.bootstrap_expect = parse(value)?,
-            "replication_factor" => self.replication_factor = parse(value)?,
-            "cluster_secret" => self.cluster_secret = Secret(value.to_string()),
-            "cluster_secret_file" => {
-                self.cluster_secret_file = (!value.is_empty()).then(|| PathBuf::from(value))
-            }
-            "fault_injection" => self.fault_injection = parse(value)?,
-            "snapshot_logs_to_keep" => self.snapshot_logs_to_keep = parse(value)?,
-            "shards" => self.shards = parse(value)?,
-            "max_connections" => self.max_connections = parse(value)?,
-            "max_in_flight_per_connection" => self.max_in_flight_per_connection = parse(value)?,
-            "max_pending_per_shard" => self.max_pending_per_shard = parse(value)?,
-            "batch_max_commands" => self.batch_max_commands = parse(value)?,
-            "max_proposals_in_flight" => self.max_proposals_in_flight = parse(value)?,
-            "actor_budget_per_shard" => self.actor_budget_per_shard = parse(value)?,
-            "actor_idle_secs" => self.actor_idle_secs = parse(value)?,
-            "retention_sweep_secs" => self.retention_sweep_secs = parse(value)?,
-            "sled_cache_mb" => self.sled_cache_mb = parse(value)?,
-            "request_timeout_ms" => self.request_timeout_ms = parse(value)?,
-            "shutdown_grace_ms" => self.shutdown_grace_ms = parse(value)?,
-            "raft_heartbeat_ms" => self.raft_heartbeat_ms = parse(value)?,
-            "raft_election_min_ms" => self.raft_election_min_ms = parse(value)?,
-            "raft_election_max_ms" => self.raft_election_max_ms = parse(value)?,
-            "snapshot_every_entries" => self.snapshot_every_entries = parse(value)?,
-            "checkpoint_keys" => self.checkpoint_keys = parse(value)?,
-            "checkpoint_ms" => self.checkpoint_ms = parse(value)?,
-            "outbox_batch" => self.outbox_batch = parse(value)?,
-            "log" => self.log = value.to_string(),
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn apply_args(&mut self, args: &Args) {
-        // `config` is not a field: it chose the file this config started from.
-        let Args {
-            config: _,
-            node_id,
-            data_dir,
-            listen,
-            admin,
-            peer_listen,
-            join,
-            bootstrap_expect,
-            cluster_secret_file,
-            shards,
-            log,
-        } = args;
-        if let Some(v) = peer_listen {
-            self.peer_listen = *v;
-        }
-        if let Some(v) = join {
-            self.join = v.clone();
-        }
-        if let Some(v) = bootstrap_expect {
-            self.bootstrap_expect = *v;
-        }
-        if let Some(v) = cluster_secret_file {
-            self.cluster_secret_file = Some(v.clone());
-        }
-        if let Some(v) = node_id {
-            self.node_id = *v;
-        }
-        if let Some(v) = data_dir {
-            self.data_dir = v.clone();
-        }
-        if let Some(v) = listen {
-            self.listen = *v;
-        }
-        if let Some(v) = admin {
-            self.admin = *v;
-        }
-        if let Some(v) = shards {
-            self.shards = *v;
-        }
-        if let Some(v) = log {
-            self.log = v.clone();
-        }
-    }
 }
 
 /// A secret that never appears in `Debug` output (configs get logged).
@@ -541,26 +504,7 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-fn parse<T: FromStr>(value: &str) -> anyhow::Result<T>
-where
-    T::Err: Display,
-{
-    value.trim().parse().map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// The process's `PLAUDIT_*` variables. A non-UTF-8 value of one of them is an
-/// error; other variables are not looked at.
-fn process_env() -> anyhow::Result<Vec<(String, String)>> {
-    let mut vars = Vec::new();
-    for (key, value) in std::env::vars_os() {
-        let Some(key) = key.to_str().filter(|k| k.starts_with(ENV_PREFIX)) else { continue };
-        let Ok(value) = value.into_string() else {
-            bail!("environment variable {key} is not valid UTF-8");
-        };
-        vars.push((key.to_string(), value));
-    }
-    Ok(vars)
-}
+mod sources;
 
 #[cfg(test)]
 mod tests;

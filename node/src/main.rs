@@ -5,7 +5,7 @@ use clap::Parser;
 use plaudit_cluster::{ClusterConfig, Engine, EngineConfig, GroupConfig};
 use plaudit_node::config::{Args, Config};
 use plaudit_node::metrics::Metrics;
-use plaudit_node::server::{Limits, Server};
+use plaudit_node::server::Server;
 use plaudit_node::status::NodeStatus;
 use plaudit_proto::cluster::NodeInfo;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -107,15 +107,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         "plaudit-node started (GET /readyz says when it serves)"
     );
 
-    let server = Arc::new(Server {
-        engine: engine.clone(),
-        metrics,
-        limits: Limits {
-            max_connections: cfg.max_connections,
-            max_in_flight_per_connection: cfg.max_in_flight_per_connection,
-            request_timeout: cfg.request_timeout(),
-        },
-    });
+    let server = Arc::new(Server::new(engine.clone(), metrics, cfg.client_limits()));
     let shutdown = async {
         tokio::select! {
             _ = sigterm.recv() => info!("SIGTERM: shutting down"),

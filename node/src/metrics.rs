@@ -10,7 +10,9 @@
 use plaudit_proto::ErrorCode;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// Every op name `plaudit_proto::Request::op` returns, in label order (the
 /// protocol's own table, tested there against every request variant). An op
@@ -50,7 +52,25 @@ pub struct Metrics {
     ops: [OpMetrics; SLOTS],
     connections_open: AtomicI64,
     connections_total: AtomicU64,
+    /// Connections closed, by [`CLOSE_REASONS`] slot.
+    connections_closed: [AtomicU64; CLOSE_REASONS.len()],
+    /// The client listener's node-wide frame budget and its size in bytes.
+    frame_budget: OnceLock<(Arc<Semaphore>, usize)>,
 }
+
+/// Why client connections end (`server::Close` labels, plus `refused`: over
+/// the cap with none to evict).
+pub const CLOSE_REASONS: [&str; 9] = [
+    "client",
+    "idle",
+    "auth_timeout",
+    "frame_timeout",
+    "write_timeout",
+    "evicted",
+    "bad_frame",
+    "error",
+    "refused",
+];
 
 /// The counters of one op. Buckets are stored per bucket (not cumulative) and
 /// the request count is their sum, so a rendered histogram is always
@@ -83,6 +103,8 @@ impl Metrics {
             ops: std::array::from_fn(|_| OpMetrics::new()),
             connections_open: AtomicI64::new(0),
             connections_total: AtomicU64::new(0),
+            connections_closed: std::array::from_fn(|_| AtomicU64::new(0)),
+            frame_budget: OnceLock::new(),
         }
     }
 
@@ -109,9 +131,26 @@ impl Metrics {
         self.connections_total.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a client connection as closed; pair with every `conn_opened`.
-    pub fn conn_closed(&self) {
+    /// Counts a client connection as closed for `reason` (one of
+    /// [`CLOSE_REASONS`]); pair with every `conn_opened`.
+    pub fn conn_closed(&self, reason: &str) {
         self.connections_open.fetch_sub(1, Ordering::Relaxed);
+        self.count_close(reason);
+    }
+
+    /// Shows how much of the client listener's frame budget is in use.
+    pub fn watch_frame_budget(&self, budget: Arc<Semaphore>, size: usize) {
+        let _ = self.frame_budget.set((budget, size));
+    }
+
+    /// Counts a connection refused at the cap (never opened).
+    pub fn conn_refused(&self) {
+        self.count_close("refused");
+    }
+
+    fn count_close(&self, reason: &str) {
+        let slot = CLOSE_REASONS.iter().position(|&r| r == reason).unwrap_or(0);
+        self.connections_closed[slot].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The number of client connections open now.
@@ -180,7 +219,19 @@ impl Metrics {
         );
         let total = self.connections_total.load(Ordering::Relaxed);
         let _ = writeln!(out, "plaudit_connections_total {total}");
+        let name = "plaudit_connections_closed_total";
+        header(&mut out, name, "Client connections closed or refused, by reason.", "counter");
+        for (reason, n) in CLOSE_REASONS.iter().zip(&self.connections_closed) {
+            let n = n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {n}");
+        }
 
+        if let Some((budget, size)) = self.frame_budget.get() {
+            let name = "plaudit_client_frame_budget_used_bytes";
+            header(&mut out, name, "Bytes of long request frames held, node-wide.", "gauge");
+            let used = size.saturating_sub(budget.available_permits());
+            let _ = writeln!(out, "{name} {used}");
+        }
         render_gauges(&mut out, extra);
         out
     }
@@ -416,7 +467,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.conn_opened();
         metrics.conn_opened();
-        metrics.conn_closed();
+        metrics.conn_closed("client");
         let (_, samples) = parse(&metrics.render(&[]));
         assert_eq!(value(&samples, "plaudit_connections_open", &[]), 1.0);
         assert_eq!(value(&samples, "plaudit_connections_total", &[]), 2.0);

@@ -1,45 +1,94 @@
-//! The client listener: accepts TCP connections and serves pipelined,
-//! multiplexed requests on each.
+//! The client listener: accepts TCP connections, within a cap, and serves
+//! each on one task (`conn.rs`).
 //!
 //! ```text
-//! listener ─accept─> connection: reader loop ─frame─> task per request ─> Engine::handle
-//!                                 writer task <─encoded reply (any order, matched by req_id)
+//! listener ─accept─> under the cap: Conn::run (frames in, replies out, bounded)
+//!                    at the cap: close the longest-idle connection (table.rs) and
+//!                                take its place, or refuse with one `Overloaded` frame
 //! ```
 //!
-//! Limits are enforced here, at the edge: a connection cap (a connection over
-//! it gets one `Overloaded` frame and is closed), a per-connection cap on
-//! requests in flight (excess requests get `Overloaded`), a per-request
-//! timeout (`Timeout`), and the frame size (a bad length closes only that
-//! connection after a `BadRequest` reply; an undecodable frame is answered
-//! `BadRequest` and the connection keeps serving).
+//! Bounds enforced here, at the edge: the connection cap, requests in flight
+//! per connection (excess requests get `Overloaded`), a per-request timeout
+//! (`Timeout`), the frame size (a bad length closes only that connection
+//! after a `BadRequest` reply; an undecodable frame is answered `BadRequest`
+//! and the connection keeps serving), and every bound on memory and time
+//! described in `conn.rs`. Worst-case memory per connection: README
+//! ("Limits").
+
+mod conn;
+mod inbuf;
+pub(crate) mod table;
+
+pub use conn::{Close, OUT_LIMIT};
+pub use inbuf::{FREE_ROOM, MAX_ROOM};
 
 use crate::metrics::Metrics;
 use plaudit_cluster::Engine;
-use plaudit_proto::cluster::Routing;
-use plaudit_proto::frame::{self, FrameError};
-use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
+use plaudit_proto::frame;
+use plaudit_proto::{Envelope, Response, WireError};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncWriteExt, BufReader};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
-use tracing::{debug, info, warn, Instrument};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tracing::{info, warn, Instrument};
+
+/// How long a newcomer at the cap waits for the connection it evicted to
+/// close (it closes at once; this only bounds a wait that cannot hang).
+const EVICT_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_connections: usize,
     pub max_in_flight_per_connection: usize,
+    /// Requests in flight on all connections together.
+    pub max_requests_in_flight: usize,
     pub request_timeout: Duration,
+    /// A connection with nothing in flight that sends nothing this long is closed.
+    pub idle_timeout: Duration,
+    /// A connection that has sent no request this long after connecting is closed.
+    pub auth_timeout: Duration,
+    /// A client that takes none of its replies for this long is disconnected.
+    pub write_timeout: Duration,
+    /// A frame, once begun, must arrive whole within this.
+    pub frame_timeout: Duration,
+    /// Bytes of long frames all connections together may hold beyond each
+    /// one's `FREE_ROOM`.
+    pub frame_budget: usize,
+}
+
+impl Limits {
+    /// How often a connection checks its timeouts: a quarter of the
+    /// shortest, between 10 ms and 1 s.
+    fn tick(&self) -> Duration {
+        let shortest =
+            [self.idle_timeout, self.auth_timeout, self.write_timeout, self.frame_timeout]
+                .into_iter()
+                .min()
+                .unwrap_or(Duration::from_secs(1));
+        (shortest / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
 }
 
 pub struct Server {
     pub engine: Arc<Engine>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
+    frame_budget: Arc<Semaphore>,
+    /// One permit per request in flight, node-wide.
+    requests: Arc<Semaphore>,
+    table: table::Table,
 }
 
 impl Server {
+    pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, limits: Limits) -> Server {
+        let frame_budget = Arc::new(Semaphore::new(limits.frame_budget));
+        metrics.watch_frame_budget(frame_budget.clone(), limits.frame_budget);
+        let requests = Arc::new(Semaphore::new(limits.max_requests_in_flight));
+        Server { engine, metrics, limits, frame_budget, requests, table: table::Table::new() }
+    }
+
     /// Serves until `shutdown` resolves, then stops accepting and gives open
     /// connections up to `grace` to finish what they have in flight.
     pub async fn run(
@@ -65,21 +114,26 @@ impl Server {
                         }
                     };
                     let _ = stream.set_nodelay(true);
+                    let me = self.clone();
+                    let stop = stop_rx.clone();
+                    let span = tracing::debug_span!("conn", %peer);
                     match conns.clone().try_acquire_owned() {
                         Ok(permit) => {
-                            let me = self.clone();
-                            let stop = stop_rx.clone();
-                            tokio::spawn(async move {
-                                let metrics = me.metrics.clone();
-                                metrics.conn_opened();
-                                me.connection(stream, stop).instrument(tracing::debug_span!("conn", %peer)).await;
-                                metrics.conn_closed();
-                                drop(permit);
-                            });
+                            tokio::spawn(me.serve(stream, permit, stop).instrument(span));
                         }
-                        Err(_) => {
-                            tokio::spawn(refuse(stream));
-                        }
+                        Err(_) => match self.table.evict_one() {
+                            Some(slot) => {
+                                tokio::spawn(async move {
+                                    match tokio::time::timeout(EVICT_WAIT, slot).await {
+                                        Ok(Ok(permit)) => me.serve(stream, permit, stop).await,
+                                        _ => me.refuse(stream).await,
+                                    }
+                                }.instrument(span));
+                            }
+                            None => {
+                                tokio::spawn(me.refuse(stream));
+                            }
+                        },
                     }
                 }
             }
@@ -90,132 +144,31 @@ impl Server {
         let _ = tokio::time::timeout(grace, conns.acquire_many(all)).await;
     }
 
-    async fn connection(self: Arc<Self>, stream: TcpStream, mut stop: watch::Receiver<bool>) {
-        let (rd, mut wr) = stream.into_split();
-        let mut rd = BufReader::with_capacity(64 * 1024, rd);
-        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        // The writer batches every reply that is ready into one write.
-        let writer = tokio::spawn(async move {
-            let mut buf = Vec::with_capacity(64 * 1024);
-            while let Some(first) = out_rx.recv().await {
-                // Let the other requests of this connection finish first, so
-                // their replies share this write (one syscall, not many).
-                tokio::task::yield_now().await;
-                buf.clear();
-                buf.extend_from_slice(&first);
-                while buf.len() < 256 * 1024 {
-                    match out_rx.try_recv() {
-                        Ok(more) => buf.extend_from_slice(&more),
-                        Err(_) => break,
-                    }
-                }
-                if wr.write_all(&buf).await.is_err() {
-                    break;
-                }
-            }
-            let _ = wr.shutdown().await;
-        });
-        let in_flight = Arc::new(Semaphore::new(self.limits.max_in_flight_per_connection));
-        let mut payload = Vec::new();
-        // How this connection wants requests for shards led elsewhere
-        // handled (a smart client says `Redirect` in its `Hello`).
-        let mut routing = Routing::Forward;
-        loop {
-            let read = tokio::select! {
-                r = frame::read_payload(&mut rd, &mut payload) => r,
-                _ = stop.changed() => break,
-            };
-            let env = match read.and_then(|_| frame::decode_payload::<Request>(&payload)) {
-                Ok(env) => env,
-                Err(FrameError::Closed) => break,
-                Err(FrameError::Io(e)) => {
-                    debug!(error = %e, "connection read failed");
-                    break;
-                }
-                Err(e @ FrameError::Malformed { .. }) => {
-                    let req_id = match &e {
-                        FrameError::Malformed { req_id, .. } => req_id.unwrap_or(0),
-                        _ => 0,
-                    };
-                    self.metrics.observe("other", Duration::ZERO, Some(ErrorCode::BadRequest));
-                    send(&out_tx, req_id, Response::Error(WireError::bad_request(e.to_string())));
-                    continue;
-                }
-                Err(e @ FrameError::BadLength(_)) => {
-                    // The stream cannot be resynchronised after a bad length.
-                    self.metrics.observe("other", Duration::ZERO, Some(ErrorCode::BadRequest));
-                    send(&out_tx, 0, Response::Error(WireError::bad_request(e.to_string())));
-                    break;
-                }
-            };
-            if let Request::Hello(h) = &env.body {
-                // In the reader loop, so it applies to every later request.
-                routing = h.routing;
-                self.metrics.observe("hello", Duration::ZERO, None);
-                send(&out_tx, env.req_id, Response::Hello);
-                continue;
-            }
-            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-                let op = env.body.op();
-                self.metrics.observe(op, Duration::ZERO, Some(ErrorCode::Overloaded));
-                let err = WireError::overloaded("too many requests in flight on this connection");
-                send(&out_tx, env.req_id, Response::Error(err));
-                continue;
-            };
-            let me = self.clone();
-            let out = out_tx.clone();
-            tokio::spawn(async move {
-                let Envelope { req_id, body } = env;
-                let op = body.op();
-                let started = Instant::now();
-                let resp = match tokio::time::timeout(
-                    me.limits.request_timeout,
-                    me.engine.handle_as(body, routing),
-                )
-                .await
-                {
-                    Ok(r) => r,
-                    Err(_) => Response::Error(WireError::timeout(format!(
-                        "no result within {} ms; the request may still apply",
-                        me.limits.request_timeout.as_millis()
-                    ))),
-                };
-                let code = match &resp {
-                    Response::Error(e) => Some(e.code),
-                    _ => None,
-                };
-                me.metrics.observe(op, started.elapsed(), code);
-                send(&out, req_id, resp);
-                drop(permit);
-            });
-        }
-        // Let requests in flight finish before closing the write side.
-        let all = self.limits.max_in_flight_per_connection as u32;
-        let _ = in_flight.acquire_many(all).await;
-        drop(out_tx);
-        let _ = writer.await;
+    async fn serve(
+        self: Arc<Self>,
+        stream: TcpStream,
+        permit: OwnedSemaphorePermit,
+        stop: watch::Receiver<bool>,
+    ) {
+        let (id, entry) = self.table.insert();
+        self.metrics.conn_opened();
+        let why = conn::Conn::new(self.clone(), stream, entry.clone()).run(stop).await;
+        self.table.remove(id);
+        self.metrics.conn_closed(why.label());
+        entry.pass_on(permit);
     }
-}
 
-fn send(out: &mpsc::UnboundedSender<Vec<u8>>, req_id: u64, body: Response) {
-    let mut buf = Vec::new();
-    let env = Envelope { req_id, body };
-    if let Err(e) = frame::encode_frame(&env, &mut buf) {
-        // Only an oversized reply can fail to encode; tell the caller so.
-        let err = Response::Error(WireError::internal(format!("reply could not be encoded: {e}")));
-        buf.clear();
-        if frame::encode_frame(&Envelope { req_id, body: err }, &mut buf).is_err() {
-            return;
+    /// Answers a connection over the cap with one `Overloaded` frame.
+    async fn refuse(self: Arc<Self>, mut stream: TcpStream) {
+        self.metrics.conn_refused();
+        let mut buf = Vec::new();
+        let err = WireError::overloaded("the node is at its connection limit");
+        if frame::encode_frame(&Envelope { req_id: 0, body: Response::Error(err) }, &mut buf)
+            .is_ok()
+        {
+            let write = stream.write_all(&buf);
+            let _ = tokio::time::timeout(self.limits.write_timeout, write).await;
         }
+        let _ = stream.shutdown().await;
     }
-    let _ = out.send(buf);
-}
-
-async fn refuse(mut stream: TcpStream) {
-    let mut buf = Vec::new();
-    let err = WireError::overloaded("the node is at its connection limit");
-    if frame::encode_frame(&Envelope { req_id: 0, body: Response::Error(err) }, &mut buf).is_ok() {
-        let _ = stream.write_all(&buf).await;
-    }
-    let _ = stream.shutdown().await;
 }

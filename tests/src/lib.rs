@@ -249,6 +249,17 @@ impl Node {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The node's resident memory now, in bytes (`VmRSS`).
+    pub fn rss_bytes(&self) -> u64 {
+        let pid = self.pid().unwrap_or_else(|| self.fail("rss of a node that is not running"));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+        kib.unwrap_or_else(|| self.fail("no VmRSS in /proc status")) * 1024
+    }
+
     /// An SDK client with default options.
     pub async fn client(&self) -> Client {
         self.client_with(ClientOptions::default()).await

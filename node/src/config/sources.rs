@@ -1,0 +1,134 @@
+//! Where a config's values come from besides the TOML file: `PLAUDIT_*`
+//! variables (by field name) and command-line flags.
+
+use super::{Args, Config, Secret, ENV_PREFIX};
+use anyhow::bail;
+use std::fmt::Display;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+impl Config {
+    /// Sets the field called `name` (lower case, as in the file) from its text
+    /// form. A name that is no field is ignored (see [`Config::from_sources`]).
+    pub(super) fn set_field(&mut self, name: &str, value: &str) -> anyhow::Result<()> {
+        match name {
+            "node_id" => self.node_id = parse(value)?,
+            "data_dir" => self.data_dir = PathBuf::from(value),
+            "listen" => self.listen = parse(value)?,
+            "admin" => self.admin = parse(value)?,
+            "peer_listen" => self.peer_listen = parse(value)?,
+            "join" => {
+                self.join = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(parse)
+                    .collect::<anyhow::Result<_>>()?
+            }
+            "bootstrap_expect" => self.bootstrap_expect = parse(value)?,
+            "replication_factor" => self.replication_factor = parse(value)?,
+            "cluster_secret" => self.cluster_secret = Secret(value.to_string()),
+            "cluster_secret_file" => {
+                self.cluster_secret_file = (!value.is_empty()).then(|| PathBuf::from(value))
+            }
+            "fault_injection" => self.fault_injection = parse(value)?,
+            "snapshot_logs_to_keep" => self.snapshot_logs_to_keep = parse(value)?,
+            "shards" => self.shards = parse(value)?,
+            "max_connections" => self.max_connections = parse(value)?,
+            "max_in_flight_per_connection" => self.max_in_flight_per_connection = parse(value)?,
+            "max_requests_in_flight" => self.max_requests_in_flight = parse(value)?,
+            "client_idle_timeout_secs" => self.client_idle_timeout_secs = parse(value)?,
+            "client_auth_timeout_secs" => self.client_auth_timeout_secs = parse(value)?,
+            "client_write_timeout_secs" => self.client_write_timeout_secs = parse(value)?,
+            "client_frame_timeout_secs" => self.client_frame_timeout_secs = parse(value)?,
+            "client_frame_budget_mb" => self.client_frame_budget_mb = parse(value)?,
+            "max_pending_per_shard" => self.max_pending_per_shard = parse(value)?,
+            "batch_max_commands" => self.batch_max_commands = parse(value)?,
+            "max_proposals_in_flight" => self.max_proposals_in_flight = parse(value)?,
+            "actor_budget_per_shard" => self.actor_budget_per_shard = parse(value)?,
+            "actor_idle_secs" => self.actor_idle_secs = parse(value)?,
+            "retention_sweep_secs" => self.retention_sweep_secs = parse(value)?,
+            "sled_cache_mb" => self.sled_cache_mb = parse(value)?,
+            "request_timeout_ms" => self.request_timeout_ms = parse(value)?,
+            "shutdown_grace_ms" => self.shutdown_grace_ms = parse(value)?,
+            "raft_heartbeat_ms" => self.raft_heartbeat_ms = parse(value)?,
+            "raft_election_min_ms" => self.raft_election_min_ms = parse(value)?,
+            "raft_election_max_ms" => self.raft_election_max_ms = parse(value)?,
+            "snapshot_every_entries" => self.snapshot_every_entries = parse(value)?,
+            "checkpoint_keys" => self.checkpoint_keys = parse(value)?,
+            "checkpoint_ms" => self.checkpoint_ms = parse(value)?,
+            "outbox_batch" => self.outbox_batch = parse(value)?,
+            "log" => self.log = value.to_string(),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn apply_args(&mut self, args: &Args) {
+        // `config` is not a field: it chose the file this config started from.
+        let Args {
+            config: _,
+            node_id,
+            data_dir,
+            listen,
+            admin,
+            peer_listen,
+            join,
+            bootstrap_expect,
+            cluster_secret_file,
+            shards,
+            log,
+        } = args;
+        if let Some(v) = peer_listen {
+            self.peer_listen = *v;
+        }
+        if let Some(v) = join {
+            self.join = v.clone();
+        }
+        if let Some(v) = bootstrap_expect {
+            self.bootstrap_expect = *v;
+        }
+        if let Some(v) = cluster_secret_file {
+            self.cluster_secret_file = Some(v.clone());
+        }
+        if let Some(v) = node_id {
+            self.node_id = *v;
+        }
+        if let Some(v) = data_dir {
+            self.data_dir = v.clone();
+        }
+        if let Some(v) = listen {
+            self.listen = *v;
+        }
+        if let Some(v) = admin {
+            self.admin = *v;
+        }
+        if let Some(v) = shards {
+            self.shards = *v;
+        }
+        if let Some(v) = log {
+            self.log = v.clone();
+        }
+    }
+}
+
+fn parse<T: FromStr>(value: &str) -> anyhow::Result<T>
+where
+    T::Err: Display,
+{
+    value.trim().parse().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// The process's `PLAUDIT_*` variables. A non-UTF-8 value of one of them is an
+/// error; other variables are not looked at.
+pub(super) fn process_env() -> anyhow::Result<Vec<(String, String)>> {
+    let mut vars = Vec::new();
+    for (key, value) in std::env::vars_os() {
+        let Some(key) = key.to_str().filter(|k| k.starts_with(ENV_PREFIX)) else { continue };
+        let Ok(value) = value.into_string() else {
+            bail!("environment variable {key} is not valid UTF-8");
+        };
+        vars.push((key.to_string(), value));
+    }
+    Ok(vars)
+}

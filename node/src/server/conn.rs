@@ -1,0 +1,461 @@
+//! One client connection: a single task that reads frames, runs their
+//! requests concurrently, and writes every reply that is ready in one
+//! syscall, holding no more memory than its bounds allow.
+//!
+//! ```text
+//!            ┌──────────────── one task ───────────────────────────────┐
+//! socket ──> │ InBuf ─frame─> Hello/Ping: answered inline               │
+//!            │               other: a future in `in_flight` (≤ cap) ──┐ │
+//!            │ out (≤ OUT_LIMIT + one reply) <── replies as they end ─┘ │ ──> socket
+//!            └──────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! What a client can make it hold, and what stops it:
+//! - unread replies: past [`OUT_LIMIT`] bytes the connection stops reading
+//!   requests and stops collecting results (so it holds at most the cap's
+//!   worth of unfinished requests), and a client that reads nothing for
+//!   `write_timeout` is disconnected;
+//! - a long frame: room is reserved as bytes arrive ([`InBuf`]), room above
+//!   [`FREE_ROOM`] comes from the node-wide frame budget (a connection that
+//!   cannot get it stops being read), and a frame must arrive whole within
+//!   `frame_timeout` (slow-loris);
+//! - silence: a connection that sends no request within `auth_timeout` of
+//!   connecting, or does nothing for `idle_timeout`, is closed, and an idle
+//!   connection keeps no buffers.
+//!
+//! Requests run as futures polled by this task (no task, channel or
+//! separate writer per request): the connection's work stays on the thread
+//! that reads it.
+
+use super::inbuf::{InBuf, FREE_ROOM};
+use super::table::Entry;
+use super::Server;
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use plaudit_proto::cluster::Routing;
+use plaudit_proto::frame::{self, FrameError};
+use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+/// Reply bytes a connection holds unwritten before it stops reading
+/// requests and collecting results. 64 KiB of replies is hundreds of them:
+/// more per write buys nothing.
+pub const OUT_LIMIT: usize = 64 * 1024;
+/// An idle connection keeps its buffers this long (a client between bursts
+/// should not pay for reallocating them).
+const KEEP_BUFFERS: Duration = Duration::from_secs(2);
+
+/// Why a connection ended: the label of `plaudit_connections_closed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Close {
+    /// The client closed it (or it ended after the node began to stop).
+    Client,
+    Idle,
+    AuthTimeout,
+    FrameTimeout,
+    WriteTimeout,
+    /// Closed to make room for a newer connection at the cap.
+    Evicted,
+    /// A frame with an impossible length: the stream cannot be followed.
+    BadFrame,
+    /// The socket failed.
+    Error,
+}
+
+impl Close {
+    pub fn label(self) -> &'static str {
+        match self {
+            Close::Client => "client",
+            Close::Idle => "idle",
+            Close::AuthTimeout => "auth_timeout",
+            Close::FrameTimeout => "frame_timeout",
+            Close::WriteTimeout => "write_timeout",
+            Close::Evicted => "evicted",
+            Close::BadFrame => "bad_frame",
+            Close::Error => "error",
+        }
+    }
+}
+
+/// A request that finished.
+struct Done {
+    req_id: u64,
+    op: &'static str,
+    started: Instant,
+    resp: Response,
+}
+
+type InFlight = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+pub(super) struct Conn {
+    server: Arc<Server>,
+    stream: TcpStream,
+    entry: Arc<Entry>,
+    inbuf: InBuf,
+    /// Node-wide frame budget this connection holds: room above `FREE_ROOM`.
+    budget: Option<OwnedSemaphorePermit>,
+    out: Vec<u8>,
+    written: usize,
+    in_flight: FuturesUnordered<InFlight>,
+    routing: Routing,
+    greeted: bool,
+    busy: bool,
+    /// The client sent all it will (half-closed): what it sent is answered.
+    eof: bool,
+    /// The node is stopping: no new request is started.
+    stopping: bool,
+    /// A frame had an impossible length: nothing after it can be read.
+    broken: bool,
+    opened: Instant,
+    last_active: Instant,
+    frame_started: Option<Instant>,
+    /// Since when unwritten replies have waited without the socket taking
+    /// any of them.
+    write_stalled: Option<Instant>,
+}
+
+impl Conn {
+    pub(super) fn new(server: Arc<Server>, stream: TcpStream, entry: Arc<Entry>) -> Conn {
+        let now = Instant::now();
+        Conn {
+            server,
+            stream,
+            entry,
+            inbuf: InBuf::new(),
+            budget: None,
+            out: Vec::new(),
+            written: 0,
+            in_flight: FuturesUnordered::new(),
+            routing: Routing::Forward,
+            greeted: false,
+            busy: false,
+            eof: false,
+            stopping: false,
+            broken: false,
+            opened: now,
+            last_active: now,
+            frame_started: None,
+            write_stalled: None,
+        }
+    }
+
+    /// Serves the connection until it ends, and says why it ended.
+    pub(super) async fn run(mut self, mut stop: watch::Receiver<bool>) -> Close {
+        let limits = self.server.limits.clone();
+        let mut tick = tokio::time::interval(limits.tick());
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if !self.stopping && !self.broken {
+                // Frames left in the buffer while replies did not fit.
+                self.frames();
+            }
+            let backlog = self.backlog();
+            let ending = self.eof || self.stopping || self.broken;
+            if ending && self.in_flight.is_empty() && backlog == 0 {
+                // (With nothing left to write, `frames` took every whole
+                // frame: what remains is a partial one that cannot finish.)
+                return if self.broken { Close::BadFrame } else { Close::Client };
+            }
+            let room_short = self.room_short();
+            let want_read = !ending && backlog < OUT_LIMIT && room_short == 0;
+            let want_results = !self.in_flight.is_empty() && backlog < OUT_LIMIT;
+            let budget = self.server.frame_budget.clone();
+            tokio::select! {
+                biased;
+                () = self.entry.kill.notified() => return Close::Evicted,
+                _ = stop.changed(), if !self.stopping => self.stopping = true,
+                Some(done) = self.in_flight.next(), if want_results => {
+                    self.reply(done);
+                    self.collect_ready();
+                }
+                r = self.stream.readable(), if want_read => {
+                    if r.is_err() {
+                        return Close::Error;
+                    }
+                    if let Err(why) = self.read() {
+                        return why;
+                    }
+                }
+                r = self.stream.writable(), if backlog > 0 => {
+                    if r.is_err() {
+                        return Close::Error;
+                    }
+                }
+                p = acquire(budget, room_short), if room_short > 0 && !ending => {
+                    self.add_budget(p);
+                }
+                _ = tick.tick() => {
+                    if let Some(why) = self.expired(&limits) {
+                        return why;
+                    }
+                }
+            }
+            // One write per pass, for every reply that became ready in it.
+            if self.write().is_err() {
+                return Close::Error;
+            }
+            self.publish();
+        }
+    }
+
+    fn backlog(&self) -> usize {
+        self.out.len() - self.written
+    }
+
+    /// Bytes of node-wide budget the next read needs first (0: none).
+    fn room_short(&self) -> usize {
+        let allowed = FREE_ROOM + self.budget.as_ref().map_or(0, |p| p.num_permits());
+        self.inbuf.room_wanted().saturating_sub(allowed)
+    }
+
+    fn add_budget(&mut self, p: OwnedSemaphorePermit) {
+        match &mut self.budget {
+            Some(held) => held.merge(p),
+            None => self.budget = Some(p),
+        }
+    }
+
+    /// Reads what the socket has and handles every whole frame in it.
+    fn read(&mut self) -> Result<(), Close> {
+        let short = self.room_short();
+        if short > 0 {
+            // The budget may have room right now: no need to wait a pass.
+            match self.server.frame_budget.clone().try_acquire_many_owned(permits(short)) {
+                Ok(p) => self.add_budget(p),
+                Err(_) => return Ok(()),
+            }
+        }
+        self.inbuf.make_room();
+        match self.stream.try_read_buf(self.inbuf.vec()) {
+            // The client sent all it will; what it asked is still answered.
+            Ok(0) => self.eof = true,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return Err(Close::Error),
+        }
+        Ok(())
+    }
+
+    /// Handles the whole frames in the buffer (while replies fit).
+    fn frames(&mut self) {
+        let now = Instant::now();
+        while self.backlog() < OUT_LIMIT {
+            let env = match self.inbuf.next_frame() {
+                Ok(Some(payload)) => frame::decode_payload::<Request>(payload),
+                Ok(None) => break,
+                Err(e) => {
+                    // The stream cannot be resynchronised after a bad length.
+                    self.observe("other", Duration::ZERO, Some(ErrorCode::BadRequest));
+                    self.push_reply(0, Response::Error(WireError::bad_request(e.to_string())));
+                    self.broken = true;
+                    self.frame_started = None;
+                    return;
+                }
+            };
+            self.frame_started = None;
+            self.last_active = now;
+            self.entry.touch();
+            self.request(env, now);
+        }
+        if self.inbuf.pending() > 0 {
+            self.frame_started.get_or_insert(now);
+        }
+        self.inbuf.settle(FREE_ROOM);
+        self.give_back_budget();
+    }
+
+    /// Returns the frame budget the buffer neither uses nor wants for its
+    /// next read.
+    fn give_back_budget(&mut self) {
+        let used = self.inbuf.room().max(self.inbuf.room_wanted()).saturating_sub(FREE_ROOM);
+        if let Some(held) = &mut self.budget {
+            let spare = held.num_permits().saturating_sub(used);
+            if spare > 0 && spare < held.num_permits() {
+                drop(held.split(spare));
+            } else if used == 0 {
+                self.budget = None;
+            }
+        }
+    }
+
+    fn request(&mut self, env: Result<Envelope<Request>, FrameError>, now: Instant) {
+        let env = match env {
+            Ok(env) => env,
+            Err(e) => {
+                let req_id = match &e {
+                    FrameError::Malformed { req_id, .. } => req_id.unwrap_or(0),
+                    _ => 0,
+                };
+                self.observe("other", Duration::ZERO, Some(ErrorCode::BadRequest));
+                self.push_reply(req_id, Response::Error(WireError::bad_request(e.to_string())));
+                return;
+            }
+        };
+        self.greeted = true;
+        let Envelope { req_id, body } = env;
+        match body {
+            Request::Hello(h) => {
+                // Here, in order, so it applies to every later request.
+                self.routing = h.routing;
+                self.observe("hello", Duration::ZERO, None);
+                self.push_reply(req_id, Response::Hello);
+            }
+            Request::Ping => {
+                self.observe("ping", Duration::ZERO, None);
+                self.push_reply(req_id, Response::Pong);
+            }
+            body if self.in_flight.len() >= self.server.limits.max_in_flight_per_connection => {
+                self.observe(body.op(), Duration::ZERO, Some(ErrorCode::Overloaded));
+                let err = WireError::overloaded("too many requests in flight on this connection");
+                self.push_reply(req_id, Response::Error(err));
+            }
+            body => {
+                // The node-wide cap bounds the results all connections hold
+                // at once; released when this request's reply is taken.
+                let Ok(slot) = self.server.requests.clone().try_acquire_owned() else {
+                    self.observe(body.op(), Duration::ZERO, Some(ErrorCode::Overloaded));
+                    let err = WireError::overloaded("the node has too many requests in flight");
+                    self.push_reply(req_id, Response::Error(err));
+                    return;
+                };
+                let engine = self.server.engine.clone();
+                let timeout = self.server.limits.request_timeout;
+                let routing = self.routing;
+                self.in_flight.push(Box::pin(async move {
+                    let op = body.op();
+                    let resp = match tokio::time::timeout(timeout, engine.handle_as(body, routing))
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => Response::Error(WireError::timeout(format!(
+                            "no result within {} ms; the request may still apply",
+                            timeout.as_millis()
+                        ))),
+                    };
+                    drop(slot);
+                    Done { req_id, op, started: now, resp }
+                }));
+            }
+        }
+    }
+
+    /// Takes every other result that is ready now, so they share a write.
+    fn collect_ready(&mut self) {
+        while self.backlog() < OUT_LIMIT {
+            // Polling with a no-op waker is safe here: the loop polls
+            // `in_flight` again with the task's waker before it sleeps.
+            match self.in_flight.next().now_or_never() {
+                Some(Some(done)) => self.reply(done),
+                _ => break,
+            }
+        }
+    }
+
+    fn reply(&mut self, d: Done) {
+        let code = match &d.resp {
+            Response::Error(e) => Some(e.code),
+            _ => None,
+        };
+        self.observe(d.op, d.started.elapsed(), code);
+        self.push_reply(d.req_id, d.resp);
+    }
+
+    fn observe(&self, op: &str, elapsed: Duration, code: Option<ErrorCode>) {
+        self.server.metrics.observe(op, elapsed, code);
+    }
+
+    fn push_reply(&mut self, req_id: u64, body: Response) {
+        if frame::encode_frame(&Envelope { req_id, body }, &mut self.out).is_err() {
+            // Only an oversized reply can fail to encode; tell the caller so.
+            let msg = "the reply exceeds the frame limit; ask for less (a smaller page or batch)";
+            let err = Response::Error(WireError::internal(msg));
+            let _ = frame::encode_frame(&Envelope { req_id, body: err }, &mut self.out);
+        }
+    }
+
+    /// Writes as much of the backlog as the socket takes now.
+    fn write(&mut self) -> io::Result<()> {
+        let before = self.written;
+        while self.written < self.out.len() {
+            match self.stream.try_write(&self.out[self.written..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let now = Instant::now();
+        if self.written == self.out.len() {
+            self.out.clear();
+            self.written = 0;
+            self.write_stalled = None;
+        } else if self.written > before || self.write_stalled.is_none() {
+            self.write_stalled = Some(now);
+        }
+        if self.written > before {
+            self.last_active = now;
+            if self.written >= OUT_LIMIT {
+                self.out.drain(..self.written);
+                self.written = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the connection table whether this connection may be evicted.
+    fn publish(&mut self) {
+        let busy = !self.in_flight.is_empty() || self.backlog() > 0;
+        if busy != self.busy {
+            self.busy = busy;
+            self.entry.set_busy(busy);
+        }
+        if self.greeted {
+            self.entry.set_greeted();
+        }
+    }
+
+    /// Whether a bound on time has run out; also lets an idle connection's
+    /// buffers go.
+    fn expired(&mut self, limits: &super::Limits) -> Option<Close> {
+        let now = Instant::now();
+        if !self.greeted && now.duration_since(self.opened) >= limits.auth_timeout {
+            return Some(Close::AuthTimeout);
+        }
+        if self.frame_started.is_some_and(|t| now.duration_since(t) >= limits.frame_timeout) {
+            return Some(Close::FrameTimeout);
+        }
+        if self.write_stalled.is_some_and(|t| now.duration_since(t) >= limits.write_timeout) {
+            return Some(Close::WriteTimeout);
+        }
+        let quiet = self.in_flight.is_empty() && self.backlog() == 0 && self.inbuf.pending() == 0;
+        let idle = now.duration_since(self.last_active);
+        if quiet && idle >= limits.idle_timeout {
+            return Some(Close::Idle);
+        }
+        if quiet && idle >= KEEP_BUFFERS {
+            self.inbuf.release();
+            self.give_back_budget();
+            self.out = Vec::new();
+        }
+        None
+    }
+}
+
+/// Waits for `n` bytes of the node-wide frame budget.
+async fn acquire(budget: Arc<Semaphore>, n: usize) -> OwnedSemaphorePermit {
+    match budget.acquire_many_owned(permits(n)).await {
+        Ok(p) => p,
+        // The budget is never closed; if it were, wait for the timeouts.
+        Err(_) => std::future::pending().await,
+    }
+}
+
+fn permits(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
