@@ -238,3 +238,16 @@ async fn idle_admin_connections_do_not_starve_readyz() {
     }
     drop(idle);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_reconnects_after_the_node_closes_its_idle_connections() {
+    let node = Node::builder().env("PLAUDIT_CLIENT_IDLE_TIMEOUT_SECS", 2).start();
+    let c = node.client().await;
+    c.ping().await.unwrap();
+    wait_until(Duration::from_secs(30), "the node closes the SDK's idle connections", || async {
+        let open = metric_sum(&node.metrics_text(), "plaudit_connections_open").unwrap_or(1.0);
+        closed(&node, "idle") >= 1 && open == 0.0
+    })
+    .await;
+    c.ping().await.expect("the SDK reconnects");
+}
