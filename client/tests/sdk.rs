@@ -251,6 +251,31 @@ async fn calls_are_spread_round_robin_over_the_pool() {
 }
 
 #[tokio::test]
+async fn a_node_at_its_connection_limit_is_reported_overloaded() {
+    // What a node over its connection limit does: one `Overloaded` frame
+    // under req_id 0, then close, whatever the client sent.
+    let (listener, addr) = listen().await;
+    let server = tokio::spawn(async move {
+        for _ in 0..2 {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let e = WireError::overloaded("the node is at its connection limit");
+            let env = Envelope { req_id: 0, body: Response::Error(e) };
+            write_frame(&mut stream, &env).await.expect("write the refusal");
+            drop(stream);
+        }
+    });
+    for _ in 0..2 {
+        let err = Client::connect_with(&addr, opts(1, 2000)).await.unwrap_err();
+        match &err {
+            ClientError::Server(e) => assert_eq!(e.code, ErrorCode::Overloaded, "{e}"),
+            other => panic!("expected the node's Overloaded, got {other:?}"),
+        }
+        assert!(err.to_string().contains("connection limit"), "{err}");
+    }
+    server.await.unwrap();
+}
+
+#[tokio::test]
 async fn connecting_to_a_closed_port_is_an_io_error_naming_the_address() {
     let (listener, addr) = listen().await;
     drop(listener);

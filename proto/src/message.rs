@@ -67,7 +67,7 @@ pub enum Request {
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 27] = [
+pub const OPS: [&str; 26] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -93,12 +93,16 @@ pub const OPS: [&str; 27] = [
     "hello",
     "routing",
     "cluster_status",
-    "once",
     "stale",
 ];
 
 impl Request {
     /// The operation's name, used as a metrics label and in logs; one of [`OPS`].
+    ///
+    /// `Once` is how the SDK and CLI send every registry change, so it is
+    /// named for what it wraps (`rank_create`, not "once": otherwise every
+    /// create and update would share one label). A `Stale` read keeps its
+    /// own name: it skips the read barrier, so its latency is another story.
     pub fn op(&self) -> &'static str {
         match self {
             Request::Ping => "ping",
@@ -128,7 +132,7 @@ impl Request {
             Request::Hello(_) => "hello",
             Request::Routing => "routing",
             Request::ClusterStatus => "cluster_status",
-            Request::Once { .. } => "once",
+            Request::Once { req, .. } => req.op(),
             Request::Stale(_) => "stale",
         }
     }
@@ -276,6 +280,32 @@ mod tests {
             Request::Once { id: 1, req: Box::new(Request::GetBiz(1)) },
             Request::Stale(Box::new(Request::ListBiz)),
         ]
+    }
+
+    #[test]
+    fn a_registry_change_sent_once_is_named_for_what_it_changes() {
+        let once = |req| Request::Once { id: 9, req: Box::new(req) };
+        let create = Request::CreateRank(RankDef {
+            id: 1,
+            name: "x".into(),
+            dims: vec![],
+            granularities: vec![crate::window::Granularity::Day],
+            utc_offset: crate::window::UtcOffset::UTC,
+            aggregation: crate::rankings::Aggregation::Incr,
+            ties: crate::rankings::TieMode::EarlierFirst,
+            settings: Default::default(),
+        });
+        assert_eq!(once(create).op(), "rank_create");
+        let update = Request::UpdateRank(UpdateRank { id: 1, settings: Default::default() });
+        assert_eq!(once(update).op(), "rank_update");
+        let biz = Request::CreateBiz(CreateBiz {
+            id: None,
+            name: "x".into(),
+            config: Default::default(),
+        });
+        assert_eq!(once(biz).op(), "biz_create");
+        let biz = Request::UpdateBiz(UpdateBiz { id: 1, config: Default::default() });
+        assert_eq!(once(biz).op(), "biz_update");
     }
 
     #[test]
