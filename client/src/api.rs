@@ -122,7 +122,9 @@ impl Client {
         }
     }
 
-    /// Registers a business; `id: None` lets the node pick the next free id.
+    /// Registers a business; `id: None` lets the node pick one: one above
+    /// the highest id in use, or the lowest free id once the highest is
+    /// `MAX_BIZ_ID` (an explicit id at the top never uses up assignment).
     /// Applied at most once, however often the SDK has to send it.
     pub async fn create_biz(
         &self,

@@ -243,7 +243,9 @@ impl Engine {
         let once = |id, cmd| Command::Once { id, cmd: Box::new(cmd) };
         match req {
             Request::Once { id, req } => match *req {
-                Request::CreateBiz(c) => biz_result(write(once(id, Command::CreateBiz(c))).await?),
+                Request::CreateBiz(c) => {
+                    biz_result(write(once(id, Command::CreateBizV2(c))).await?)
+                }
                 Request::UpdateBiz(u) => biz_result(write(once(id, Command::UpdateBiz(u))).await?),
                 Request::CreateRank(d) => {
                     rank_result(write(once(id, Command::CreateRank(d))).await?)
@@ -256,7 +258,7 @@ impl Engine {
                     other.op()
                 ))),
             },
-            Request::CreateBiz(c) => biz_result(write(Command::CreateBiz(c)).await?),
+            Request::CreateBiz(c) => biz_result(write(Command::CreateBizV2(c)).await?),
             Request::UpdateBiz(u) => biz_result(write(Command::UpdateBiz(u)).await?),
             Request::CreateRank(d) => rank_result(write(Command::CreateRank(d)).await?),
             Request::UpdateRank(u) => rank_result(write(Command::UpdateRank(u)).await?),
