@@ -16,6 +16,7 @@ use plaudit_proto::{codec, BizId, WireError};
 use plaudit_storage::keys::VALUE_V1;
 use plaudit_storage::{StateError, StateStore, WriteSet};
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 
@@ -125,6 +126,13 @@ impl Directory {
         self.ranks_read().values().map(|d| (**d).clone()).collect()
     }
 
+    /// Up to `n` rankings with ids above `after`, in id order (a page).
+    pub fn ranks_after(&self, after: Option<RankId>, n: usize) -> Vec<(RankId, Arc<RankDef>)> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let map = self.ranks_read();
+        map.range((from, Bound::Unbounded)).take(n).map(|(&id, d)| (id, d.clone())).collect()
+    }
+
     /// Applies a ranking create. The id is the creator's: it is what scoring
     /// calls name, so it is never reassigned.
     pub fn apply_create_rank(
@@ -176,6 +184,13 @@ impl Directory {
 
     pub fn list(&self) -> Vec<Business> {
         self.read().values().cloned().collect()
+    }
+
+    /// Up to `n` businesses with ids above `after`, in id order (a page).
+    pub fn list_after(&self, after: Option<BizId>, n: usize) -> Vec<(BizId, Business)> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let map = self.read();
+        map.range((from, Bound::Unbounded)).take(n).map(|(&id, b)| (id, b.clone())).collect()
     }
 
     /// Applies a create: deterministic, so every replica assigns the same

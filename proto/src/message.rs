@@ -11,6 +11,7 @@ use crate::likes::{
     CountsRequest, EntityCounts, EntityState, LikeReply, LikeRequest, LikersRequest, Page,
     ReceivedReply, ReceivedRequest, StatusRequest, UserLikesRequest,
 };
+use crate::listing::{BizPage, ListPage, RankPage};
 use crate::rankings::{RankDef, RankId, UpdateRank};
 use crate::scoring::{
     BoardsPage, BoardsRequest, QueryReply, QueryRequest, ScoreReply, ScoreRequest,
@@ -64,6 +65,12 @@ pub enum Request {
     /// reads may be stale; a status read should not be, if the caller must
     /// see its own likes.
     Stale(Box<Request>),
+    /// One page of businesses in id order (`listing.rs`); replaces
+    /// `ListBiz`, whose single reply stops fitting a frame past ~14k
+    /// businesses.
+    ListBizPage(ListPage),
+    /// One page of ranking definitions in id order; replaces `ListRanks`.
+    ListRanksPage(ListPage),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
@@ -108,7 +115,7 @@ impl Request {
             Request::Ping => "ping",
             Request::CreateBiz(_) => "biz_create",
             Request::GetBiz(_) => "biz_get",
-            Request::ListBiz => "biz_list",
+            Request::ListBiz | Request::ListBizPage(_) => "biz_list",
             Request::UpdateBiz(_) => "biz_update",
             Request::Like(_) => "like",
             Request::Status(_) => "status",
@@ -118,7 +125,7 @@ impl Request {
             Request::Received(_) => "received",
             Request::CreateRank(_) => "rank_create",
             Request::GetRank(_) => "rank_get",
-            Request::ListRanks => "rank_list",
+            Request::ListRanks | Request::ListRanksPage(_) => "rank_list",
             Request::UpdateRank(_) => "rank_update",
             Request::Score(_) => "score",
             Request::Query(q) => match q.query {
@@ -161,11 +168,14 @@ impl Request {
                 | Request::GetBiz(_)
                 | Request::ListBiz
                 | Request::GetRank(_)
-                | Request::ListRanks => req.validate(),
+                | Request::ListRanks
+                | Request::ListBizPage(_)
+                | Request::ListRanksPage(_) => req.validate(),
                 _ => Err(WireError::bad_request(format!("{} cannot be read stale", req.op()))),
             },
             Request::CreateRank(d) => d.validate(),
             Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
+            Request::ListBizPage(p) | Request::ListRanksPage(p) => p.validate(),
             Request::Score(r) => r.validate(),
             Request::Query(r) => r.validate(),
             Request::Boards(r) => r.validate(),
@@ -183,6 +193,7 @@ impl Request {
     pub fn biz(&self) -> Option<BizId> {
         match self {
             Request::Ping | Request::ListBiz | Request::CreateBiz(_) => None,
+            Request::ListBizPage(_) | Request::ListRanksPage(_) => None,
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
             Request::CreateRank(_)
@@ -231,6 +242,10 @@ pub enum Response {
         lag: u64,
         reply: Box<Response>,
     },
+    /// The reply to `ListBizPage`.
+    BizPage(BizPage),
+    /// The reply to `ListRanksPage`.
+    RankPage(RankPage),
 }
 
 #[cfg(test)]
@@ -279,6 +294,8 @@ mod tests {
             Request::ClusterStatus,
             Request::Once { id: 1, req: Box::new(Request::GetBiz(1)) },
             Request::Stale(Box::new(Request::ListBiz)),
+            Request::ListBizPage(ListPage::first()),
+            Request::ListRanksPage(ListPage { after: Some(3), limit: 10 }),
         ]
     }
 

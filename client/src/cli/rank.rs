@@ -50,7 +50,7 @@ pub enum RankCommand {
         /// Ranking id.
         id: RankId,
     },
-    /// List all rankings.
+    /// List all rankings (read page by page, however many there are).
     List,
     /// Change a ranking's cap, retention, priority or filters; the rest keep their values.
     #[command(group(
