@@ -50,9 +50,11 @@ impl Engine {
 
     pub(crate) async fn score(&self, r: ScoreRequest) -> Result<Response, WireError> {
         let def = self.rank_def(r.rank).await?;
-        // Expiry is decided here, at the edge, with this node's clock: the
-        // command that reaches the log is already admitted.
-        let targets = match route::admit(&def, &r, now_secs())? {
+        // Expiry and the future horizon are decided here, at the edge, with
+        // this node's clock: the command that reaches the log is already
+        // admitted, and apply never reads a clock.
+        let horizon = i64::try_from(self.cfg.score_future_horizon.as_secs()).unwrap_or(i64::MAX);
+        let targets = match route::admit(&def, &r, now_secs(), horizon)? {
             Admission::Boards(t) => t,
             Admission::Filtered(why) => {
                 tracing::debug!(rank = r.rank, why, "event filtered");
