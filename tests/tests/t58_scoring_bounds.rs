@@ -1,9 +1,14 @@
-//! Scoring events at the edges of what a board can hold: an event dated
+//! Scoring events at the edges of what a board can hold: an increment that
+//! would overflow one sub-board changes none of them and leaves its event
+//! id unused, even when the boards sit on different shards; an event dated
 //! past the node's future horizon is filtered and creates no sub-board.
 
 use plaudit_client::proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
-use plaudit_client::proto::scoring::{Outcome, ScoreRequest};
-use plaudit_client::proto::window::{Granularity, UtcOffset};
+use plaudit_client::proto::routing::board_shard;
+use plaudit_client::proto::scoring::{BoardRef, Outcome, ScoreRequest};
+use plaudit_client::proto::window::{window_start, Granularity, TypeId, UtcOffset};
+use plaudit_client::proto::ErrorCode;
+use plaudit_client::Client;
 use plaudit_tests::Node;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -28,6 +33,62 @@ fn def(id: u32) -> RankDef {
 
 fn event(rank: u32, score: i64, ts: i64, event_id: u64) -> ScoreRequest {
     ScoreRequest { rank, item: 1, score, sub: None, dims: vec![], ts, event_id }
+}
+
+fn board(g: Granularity, ts: i64) -> TypeId {
+    TypeId { gran: g, start: window_start(g, UtcOffset::UTC, ts), dims: vec![] }
+}
+
+async fn score_of(c: &Client, rank: u32, t: &TypeId) -> Option<i64> {
+    let got = c.scores(rank, BoardRef::TypeId(t.format()), &[1]).await.expect("scores");
+    got[0].1
+}
+
+#[tokio::test]
+async fn an_overflow_on_one_board_writes_no_board_and_keeps_the_event_id_free() {
+    let node = Node::start();
+    let c = node.client().await;
+    let t = now();
+    let (yesterday, today, total) = (
+        board(Granularity::Day, t - DAY),
+        board(Granularity::Day, t),
+        board(Granularity::Total, t),
+    );
+    // A ranking whose "today" and "total" boards live on different shards,
+    // so the failing board is not on the shard of the one that would apply.
+    let shard = |rank, b: &TypeId| board_shard(rank, &b.to_key(), node.shards());
+    let rank = (1..100).find(|&r| shard(r, &today) != shard(r, &total)).expect("a split ranking");
+    c.create_rank(def(rank)).await.unwrap();
+
+    // Yesterday's board and the total reach MAX - 10.
+    let high = i64::MAX - 10;
+    let first = c.score(event(rank, high, t - DAY, 1)).await.expect("first event");
+    assert!(first.boards.iter().all(|b| b.outcome == Outcome::Applied), "{first:?}");
+
+    // Today +100 fits today's board but overflows the total: refused whole.
+    let err = c.score(event(rank, 100, t, 2)).await.expect_err("overflow on total");
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err}");
+    assert!(err.to_string().contains("overflow"), "{err}");
+    assert_eq!(score_of(&c, rank, &today).await, None, "today's board was not written");
+    assert_eq!(score_of(&c, rank, &total).await, Some(high));
+    assert_eq!(score_of(&c, rank, &yesterday).await, Some(high));
+    let size = c.board_size(rank, BoardRef::TypeId(today.format())).await.unwrap();
+    assert_eq!(size, 0);
+
+    // The same event id, corrected, applies everywhere: it was never used.
+    let retry = c.score(event(rank, 5, t, 2)).await.expect("corrected retry");
+    let got: Vec<(String, Outcome, Option<i64>)> =
+        retry.boards.into_iter().map(|b| (b.type_id, b.outcome, b.score)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (today.format(), Outcome::Applied, Some(5)),
+            (total.format(), Outcome::Applied, Some(high + 5)),
+        ]
+    );
+    // And a repeat of the corrected event is a duplicate on both boards.
+    let again = c.score(event(rank, 5, t, 2)).await.expect("repeat");
+    assert!(again.boards.iter().all(|b| b.outcome == Outcome::Duplicate), "{again:?}");
 }
 
 #[tokio::test]
