@@ -34,7 +34,9 @@ pub struct ScoreRequest {
     /// than the node's clock plus its future horizon (default one day) is
     /// `filtered`, as is one whose window has expired.
     pub ts: i64,
-    /// Makes the event idempotent per sub-board.
+    /// Makes the event idempotent per sub-board. An event refused with
+    /// `BadRequest` (its increment would overflow a board) is recorded on no
+    /// board, so the same id may be sent again with a corrected score.
     pub event_id: u64,
 }
 
