@@ -2,7 +2,7 @@
 //! `EventMemory`, loaded from the ranking's tree on activation, applies the
 //! scoring events of a batch in log order and hands back what to store.
 
-use crate::command::{EventResult, ScoreCmd};
+use crate::command::{EventResult, ScoreCmd, ScoreEvent};
 use crate::error::ShardError;
 use crate::rankings::board::{Board, Member, Ranked, Rules};
 use crate::rankings::dedup::EventMemory;
@@ -55,6 +55,15 @@ pub enum BoardMsg {
     /// Answered straight to the asker (the shard only routes it), so a
     /// large top-N never holds up the shard's applies.
     Query(BoardQuery, RpcReplyPort<Result<QueryOut, ShardError>>),
+    /// What applying one event for `item` would give now (`Applied` or
+    /// `Duplicate`, or the overflow that would refuse it), changing
+    /// nothing: the edge's check before it proposes an event to any of
+    /// its boards (`rankings/all_or_nothing.rs`). Answered straight to the asker.
+    Check {
+        item: ItemId,
+        event: ScoreEvent,
+        reply: RpcReplyPort<Result<EventResult, ShardError>>,
+    },
     Passivate,
 }
 
@@ -119,6 +128,15 @@ impl BoardState {
                 Ok((Outcome::Applied, score))
             })
             .collect()
+    }
+
+    /// What `apply_run` would answer for this one event, without applying it.
+    fn check(&self, item: ItemId, e: &ScoreEvent) -> EventResult {
+        if self.events.contains(e.event_id) {
+            return Ok((Outcome::Duplicate, self.core.score(item)));
+        }
+        self.core.check(item, e.score).map_err(|e| WireError::bad_request(e.to_string()))?;
+        Ok((Outcome::Applied, self.core.score(item)))
     }
 
     fn size(&self) -> (usize, usize) {
@@ -220,6 +238,9 @@ impl Actor for BoardActor {
                     BoardQuery::Size => QueryOut::Size(b.len() as u64),
                 };
                 let _ = reply.send(Ok(out));
+            }
+            BoardMsg::Check { item, event, reply } => {
+                let _ = reply.send(Ok(state.check(item, &event)));
             }
             BoardMsg::Passivate => myself.stop(None),
         }

@@ -71,7 +71,9 @@ pub enum Command {
         target: ShardId,
         seqs: Vec<u64>,
     },
-    /// Registry commands, applied by the metadata group only.
+    /// Registry commands, applied by the metadata group only. `CreateBiz`
+    /// assigns a missing id by `IdRule::AfterHighest`: entries of earlier
+    /// builds replay as they were applied; new creates are `CreateBizV2`.
     CreateBiz(CreateBiz),
     UpdateBiz(UpdateBiz),
     CreateRank(RankDef),
@@ -96,6 +98,12 @@ pub enum Command {
         id: u64,
         cmd: Box<Command>,
     },
+    /// Registers a business, assigning a missing id by
+    /// `IdRule::AfterHighestOrLowestFree` (an explicit id at the top of the
+    /// range no longer uses up assigned ids). What the edge proposes since
+    /// step 4; `CreateBiz` keeps the rule its entries were applied under
+    /// (`IdRule::AfterHighest`), so a replay assigns what it assigned then.
+    CreateBizV2(CreateBiz),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,6 +185,24 @@ mod tests {
         // target 2, one seq: 3). These exact bytes are what data directories
         // and peers of this version hold: they must stay readable.
         assert_eq!(bytes, vec![0, 7, 1, 2, 2, 1, 3]);
+        assert_eq!(codec::from_bytes::<Batch>(&bytes).unwrap(), b);
+    }
+
+    #[test]
+    fn both_business_creates_keep_their_tags() {
+        let c = CreateBiz { id: None, name: "x".into(), config: Default::default() };
+        let b =
+            Batch { now: 7, cmds: vec![Command::CreateBiz(c.clone()), Command::CreateBizV2(c)] };
+        let bytes = codec::to_bytes(&b).unwrap();
+        // V1, now 7, two commands: CreateBiz (variant 3) as logged by every
+        // build so far, then CreateBizV2 (variant 11, appended); each is
+        // `id: None, "x", dislikes on, 100, 100`.
+        let create = [0, 1, b'x', 1, 100, 100];
+        let mut want = vec![0, 7, 2, 3];
+        want.extend(create);
+        want.push(11);
+        want.extend(create);
+        assert_eq!(bytes, want);
         assert_eq!(codec::from_bytes::<Batch>(&bytes).unwrap(), b);
     }
 

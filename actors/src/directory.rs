@@ -16,6 +16,7 @@ use plaudit_proto::{codec, BizId, WireError};
 use plaudit_storage::keys::VALUE_V1;
 use plaudit_storage::{StateError, StateStore, WriteSet};
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 
@@ -125,6 +126,13 @@ impl Directory {
         self.ranks_read().values().map(|d| (**d).clone()).collect()
     }
 
+    /// Up to `n` rankings with ids above `after`, in id order (a page).
+    pub fn ranks_after(&self, after: Option<RankId>, n: usize) -> Vec<(RankId, Arc<RankDef>)> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let map = self.ranks_read();
+        map.range((from, Bound::Unbounded)).take(n).map(|(&id, d)| (id, d.clone())).collect()
+    }
+
     /// Applies a ranking create. The id is the creator's: it is what scoring
     /// calls name, so it is never reassigned.
     pub fn apply_create_rank(
@@ -178,8 +186,21 @@ impl Directory {
         self.read().values().cloned().collect()
     }
 
-    /// Applies a create: deterministic, so every replica assigns the same id.
-    pub fn apply_create(&self, c: &CreateBiz, ws: &mut WriteSet) -> Result<Business, WireError> {
+    /// Up to `n` businesses with ids above `after`, in id order (a page).
+    pub fn list_after(&self, after: Option<BizId>, n: usize) -> Vec<(BizId, Business)> {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let map = self.read();
+        map.range((from, Bound::Unbounded)).take(n).map(|(&id, b)| (id, b.clone())).collect()
+    }
+
+    /// Applies a create: deterministic, so every replica assigns the same
+    /// id (`rule` comes from the command, see [`IdRule`]).
+    pub fn apply_create(
+        &self,
+        c: &CreateBiz,
+        rule: IdRule,
+        ws: &mut WriteSet,
+    ) -> Result<Business, WireError> {
         c.validate()?;
         let mut map = self.inner.write().unwrap_or_else(|e| e.into_inner());
         let id = match c.id {
@@ -187,13 +208,9 @@ impl Directory {
                 return Err(WireError::bad_request(format!("business {id} already exists")))
             }
             Some(id) => id,
-            None => {
-                let next = map.keys().next_back().map_or(1, |k| k + 1);
-                if next > MAX_BIZ_ID {
-                    return Err(WireError::bad_request("no business ids left"));
-                }
-                next
-            }
+            None => assigned_id(&map, rule, MAX_BIZ_ID).ok_or_else(|| {
+                WireError::bad_request(format!("no business ids left (all of 1..={MAX_BIZ_ID})"))
+            })?,
         };
         let biz = Business { id, name: c.name.clone(), config: c.config.clone() };
         ws.put_registry(&id.to_be_bytes(), &encode(&biz)?);
@@ -210,6 +227,49 @@ impl Directory {
         biz.config = u.config.clone();
         ws.put_registry(&u.id.to_be_bytes(), &encode(biz)?);
         Ok(biz.clone())
+    }
+}
+
+/// How a create without an id picks one. The rule rides in the command
+/// (`Command::CreateBiz` vs `CreateBizV2`), so a log entry is replayed under
+/// the rule it was first applied with and every build computes the same id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdRule {
+    /// One above the highest id in use; none once the highest is the
+    /// largest id. An explicit id at the top of the range (`biz create --id
+    /// 4294967294`) thus used up assignment for good: the rule of entries
+    /// logged before step 4.
+    AfterHighest,
+    /// One above the highest id in use, as before, so assigned ids keep
+    /// counting up past explicit ones and never land in a gap someone may
+    /// mean to fill; when nothing is free above the highest, the lowest free
+    /// id. Assignment fails only when every id is taken. Businesses are
+    /// never deleted, so an id is never handed out twice.
+    AfterHighestOrLowestFree,
+}
+
+/// The id a create without one gets among the ids `taken` in `1..=max`.
+/// Pure, and over any map so the rule is tested on a small range.
+pub fn assigned_id<V>(taken: &BTreeMap<BizId, V>, rule: IdRule, max: BizId) -> Option<BizId> {
+    let after_highest = match taken.keys().next_back() {
+        None => Some(1),
+        Some(&highest) => highest.checked_add(1).filter(|&id| id <= max),
+    };
+    match (after_highest, rule) {
+        (Some(id), _) => Some(id),
+        (None, IdRule::AfterHighest) => None,
+        // The first gap in the sorted keys. Only reached once an id at the
+        // very top is taken, so the walk is rare; it stops at the first gap.
+        (None, IdRule::AfterHighestOrLowestFree) => {
+            let mut want: BizId = 1;
+            for &id in taken.keys() {
+                if id != want {
+                    break;
+                }
+                want = want.checked_add(1)?;
+            }
+            (want <= max).then_some(want)
+        }
     }
 }
 
@@ -240,13 +300,62 @@ mod tests {
         let d = Directory::load(&store).unwrap();
         let mut ws = WriteSet::new(16);
         let c = |id, name: &str| CreateBiz { id, name: name.into(), config: BizConfig::default() };
-        assert_eq!(d.apply_create(&c(Some(5), "video"), &mut ws).unwrap().id, 5);
-        assert_eq!(d.apply_create(&c(None, "comment"), &mut ws).unwrap().id, 6);
-        assert!(d.apply_create(&c(Some(5), "dup"), &mut ws).is_err());
+        let rule = IdRule::AfterHighestOrLowestFree;
+        assert_eq!(d.apply_create(&c(Some(5), "video"), rule, &mut ws).unwrap().id, 5);
+        assert_eq!(d.apply_create(&c(None, "comment"), rule, &mut ws).unwrap().id, 6);
+        assert!(d.apply_create(&c(Some(5), "dup"), rule, &mut ws).is_err());
         store.stage(ws);
         let again = Directory::load(&store).unwrap();
         assert_eq!(again.list().len(), 2);
         assert_eq!(again.get(6).unwrap().name, "comment");
+    }
+
+    #[test]
+    fn an_explicit_id_at_the_top_leaves_assigned_ids_available() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let store = StateStore::open(&db).unwrap();
+        let d = Directory::load(&store).unwrap();
+        let mut ws = WriteSet::new(16);
+        let c = |id, name: &str| CreateBiz { id, name: name.into(), config: BizConfig::default() };
+        let rule = IdRule::AfterHighestOrLowestFree;
+        d.apply_create(&c(Some(MAX_BIZ_ID), "top"), rule, &mut ws).unwrap();
+        d.apply_create(&c(Some(2), "two"), rule, &mut ws).unwrap();
+        let ids: Vec<BizId> = ["a", "b", "c"]
+            .iter()
+            .map(|n| d.apply_create(&c(None, n), rule, &mut ws).unwrap().id)
+            .collect();
+        assert_eq!(ids, vec![1, 3, 4], "the lowest free ids, around the explicit 2");
+        // Entries logged under the old rule replay as they were applied.
+        let old = d.apply_create(&c(None, "old"), IdRule::AfterHighest, &mut ws).unwrap_err();
+        assert_eq!(old.code, plaudit_proto::ErrorCode::BadRequest);
+    }
+
+    /// The rule against a model that tries every id in order.
+    fn model(taken: &std::collections::BTreeSet<BizId>, max: BizId) -> Option<BizId> {
+        let highest = taken.iter().next_back().copied().unwrap_or(0);
+        let free = |id: &BizId| !taken.contains(id);
+        (highest + 1..=max).find(free).or_else(|| (1..=max).find(free))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn assigned_ids_are_free_and_follow_the_rule(
+            taken in proptest::collection::btree_set(1u32..=12, 0..=12),
+        ) {
+            let max = 12;
+            let map: BTreeMap<BizId, ()> = taken.iter().map(|&id| (id, ())).collect();
+            let got = assigned_id(&map, IdRule::AfterHighestOrLowestFree, max);
+            proptest::prop_assert_eq!(got, model(&taken, max));
+            if let Some(id) = got {
+                proptest::prop_assert!(!taken.contains(&id) && (1..=max).contains(&id));
+            }
+            // None only when every id is taken.
+            proptest::prop_assert_eq!(got.is_none(), taken.len() == max as usize);
+            let legacy = assigned_id(&map, IdRule::AfterHighest, max);
+            let highest = taken.iter().next_back().copied().unwrap_or(0);
+            proptest::prop_assert_eq!(legacy, (highest < max).then_some(highest + 1));
+        }
     }
 
     #[test]
@@ -260,7 +369,7 @@ mod tests {
         let mut ws = WriteSet::new(16);
         let biz =
             CreateBiz { id: Some(0x7200_0000 | 7), name: "b".into(), config: BizConfig::default() };
-        d.apply_create(&biz, &mut ws).unwrap();
+        d.apply_create(&biz, IdRule::AfterHighestOrLowestFree, &mut ws).unwrap();
         let def = RankDef {
             id: 7,
             name: "gifts".into(),

@@ -6,8 +6,10 @@
 //! - `board`: a sub-board: aggregation, tie-break modes, length cap;
 //! - `dedup`: the bounded set of recently applied event ids;
 //! - `records`: how that set is stored (open, rewritten, then dropped records);
-//! - `route`: an event's admission (dimensions, filters) and its sub-boards.
+//! - `route`: an event's admission (dimensions, filters) and its sub-boards;
+//! - `all_or_nothing`: when and how an event is checked on all its boards first.
 
+pub mod all_or_nothing;
 pub mod board;
 pub mod dedup;
 pub mod order;

@@ -34,14 +34,14 @@ mod registry;
 
 use crate::active::ActiveSet;
 use crate::board_actor::{BoardActor, BoardArgs, BoardMsg, QueryOut};
-use crate::command::{Batch, CmdResult};
+use crate::command::{Batch, CmdResult, EventResult, ScoreEvent};
 use crate::directory::Directory;
 use crate::entity_actor::{EntityActor, EntityArgs, EntityMsg};
 use crate::error::{Fatal, ShardError};
 use crate::rankings::board::Rules;
 use crate::user_actor::{UserActor, UserArgs, UserMsg};
 use plaudit_proto::likes::{ListItem, PageCursor};
-use plaudit_proto::rankings::RankId;
+use plaudit_proto::rankings::{ItemId, RankId};
 use plaudit_proto::scoring::BoardQuery;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId};
 use plaudit_storage::StateStore;
@@ -90,6 +90,16 @@ pub enum ShardMsg {
         rules: Rules,
         query: BoardQuery,
         reply: RpcReplyPort<Result<QueryOut, ShardError>>,
+    },
+    /// Whether one scoring event would apply on a sub-board, changing
+    /// nothing (activated from storage if needed, like a query).
+    BoardCheck {
+        rank: RankId,
+        type_key: Vec<u8>,
+        rules: Rules,
+        item: ItemId,
+        event: ScoreEvent,
+        reply: RpcReplyPort<Result<EventResult, ShardError>>,
     },
     /// Passivate actors idle for longer than the configured period.
     Sweep,
@@ -220,6 +230,16 @@ impl Actor for ShardActor {
                         // The board answers the asker itself. If it stopped
                         // meanwhile, the dropped reply port tells the asker.
                         let _ = a.cast(BoardMsg::Query(query, reply));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                    }
+                }
+            }
+            ShardMsg::BoardCheck { rank, type_key, rules, item, event, reply } => {
+                match self.board(&myself, state, rank, type_key, rules).await {
+                    Ok(a) => {
+                        let _ = a.cast(BoardMsg::Check { item, event, reply });
                     }
                     Err(e) => {
                         let _ = reply.send(Err(e.into()));
@@ -514,6 +534,19 @@ impl ShardHandle {
         query: BoardQuery,
     ) -> Result<QueryOut, ShardError> {
         self.ask(|reply| ShardMsg::BoardQuery { rank, type_key, rules, query, reply }).await?
+    }
+
+    /// What applying `event` for `item` on the sub-board would give now,
+    /// without applying it (see `BoardMsg::Check`).
+    pub async fn board_check(
+        &self,
+        rank: RankId,
+        type_key: Vec<u8>,
+        rules: Rules,
+        item: ItemId,
+        event: ScoreEvent,
+    ) -> Result<EventResult, ShardError> {
+        self.ask(|reply| ShardMsg::BoardCheck { rank, type_key, rules, item, event, reply }).await?
     }
 
     pub async fn reset(&self) -> Result<(), ShardError> {

@@ -110,6 +110,53 @@ async fn a_data_shard_scores_without_knowing_the_ranking() {
 }
 
 #[tokio::test]
+async fn a_board_check_foretells_the_apply_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let store = StateStore::open(&db).unwrap();
+    let s = shard(&store, Directory::default()).await;
+    let rules = plaudit_actors::rankings::board::Rules {
+        aggregation: Aggregation::Incr,
+        ties: TieMode::EarlierFirst,
+        cap: 10,
+    };
+    let ev = |event_id, score| ScoreEvent { score, sub: None, event_id };
+    let score = |e: ScoreEvent| {
+        Command::Score(ScoreCmd {
+            rank: 7,
+            type_key: vec![1],
+            item: 42,
+            aggregation: rules.aggregation,
+            ties: rules.ties,
+            cap: 10,
+            events: vec![e],
+        })
+    };
+    let result = |out: &[Vec<CmdResult>]| match &out[0][0] {
+        CmdResult::Scored(v) => v[0].clone(),
+        other => panic!("not a scoring result: {other:?}"),
+    };
+    let high = i64::MAX - 10;
+    result(&s.apply(vec![entry(1, 10, vec![score(ev(1, high))])]).await.unwrap()).unwrap();
+
+    let check = |e| s.board_check(7, vec![1], rules, 42, e);
+    let refused = check(ev(2, 100)).await.unwrap().unwrap_err();
+    assert!(refused.message.contains("overflow"), "{refused}");
+    assert_eq!(check(ev(2, 5)).await.unwrap(), Ok((Outcome::Applied, Some(high))));
+    assert_eq!(check(ev(1, 100)).await.unwrap(), Ok((Outcome::Duplicate, Some(high))));
+    // A board nobody wrote: a new member cannot overflow.
+    let fresh = s.board_check(7, vec![2], rules, 42, ev(2, i64::MAX)).await.unwrap();
+    assert_eq!(fresh, Ok((Outcome::Applied, None)));
+
+    // Apply agrees, and neither the checks nor the refused event used id 2.
+    let out = s.apply(vec![entry(2, 20, vec![score(ev(2, 100))])]).await.unwrap();
+    assert!(result(&out).unwrap_err().message.contains("overflow"));
+    let out = s.apply(vec![entry(3, 30, vec![score(ev(2, 5))])]).await.unwrap();
+    assert_eq!(result(&out), Ok((Outcome::Applied, Some(high + 5))));
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn time_never_goes_backwards_within_a_shard_even_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();

@@ -12,6 +12,7 @@ use plaudit_proto::likes::{
     CountsRequest, EntityCounts, EntityState, LikeReply, LikeRequest, LikersRequest, Page,
     ReceivedReply, ReceivedRequest, StatusRequest, UserLikesRequest,
 };
+use plaudit_proto::listing::{BizPage, ListPage, MAX_LIST_PAGE};
 use plaudit_proto::{BizConfig, BizId, Business, EntityId, LikeAction, Request, Response, UserId};
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,7 +123,9 @@ impl Client {
         }
     }
 
-    /// Registers a business; `id: None` lets the node pick the next free id.
+    /// Registers a business; `id: None` lets the node pick one: one above
+    /// the highest id in use, or the lowest free id once the highest is
+    /// `MAX_BIZ_ID` (an explicit id at the top never uses up assignment).
     /// Applied at most once, however often the SDK has to send it.
     pub async fn create_biz(
         &self,
@@ -138,9 +141,30 @@ impl Client {
         self.expect_biz("biz_get", Request::GetBiz(id)).await
     }
 
+    /// Every business, in id order, read page by page (a registry of any
+    /// size; one reply holds at most a frame).
     pub async fn list_biz(&self) -> Result<Vec<Business>, ClientError> {
-        match self.request(Request::ListBiz).await? {
-            Response::BizList(list) => Ok(list),
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.list_biz_page(after, MAX_LIST_PAGE).await?;
+            all.extend(page.items);
+            match next_cursor(after, page.next)? {
+                Some(n) => after = Some(n),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// One page of businesses: up to `limit` (at most `MAX_LIST_PAGE`) with
+    /// ids above `after`; `next` is the `after` of the following page.
+    pub async fn list_biz_page(
+        &self,
+        after: Option<BizId>,
+        limit: u32,
+    ) -> Result<BizPage, ClientError> {
+        match self.request(Request::ListBizPage(ListPage { after, limit })).await? {
+            Response::BizPage(page) => Ok(page),
             other => Err(unexpected("biz_list", &other)),
         }
     }
@@ -285,6 +309,21 @@ impl Client {
     }
 }
 
+/// The cursor of the page after one read at `after`: `None` at the end.
+/// A node must move the cursor forward; one that does not would make a
+/// reader loop for ever, so it is a protocol error.
+pub(crate) fn next_cursor(
+    after: Option<u32>,
+    next: Option<u32>,
+) -> Result<Option<u32>, ClientError> {
+    match (after, next) {
+        (Some(a), Some(n)) if n <= a => {
+            Err(ClientError::Protocol(format!("a page after {a} named {n} as the next")))
+        }
+        (_, next) => Ok(next),
+    }
+}
+
 pub(crate) fn unexpected(op: &str, got: &Response) -> ClientError {
     ClientError::Protocol(format!("unexpected {} reply to {op}", variant(got)))
 }
@@ -309,5 +348,7 @@ fn variant(r: &Response) -> &'static str {
         Response::Routing(_) => "Routing",
         Response::ClusterStatus(_) => "ClusterStatus",
         Response::Stale { .. } => "Stale",
+        Response::BizPage(_) => "BizPage",
+        Response::RankPage(_) => "RankPage",
     }
 }

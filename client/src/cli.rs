@@ -134,8 +134,17 @@ impl Failure {
         }
     }
 
-    /// A failure to open the connection at all.
+    /// A failure to open the connection at all. A node that answered and
+    /// refused (`Overloaded` at its connection limit) was reached: its own
+    /// code is reported, with exit status 1, not `Unavailable`.
     pub fn cannot_connect(addr: &str, e: &ClientError) -> Failure {
+        if let ClientError::Server(w) = e {
+            return Failure {
+                code: w.code.as_str(),
+                message: format!("{addr}: {}", w.message),
+                exit: EXIT_FAILED,
+            };
+        }
         let message = match e {
             // Dial errors already say "cannot connect to <addr>: ...".
             ClientError::Io(io) => io.to_string(),
@@ -325,6 +334,14 @@ mod tests {
         assert_eq!(f.exit, EXIT_UNAVAILABLE);
         let f = Failure::from_client(ADDR, T, &ClientError::Closed);
         assert_eq!((f.code, f.exit), ("Unavailable", EXIT_UNAVAILABLE));
+    }
+
+    #[test]
+    fn a_node_refusing_the_connection_is_reported_with_its_own_code() {
+        let e = ClientError::Server(WireError::overloaded("the node is at its connection limit"));
+        let f = Failure::cannot_connect(ADDR, &e);
+        assert_eq!((f.code, f.exit), ("Overloaded", EXIT_FAILED));
+        assert_eq!(f.message, "127.0.0.1:7401: the node is at its connection limit");
     }
 
     #[test]

@@ -14,10 +14,16 @@
 //! answers. When either task sees the socket fail, the connection is marked
 //! dead and every call still waiting is failed with the same reason; the pool
 //! notices `is_alive() == false` and dials a replacement on next use.
+//!
+//! A node over its connection limit answers a new connection with one
+//! `Overloaded` frame under `req_id` 0 and closes it. That frame is the
+//! reason the connection died: every waiting call fails with the node's own
+//! error (`ClientError::Server`), not with "connection closed", so a caller
+//! sees that the node is busy rather than gone.
 
 use crate::error::ClientError;
 use plaudit_proto::frame::{self, FrameError};
-use plaudit_proto::{Envelope, Request, Response};
+use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,6 +76,8 @@ enum Death {
     Closed,
     Io(io::ErrorKind, String),
     Protocol(String),
+    /// The node refused the connection and said why (`req_id` 0).
+    Refused(WireError),
 }
 
 impl Connection {
@@ -242,6 +250,7 @@ impl Death {
             Death::Protocol(msg) => {
                 ClientError::Protocol(format!("connection to {addr} dropped: {msg}"))
             }
+            Death::Refused(e) => ClientError::Server(e.clone()),
         }
     }
 }
@@ -251,6 +260,14 @@ async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {
     let mut buf = Vec::new();
     let death = loop {
         match frame::read_frame::<_, Response>(&mut rd, &mut buf).await {
+            // The node's answer to the connection itself: it is at its
+            // connection limit and closes this one next. Reading on could
+            // meet a reset before the close and lose its words.
+            Ok(Envelope { req_id: 0, body: Response::Error(e) })
+                if e.code == ErrorCode::Overloaded =>
+            {
+                break Death::Refused(e)
+            }
             Ok(env) => shared.complete(env.req_id, Ok(env.body)),
             // The frame had sound bounds, so the stream is still in sync: fail
             // only the call it belonged to, if that can be told.

@@ -88,7 +88,8 @@ impl Pool {
 }
 
 /// Dials `addr` and says `Hello`, both within `timeout`. Every failure is
-/// `Io` naming the address. A node that does not know `Hello` (an older
+/// `Io` naming the address, except the node's own refusal (`Server`, e.g.
+/// `Overloaded` at its connection limit). A node that does not know `Hello` (an older
 /// one) answers it with an error; it forwards everything anyway, so the
 /// connection is used as it is.
 async fn dial(addr: &str, timeout: Duration) -> Result<Connection, ClientError> {
@@ -98,6 +99,9 @@ async fn dial(addr: &str, timeout: Duration) -> Result<Connection, ClientError> 
         match c.call(&hello).await {
             Ok(Response::Hello) => {}
             Ok(other) => tracing::debug!(addr, ?other, "the node did not take the hello"),
+            // The node answered and refused (over its connection limit):
+            // its own error says more than "dropped the connection".
+            Err(e @ ClientError::Server(_)) => return Err(e),
             Err(e) => {
                 let kind = match &e {
                     ClientError::Io(io) => io.kind(),

@@ -1,8 +1,9 @@
 //! Ranking calls of `Client`: definitions (create, get, list, update),
 //! scoring events, queries on one sub-board, and the list of sub-boards.
 
-use crate::api::{unexpected, Client};
+use crate::api::{next_cursor, unexpected, Client};
 use crate::error::ClientError;
+use plaudit_proto::listing::{ListPage, RankPage, MAX_LIST_PAGE};
 use plaudit_proto::rankings::{ItemId, RankDef, RankId, RankSettings, UpdateRank};
 use plaudit_proto::scoring::{
     BoardQuery, BoardRef, BoardsPage, BoardsRequest, QueryReply, QueryRequest, RankedItem,
@@ -21,9 +22,30 @@ impl Client {
         self.expect_rank("rank_get", Request::GetRank(id)).await
     }
 
+    /// Every ranking definition, in id order, read page by page (pages are
+    /// cut by size too: a definition with long filter lists is ~450 KB).
     pub async fn list_ranks(&self) -> Result<Vec<RankDef>, ClientError> {
-        match self.request(Request::ListRanks).await? {
-            Response::RankList(list) => Ok(list),
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.list_ranks_page(after, MAX_LIST_PAGE).await?;
+            all.extend(page.items);
+            match next_cursor(after, page.next)? {
+                Some(n) => after = Some(n),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// One page of ranking definitions: up to `limit` (at most
+    /// `MAX_LIST_PAGE`, fewer if they are large) with ids above `after`.
+    pub async fn list_ranks_page(
+        &self,
+        after: Option<RankId>,
+        limit: u32,
+    ) -> Result<RankPage, ClientError> {
+        match self.request(Request::ListRanksPage(ListPage { after, limit })).await? {
+            Response::RankPage(page) => Ok(page),
             other => Err(unexpected("rank_list", &other)),
         }
     }

@@ -73,6 +73,8 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::CreateRank(_)
         | Request::GetRank(_)
         | Request::ListRanks
+        | Request::ListBizPage(_)
+        | Request::ListRanksPage(_)
         | Request::UpdateRank(_)
         | Request::Once { .. } => Target::Meta,
         // Any replica of the inner request's shard answers a stale read;

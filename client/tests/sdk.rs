@@ -10,6 +10,7 @@ use plaudit_client::proto::business::CreateBiz;
 use plaudit_client::proto::cluster::{ClientHello, Routing};
 use plaudit_client::proto::frame::{read_frame, write_frame};
 use plaudit_client::proto::likes::{CountsRequest, EntityCounts, ReceivedReply};
+use plaudit_client::proto::listing::{BizPage, ListPage, RankPage, MAX_LIST_PAGE};
 use plaudit_client::proto::{
     BizConfig, Business, Envelope, ErrorCode, Request, Response, WireError,
 };
@@ -198,7 +199,7 @@ async fn server_errors_keep_their_code_and_wrong_replies_are_protocol_errors() {
         let get = peer.recv().await;
         peer.send(get.req_id, Response::Error(WireError::not_found("no business 9"))).await;
         let list = peer.recv().await;
-        assert_eq!(list.body, Request::ListBiz);
+        assert_eq!(list.body, Request::ListBizPage(ListPage::first()));
         peer.send(list.req_id, Response::Pong).await;
         // Overloaded is retried twice, then returned: three attempts in all.
         for _ in 0..3 {
@@ -246,6 +247,58 @@ async fn calls_are_spread_round_robin_over_the_pool() {
     }
     while let Some(joined) = calls.join_next().await {
         joined.unwrap().unwrap();
+    }
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn registry_lists_are_read_page_by_page_to_the_end() {
+    let biz = |id| Business { id, name: format!("b{id}"), config: BizConfig::default() };
+    let (listener, addr) = listen().await;
+    let server = tokio::spawn(async move {
+        let mut peer = Peer::accept(&listener).await;
+        for (after, ids, next) in [(None, vec![1, 2], Some(2)), (Some(2), vec![5], None)] {
+            let req = peer.recv().await;
+            assert_eq!(req.body, Request::ListBizPage(ListPage { after, limit: MAX_LIST_PAGE }));
+            let items = ids.into_iter().map(biz).collect();
+            peer.send(req.req_id, Response::BizPage(BizPage { items, next })).await;
+        }
+        // A node that does not move the cursor on would keep a reader
+        // looping: the SDK stops with a protocol error.
+        for next in [Some(4), Some(4)] {
+            let req = peer.recv().await;
+            assert!(matches!(req.body, Request::ListRanksPage(_)), "{:?}", req.body);
+            peer.send(req.req_id, Response::RankPage(RankPage { items: vec![], next })).await;
+        }
+    });
+    let client = Client::connect_with(&addr, opts(1, 5_000)).await.unwrap();
+    assert_eq!(client.list_biz().await.unwrap(), vec![biz(1), biz(2), biz(5)]);
+    let stuck = client.list_ranks().await.unwrap_err();
+    assert!(matches!(&stuck, ClientError::Protocol(m) if m.contains("next")), "{stuck:?}");
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_at_its_connection_limit_is_reported_overloaded() {
+    // What a node over its connection limit does: one `Overloaded` frame
+    // under req_id 0, then close, whatever the client sent.
+    let (listener, addr) = listen().await;
+    let server = tokio::spawn(async move {
+        for _ in 0..2 {
+            let (mut stream, _) = listener.accept().await.expect("accept");
+            let e = WireError::overloaded("the node is at its connection limit");
+            let env = Envelope { req_id: 0, body: Response::Error(e) };
+            write_frame(&mut stream, &env).await.expect("write the refusal");
+            drop(stream);
+        }
+    });
+    for _ in 0..2 {
+        let err = Client::connect_with(&addr, opts(1, 2000)).await.unwrap_err();
+        match &err {
+            ClientError::Server(e) => assert_eq!(e.code, ErrorCode::Overloaded, "{e}"),
+            other => panic!("expected the node's Overloaded, got {other:?}"),
+        }
+        assert!(err.to_string().contains("connection limit"), "{err}");
     }
     server.await.unwrap();
 }

@@ -59,6 +59,8 @@ impl Engine {
             | Request::ListBiz
             | Request::GetRank(_)
             | Request::ListRanks
+            | Request::ListBizPage(_)
+            | Request::ListRanksPage(_)
             | Request::Once { .. } => self.registry(req, redirect).await,
             Request::Score(r) => self.score(r).await,
             Request::Query(q) => self.query(q, redirect).await,
@@ -243,7 +245,9 @@ impl Engine {
         let once = |id, cmd| Command::Once { id, cmd: Box::new(cmd) };
         match req {
             Request::Once { id, req } => match *req {
-                Request::CreateBiz(c) => biz_result(write(once(id, Command::CreateBiz(c))).await?),
+                Request::CreateBiz(c) => {
+                    biz_result(write(once(id, Command::CreateBizV2(c))).await?)
+                }
                 Request::UpdateBiz(u) => biz_result(write(once(id, Command::UpdateBiz(u))).await?),
                 Request::CreateRank(d) => {
                     rank_result(write(once(id, Command::CreateRank(d))).await?)
@@ -256,28 +260,16 @@ impl Engine {
                     other.op()
                 ))),
             },
-            Request::CreateBiz(c) => biz_result(write(Command::CreateBiz(c)).await?),
+            Request::CreateBiz(c) => biz_result(write(Command::CreateBizV2(c)).await?),
             Request::UpdateBiz(u) => biz_result(write(Command::UpdateBiz(u)).await?),
             Request::CreateRank(d) => rank_result(write(Command::CreateRank(d)).await?),
             Request::UpdateRank(u) => rank_result(write(Command::UpdateRank(u)).await?),
-            Request::GetBiz(id) => {
+            read => {
                 g.read_barrier().await?;
-                Ok(Response::Biz(self.directory.get(id).ok_or_else(|| unknown_business(id))?))
+                self.read_registry(&read).unwrap_or_else(|| {
+                    Err(internal(format!("{} is not a registry request", read.op())))
+                })
             }
-            Request::ListBiz => {
-                g.read_barrier().await?;
-                Ok(Response::BizList(self.directory.list()))
-            }
-            Request::GetRank(id) => {
-                g.read_barrier().await?;
-                let def = self.directory.rank(id).ok_or_else(|| unknown_rank(id))?;
-                Ok(Response::Rank((*def).clone()))
-            }
-            Request::ListRanks => {
-                g.read_barrier().await?;
-                Ok(Response::RankList(self.directory.ranks()))
-            }
-            other => Err(internal(format!("{} is not a registry request", other.op()))),
         }
     }
 
@@ -395,20 +387,15 @@ impl Engine {
                 let shard = plaudit_proto::routing::board_shard(q.rank, &t.to_key(), shards);
                 self.stale_on(shard, req).await?
             }
-            Request::GetBiz(id) => {
-                let b = self.directory.get(id).ok_or_else(|| unknown_business(id))?;
-                (Response::Biz(b), self.lag_of(self.router.meta_id))
-            }
-            Request::ListBiz => {
-                (Response::BizList(self.directory.list()), self.lag_of(self.router.meta_id))
-            }
-            Request::GetRank(id) => {
-                let def = self.directory.rank(id).ok_or_else(|| unknown_rank(id))?;
-                (Response::Rank((*def).clone()), self.lag_of(self.router.meta_id))
-            }
-            Request::ListRanks => {
-                (Response::RankList(self.directory.ranks()), self.lag_of(self.router.meta_id))
-            }
+            Request::GetBiz(_)
+            | Request::ListBiz
+            | Request::GetRank(_)
+            | Request::ListRanks
+            | Request::ListBizPage(_)
+            | Request::ListRanksPage(_) => match self.read_registry(&req) {
+                Some(reply) => (reply?, self.lag_of(self.router.meta_id)),
+                None => return Err(internal(format!("{} is not a registry read", req.op()))),
+            },
             other => {
                 return Err(WireError::bad_request(format!("{} cannot be read stale", other.op())))
             }

@@ -86,6 +86,9 @@ pub struct EngineConfig {
     pub actor_idle: Duration,
     /// How often expired sub-boards are looked for and deleted.
     pub retention_sweep: Duration,
+    /// How far past this node's clock a scoring event may be stamped; a
+    /// later one is filtered (`actors::rankings::route`).
+    pub score_future_horizon: Duration,
     /// When staged applied state is written to sled.
     pub checkpoint: plaudit_storage::CheckpointPolicy,
     pub outbox_batch: usize,

@@ -26,6 +26,7 @@ mod peer_service;
 pub mod placement;
 pub mod raft_net;
 mod rankings;
+mod registry_read;
 pub mod retention;
 pub mod router;
 pub mod snapshot_file;

@@ -95,6 +95,22 @@ impl Engine {
                 }
                 None => PeerResponse::Boards(Err(not_leader(shard, None, self.router.epoch()))),
             },
+            PeerRequest::CheckScore { group, cmd } => match self.router.group(group) {
+                Some(g) if g.is_leader() => {
+                    let checked = self.check_score_here(&g, &cmd);
+                    match tokio::time::timeout(self.cfg.request_timeout, checked).await {
+                        Ok(r) => PeerResponse::CheckScore(r),
+                        Err(_) => {
+                            PeerResponse::CheckScore(Err(timed_out(self.cfg.request_timeout)))
+                        }
+                    }
+                }
+                Some(g) => {
+                    let leader = g.raft.metrics().borrow().current_leader;
+                    PeerResponse::CheckScore(Err(not_leader(group, leader, self.router.epoch())))
+                }
+                None => PeerResponse::CheckScore(Err(not_leader(group, None, self.router.epoch()))),
+            },
             PeerRequest::Report => PeerResponse::Report(self.report()),
         }
     }

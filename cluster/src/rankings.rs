@@ -1,10 +1,13 @@
-//! Ranking requests on the engine: scoring (admission, one command per
-//! sub-board on the board's shard, shedding by priority class), queries on
-//! one sub-board, and the paged list of a ranking's sub-boards.
+//! Ranking requests on the engine: scoring (admission, a check of every
+//! sub-board where one could refuse the event, one command per sub-board on
+//! the board's shard, shedding by priority class), queries on one
+//! sub-board, and the paged list of a ranking's sub-boards.
 //!
 //! ```text
-//! Score ─> ranking known? ─> admit (dims, filters, windows) ─┬─ board 1: its shard's leader ─> propose
-//!                                                            └─ board 2: ...   (concurrently, here or there)
+//! Score ─> ranking known? ─> admit (dims, filters, windows, horizon)
+//!            ─> incr on 2+ boards? check each on its leader (all would apply, or fail: nothing written)
+//!            ─┬─ board 1: its shard's leader ─> propose
+//!             └─ board 2: ...   (concurrently, here or there)
 //! Query ─> board_of(ref) ─> the board shard's leader ─> read barrier ─> board actor
 //! Boards ─> every shard's leader ─> its page of headers ─> merged in type-id order
 //! ```
@@ -15,7 +18,8 @@ use crate::group::Group;
 use crate::peer::wire::{PeerRequest, PeerResponse};
 use crate::router::Hop;
 use plaudit_actors::board_actor::QueryOut;
-use plaudit_actors::command::{ScoreCmd, ScoreEvent};
+use plaudit_actors::command::{EventResult, ScoreCmd, ScoreEvent};
+use plaudit_actors::rankings::all_or_nothing;
 use plaudit_actors::rankings::board::Rules;
 use plaudit_actors::rankings::route::{self, Admission};
 use plaudit_actors::{CmdResult, Command, ShardError};
@@ -50,9 +54,11 @@ impl Engine {
 
     pub(crate) async fn score(&self, r: ScoreRequest) -> Result<Response, WireError> {
         let def = self.rank_def(r.rank).await?;
-        // Expiry is decided here, at the edge, with this node's clock: the
-        // command that reaches the log is already admitted.
-        let targets = match route::admit(&def, &r, now_secs())? {
+        // Expiry and the future horizon are decided here, at the edge, with
+        // this node's clock: the command that reaches the log is already
+        // admitted, and apply never reads a clock.
+        let horizon = i64::try_from(self.cfg.score_future_horizon.as_secs()).unwrap_or(i64::MAX);
+        let targets = match route::admit(&def, &r, now_secs(), horizon)? {
             Admission::Boards(t) => t,
             Admission::Filtered(why) => {
                 tracing::debug!(rank = r.rank, why, "event filtered");
@@ -69,47 +75,121 @@ impl Engine {
                 return Ok(Response::Score(ScoreReply { boards }));
             }
         };
-        let per_board = targets.into_iter().map(|t| {
-            let r = &r;
-            let priority = def.settings.priority;
-            let cmd = ScoreCmd {
-                rank: r.rank,
-                type_key: t.type_id.to_key(),
-                item: r.item,
-                aggregation: def.aggregation,
-                ties: def.ties,
-                cap: def.settings.cap,
-                events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
-            };
-            async move {
+        // One command per live board: every board of the event gets the same
+        // event; an expired window only reports `filtered`.
+        let plan: Vec<(String, Option<(u32, ScoreCmd)>)> = targets
+            .into_iter()
+            .map(|t| {
                 let type_id = t.type_id.format();
                 if t.expired {
-                    return Ok(BoardOutcome { type_id, outcome: Outcome::Filtered, score: None });
+                    return (type_id, None);
                 }
+                let cmd = ScoreCmd {
+                    rank: r.rank,
+                    type_key: t.type_id.to_key(),
+                    item: r.item,
+                    aggregation: def.aggregation,
+                    ties: def.ties,
+                    cap: def.settings.cap,
+                    events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
+                };
                 let shard = board_shard(r.rank, &cmd.type_key, self.cfg.shards);
-                let cmd = Command::Score(cmd);
-                match self.propose_routed(shard, cmd, Some(priority)).await? {
-                    None => Ok(BoardOutcome { type_id, outcome: Outcome::Shed, score: None }),
-                    Some(CmdResult::Scored(events)) => match <[_; 1]>::try_from(events) {
-                        Ok([event]) => {
-                            let (outcome, score) = event?;
-                            Ok(BoardOutcome { type_id, outcome, score })
-                        }
-                        Err(v) => Err(internal(format!("{} results for one event", v.len()))),
-                    },
-                    Some(CmdResult::Failed(e)) => Err(e),
-                    Some(other) => Err(internal(format!("unexpected result {other:?}"))),
-                }
+                (type_id, Some((shard, cmd)))
+            })
+            .collect();
+        // All or nothing: where one board could refuse the event (an
+        // overflow), every board is asked first and none is written unless
+        // all would take it (`rankings/all_or_nothing.rs` says exactly what
+        // this guarantees and what it does not).
+        let live: Vec<(&str, u32, &ScoreCmd)> = plan
+            .iter()
+            .filter_map(|(t, p)| p.as_ref().map(|(shard, cmd)| (t.as_str(), *shard, cmd)))
+            .collect();
+        if all_or_nothing::must_check(def.aggregation, r.score, live.len()) {
+            self.check_every_board(r.event_id, &live).await?;
+        }
+        let priority = def.settings.priority;
+        let per_board = plan.into_iter().map(|(type_id, planned)| async move {
+            let Some((shard, cmd)) = planned else {
+                return Ok(BoardOutcome { type_id, outcome: Outcome::Filtered, score: None });
+            };
+            match self.propose_routed(shard, Command::Score(cmd), Some(priority)).await? {
+                None => Ok(BoardOutcome { type_id, outcome: Outcome::Shed, score: None }),
+                Some(CmdResult::Scored(events)) => match <[_; 1]>::try_from(events) {
+                    Ok([event]) => {
+                        let (outcome, score) = event?;
+                        Ok(BoardOutcome { type_id, outcome, score })
+                    }
+                    Err(v) => Err(internal(format!("{} results for one event", v.len()))),
+                },
+                Some(CmdResult::Failed(e)) => Err(e),
+                Some(other) => Err(internal(format!("unexpected result {other:?}"))),
             }
         });
-        // A board that failed (an overflow) fails the call; the boards that
-        // applied keep the event, and a retry with the same event id reports
-        // them as duplicates.
+        // A board that still fails here (an overflow reached only through
+        // a concurrent event, after the check) fails the call; the boards
+        // that applied keep the event, and a retry with the same event id
+        // reports them as duplicates.
         let boards = futures::future::join_all(per_board)
             .await
             .into_iter()
             .collect::<Result<Vec<_>, WireError>>()?;
         Ok(Response::Score(ScoreReply { boards }))
+    }
+
+    /// Asks every live board of an event (concurrently, each on its
+    /// leader) whether it would apply; fails if any would refuse it, or if
+    /// any cannot be asked. Nothing is written either way.
+    async fn check_every_board(
+        &self,
+        event_id: u64,
+        live: &[(&str, u32, &ScoreCmd)],
+    ) -> Result<(), WireError> {
+        let checks = live.iter().map(|&(type_id, shard, cmd)| async move {
+            let checked = self
+                .router
+                .on_leader(
+                    shard,
+                    false,
+                    |g| async move { self.check_score_here(&g, cmd).await },
+                    |n| async move {
+                        let req = PeerRequest::CheckScore { group: shard, cmd: cmd.clone() };
+                        self.router
+                            .call(n, req, |r| match r {
+                                PeerResponse::CheckScore(Ok(r)) => Ok(r),
+                                PeerResponse::CheckScore(Err(e)) => Err(Hop::Answer(e)),
+                                other => Err(Hop::unexpected(other)),
+                            })
+                            .await
+                    },
+                )
+                .await?;
+            Ok::<_, WireError>((type_id.to_string(), checked))
+        });
+        let checks = futures::future::join_all(checks)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, WireError>>()?;
+        all_or_nothing::verdict(event_id, &checks)
+    }
+
+    /// Whether `cmd`'s one event would apply on this node's replica of its
+    /// board's shard, which leads it, after the read barrier (so every
+    /// event acknowledged before is counted). Changes nothing.
+    pub(crate) async fn check_score_here(
+        &self,
+        g: &Group,
+        cmd: &ScoreCmd,
+    ) -> Result<EventResult, WireError> {
+        let [event] = cmd.events.as_slice() else {
+            return Err(internal(format!("a check is of one event, not {}", cmd.events.len())));
+        };
+        g.read_barrier().await?;
+        let rules = Rules { aggregation: cmd.aggregation, ties: cmd.ties, cap: cmd.cap as usize };
+        g.handle
+            .board_check(cmd.rank, cmd.type_key.clone(), rules, cmd.item, *event)
+            .await
+            .map_err(ShardError::into_wire)
     }
 
     /// Proposes `cmd` on shard `shard`'s leader, here or on another node;

@@ -67,6 +67,10 @@ pub const DEFAULT_ACTOR_BUDGET_PER_SHARD: usize = 1024;
 /// once an hour, so a minute's delay costs little storage.
 pub const DEFAULT_RETENTION_SWEEP_SECS: u64 = 60;
 pub const DEFAULT_ACTOR_IDLE_SECS: u64 = 120;
+/// Scoring events may be stamped up to a day past the node's clock (clients
+/// whose clocks run ahead, time zones mistaken for UTC); later ones are
+/// filtered, since retention would never delete the windows they create.
+pub const DEFAULT_SCORE_FUTURE_HORIZON_SECS: u64 = 86_400;
 pub const DEFAULT_SLED_CACHE_MB: u64 = 256;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5000;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
@@ -170,6 +174,9 @@ pub struct Config {
     pub actor_idle_secs: u64,
     /// Seconds between sweeps that delete sub-boards older than their ranking's retention.
     pub retention_sweep_secs: u64,
+    /// How many seconds past this node's clock a scoring event may be
+    /// stamped; a later event is reported `filtered` and stored nowhere.
+    pub score_future_horizon_secs: u64,
     /// sled's page cache, in MiB.
     pub sled_cache_mb: u64,
     /// How long a client request may take before it fails with `Timeout`, in ms.
@@ -230,6 +237,7 @@ impl Default for Config {
             actor_budget_per_shard: DEFAULT_ACTOR_BUDGET_PER_SHARD,
             actor_idle_secs: DEFAULT_ACTOR_IDLE_SECS,
             retention_sweep_secs: DEFAULT_RETENTION_SWEEP_SECS,
+            score_future_horizon_secs: DEFAULT_SCORE_FUTURE_HORIZON_SECS,
             sled_cache_mb: DEFAULT_SLED_CACHE_MB,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             shutdown_grace_ms: DEFAULT_SHUTDOWN_GRACE_MS,
@@ -280,6 +288,9 @@ pub struct Args {
     /// Number of shards.
     #[arg(long)]
     pub shards: Option<u32>,
+    /// Seconds past the node's clock a scoring event may be stamped.
+    #[arg(long, value_name = "SECS")]
+    pub score_future_horizon_secs: Option<u64>,
     /// Log filter (tracing EnvFilter directive).
     #[arg(long, value_name = "FILTER")]
     pub log: Option<String>,
@@ -416,6 +427,11 @@ impl Config {
         ensure!(
             self.client_frame_budget_mb >= 2,
             "client_frame_budget_mb must be at least 2 (one frame of the largest size)"
+        );
+        ensure!(
+            i64::try_from(self.score_future_horizon_secs).is_ok(),
+            "score_future_horizon_secs must be at most {}",
+            i64::MAX
         );
         tracing_subscriber::EnvFilter::try_new(&self.log)
             .map_err(|e| anyhow::anyhow!("log {:?} is not a valid filter: {e}", self.log))?;

@@ -71,6 +71,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         actor_budget: cfg.actor_budget_per_shard,
         actor_idle: cfg.actor_idle(),
         retention_sweep: std::time::Duration::from_secs(cfg.retention_sweep_secs),
+        score_future_horizon: std::time::Duration::from_secs(cfg.score_future_horizon_secs),
         checkpoint: cfg.checkpoint_policy(),
         outbox_batch: cfg.outbox_batch,
         sled_cache_bytes: cfg.sled_cache_mb * 1024 * 1024,

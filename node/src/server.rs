@@ -29,7 +29,7 @@ use plaudit_proto::{Envelope, Response, WireError};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn, Instrument};
@@ -37,6 +37,9 @@ use tracing::{info, warn, Instrument};
 /// How long a newcomer at the cap waits for the connection it evicted to
 /// close (it closes at once; this only bounds a wait that cannot hang).
 const EVICT_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a refused connection is read from before it is closed.
+const REFUSE_LINGER: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -170,5 +173,19 @@ impl Server {
             let _ = tokio::time::timeout(self.limits.write_timeout, write).await;
         }
         let _ = stream.shutdown().await;
+        // Read what the client already sent before closing: closing with
+        // unread input sends a reset, which can destroy the frame above
+        // before the client reads it.
+        let drain = async {
+            let mut scratch = [0u8; 4096];
+            let mut left: usize = 64 * 1024;
+            while left > 0 {
+                match stream.read(&mut scratch).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(REFUSE_LINGER, drain).await;
     }
 }

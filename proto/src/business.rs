@@ -42,7 +42,8 @@ pub struct Business {
     pub config: BizConfig,
 }
 
-/// Create a business; `id: None` asks the node to assign the next free id.
+/// Create a business; `id: None` asks the node to assign one: one above the
+/// highest id in use, or the lowest free id when the highest is `MAX_BIZ_ID`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateBiz {
     pub id: Option<BizId>,

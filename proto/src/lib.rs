@@ -17,6 +17,7 @@
 //! - `error`: `ErrorCode` and `WireError`, what every failure becomes at the edge;
 //! - `limits`: the bounds every request is checked against;
 //! - `business`, `likes`, `rankings`, `scoring`: one file per command family, types plus validation;
+//! - `listing`: paged listings of the registry (businesses, rankings) that fit a frame;
 //! - `window`: natural time windows and sub-board `type_id`s;
 //! - `message`: the `Request` / `Response` enums and the `Envelope`;
 //! - `codec`: bincode encode/decode of anything serde;
@@ -32,6 +33,7 @@ pub mod frame;
 pub mod ids;
 pub mod likes;
 pub mod limits;
+pub mod listing;
 pub mod message;
 pub mod rankings;
 pub mod routing;

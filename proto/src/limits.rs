@@ -16,5 +16,8 @@ pub const MAX_PAGE: u32 = 100;
 pub const MAX_NAME_LEN: usize = 64;
 /// Most recent items a business may keep in memory per user or liker list.
 pub const MAX_LIST_MEMORY: u32 = 10_000;
-/// Business ids at or above this are reserved (assigned ids count up from 1).
+/// The largest business id (`u32::MAX` is reserved). An id the node assigns
+/// is one above the highest in use, or the lowest free one when nothing is
+/// free above it (`plaudit_actors::directory::IdRule`): an explicit id at
+/// the top never uses up assignment.
 pub const MAX_BIZ_ID: u32 = u32::MAX - 1;

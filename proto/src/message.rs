@@ -11,6 +11,7 @@ use crate::likes::{
     CountsRequest, EntityCounts, EntityState, LikeReply, LikeRequest, LikersRequest, Page,
     ReceivedReply, ReceivedRequest, StatusRequest, UserLikesRequest,
 };
+use crate::listing::{BizPage, ListPage, RankPage};
 use crate::rankings::{RankDef, RankId, UpdateRank};
 use crate::scoring::{
     BoardsPage, BoardsRequest, QueryReply, QueryRequest, ScoreReply, ScoreRequest,
@@ -64,10 +65,16 @@ pub enum Request {
     /// reads may be stale; a status read should not be, if the caller must
     /// see its own likes.
     Stale(Box<Request>),
+    /// One page of businesses in id order (`listing.rs`); replaces
+    /// `ListBiz`, whose single reply stops fitting a frame past ~14k
+    /// businesses.
+    ListBizPage(ListPage),
+    /// One page of ranking definitions in id order; replaces `ListRanks`.
+    ListRanksPage(ListPage),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 27] = [
+pub const OPS: [&str; 26] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -93,18 +100,22 @@ pub const OPS: [&str; 27] = [
     "hello",
     "routing",
     "cluster_status",
-    "once",
     "stale",
 ];
 
 impl Request {
     /// The operation's name, used as a metrics label and in logs; one of [`OPS`].
+    ///
+    /// `Once` is how the SDK and CLI send every registry change, so it is
+    /// named for what it wraps (`rank_create`, not "once": otherwise every
+    /// create and update would share one label). A `Stale` read keeps its
+    /// own name: it skips the read barrier, so its latency is another story.
     pub fn op(&self) -> &'static str {
         match self {
             Request::Ping => "ping",
             Request::CreateBiz(_) => "biz_create",
             Request::GetBiz(_) => "biz_get",
-            Request::ListBiz => "biz_list",
+            Request::ListBiz | Request::ListBizPage(_) => "biz_list",
             Request::UpdateBiz(_) => "biz_update",
             Request::Like(_) => "like",
             Request::Status(_) => "status",
@@ -114,7 +125,7 @@ impl Request {
             Request::Received(_) => "received",
             Request::CreateRank(_) => "rank_create",
             Request::GetRank(_) => "rank_get",
-            Request::ListRanks => "rank_list",
+            Request::ListRanks | Request::ListRanksPage(_) => "rank_list",
             Request::UpdateRank(_) => "rank_update",
             Request::Score(_) => "score",
             Request::Query(q) => match q.query {
@@ -128,7 +139,7 @@ impl Request {
             Request::Hello(_) => "hello",
             Request::Routing => "routing",
             Request::ClusterStatus => "cluster_status",
-            Request::Once { .. } => "once",
+            Request::Once { req, .. } => req.op(),
             Request::Stale(_) => "stale",
         }
     }
@@ -157,11 +168,14 @@ impl Request {
                 | Request::GetBiz(_)
                 | Request::ListBiz
                 | Request::GetRank(_)
-                | Request::ListRanks => req.validate(),
+                | Request::ListRanks
+                | Request::ListBizPage(_)
+                | Request::ListRanksPage(_) => req.validate(),
                 _ => Err(WireError::bad_request(format!("{} cannot be read stale", req.op()))),
             },
             Request::CreateRank(d) => d.validate(),
             Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
+            Request::ListBizPage(p) | Request::ListRanksPage(p) => p.validate(),
             Request::Score(r) => r.validate(),
             Request::Query(r) => r.validate(),
             Request::Boards(r) => r.validate(),
@@ -179,6 +193,7 @@ impl Request {
     pub fn biz(&self) -> Option<BizId> {
         match self {
             Request::Ping | Request::ListBiz | Request::CreateBiz(_) => None,
+            Request::ListBizPage(_) | Request::ListRanksPage(_) => None,
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
             Request::CreateRank(_)
@@ -227,6 +242,10 @@ pub enum Response {
         lag: u64,
         reply: Box<Response>,
     },
+    /// The reply to `ListBizPage`.
+    BizPage(BizPage),
+    /// The reply to `ListRanksPage`.
+    RankPage(RankPage),
 }
 
 #[cfg(test)]
@@ -275,7 +294,35 @@ mod tests {
             Request::ClusterStatus,
             Request::Once { id: 1, req: Box::new(Request::GetBiz(1)) },
             Request::Stale(Box::new(Request::ListBiz)),
+            Request::ListBizPage(ListPage::first()),
+            Request::ListRanksPage(ListPage { after: Some(3), limit: 10 }),
         ]
+    }
+
+    #[test]
+    fn a_registry_change_sent_once_is_named_for_what_it_changes() {
+        let once = |req| Request::Once { id: 9, req: Box::new(req) };
+        let create = Request::CreateRank(RankDef {
+            id: 1,
+            name: "x".into(),
+            dims: vec![],
+            granularities: vec![crate::window::Granularity::Day],
+            utc_offset: crate::window::UtcOffset::UTC,
+            aggregation: crate::rankings::Aggregation::Incr,
+            ties: crate::rankings::TieMode::EarlierFirst,
+            settings: Default::default(),
+        });
+        assert_eq!(once(create).op(), "rank_create");
+        let update = Request::UpdateRank(UpdateRank { id: 1, settings: Default::default() });
+        assert_eq!(once(update).op(), "rank_update");
+        let biz = Request::CreateBiz(CreateBiz {
+            id: None,
+            name: "x".into(),
+            config: Default::default(),
+        });
+        assert_eq!(once(biz).op(), "biz_create");
+        let biz = Request::UpdateBiz(UpdateBiz { id: 1, config: Default::default() });
+        assert_eq!(once(biz).op(), "biz_update");
     }
 
     #[test]

@@ -30,9 +30,13 @@ pub struct ScoreRequest {
     pub sub: Option<u32>,
     /// A value for every dimension of the ranking, by name.
     pub dims: Vec<(String, u64)>,
-    /// Event time, epoch seconds; it picks the windows.
+    /// Event time, epoch seconds; it picks the windows. An event later
+    /// than the node's clock plus its future horizon (default one day) is
+    /// `filtered`, as is one whose window has expired.
     pub ts: i64,
-    /// Makes the event idempotent per sub-board.
+    /// Makes the event idempotent per sub-board. An event refused with
+    /// `BadRequest` (its increment would overflow a board) is recorded on no
+    /// board, so the same id may be sent again with a corrected score.
     pub event_id: u64,
 }
 
@@ -48,7 +52,8 @@ pub enum Outcome {
     Applied,
     /// The sub-board had applied this event id already; nothing changed.
     Duplicate,
-    /// A filter of the ranking refused it, or its window has expired.
+    /// A filter of the ranking refused it, its window has expired, or it is
+    /// stamped past the node's future horizon.
     Filtered,
     /// The shard was overloaded and this ranking's priority class was shed.
     Shed,

@@ -73,6 +73,11 @@ pub struct Board {
     dirty: HashSet<ItemId>,
 }
 
+/// `current + delta`, or the overflow that refuses the event.
+fn incremented(item: ItemId, current: i64, delta: i64) -> Result<i64, BoardError> {
+    current.checked_add(delta).ok_or(BoardError::Overflow { item, current, delta })
+}
+
 /// Scores map to keys so that a higher score is a smaller key: flipping the
 /// sign bit makes `i64` order equal `u64` order, and `!` reverses it.
 fn score_key(score: i64) -> u64 {
@@ -147,6 +152,18 @@ impl Board {
         }
     }
 
+    /// Whether `apply(item, score, _)` would succeed, without applying it:
+    /// an edge asks this of every sub-board of an event before it proposes
+    /// the event to any (`rankings/all_or_nothing.rs`). Agrees with `apply`
+    /// (property-tested) and changes nothing, not even the stamp counter.
+    pub fn check(&self, item: ItemId, score: i64) -> Result<(), BoardError> {
+        match (self.rules.aggregation, self.members.get(&item)) {
+            (Aggregation::Incr, Some(o)) => incremented(item, o.score, score).map(|_| ()),
+            // A new member takes the score as it is; `best` and `set` never add.
+            _ => Ok(()),
+        }
+    }
+
     /// A member's state after one event, from `cur`: `None` if nothing moves
     /// (so it keeps the time it reached its score). Takes a stamp when it
     /// moves. Touches neither the order nor the member map.
@@ -170,10 +187,7 @@ impl Board {
         let rank_value = |m: Member| (m.score, if custom { m.tie } else { 0 });
         let new_score = match (self.rules.aggregation, cur) {
             (_, None) | (Aggregation::Set, Some(_)) => score,
-            (Aggregation::Incr, Some(o)) => o
-                .score
-                .checked_add(score)
-                .ok_or(BoardError::Overflow { item, current: o.score, delta: score })?,
+            (Aggregation::Incr, Some(o)) => incremented(item, o.score, score)?,
             (Aggregation::Best, Some(o)) => {
                 if (score, new_sub) <= rank_value(o) {
                     return Ok(None);

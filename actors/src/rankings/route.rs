@@ -1,8 +1,20 @@
 //! Where an event goes: checks it against its ranking (dimensions present,
-//! filters), and names every sub-board it touches, one per granularity, each
-//! marked expired if its window is older than the ranking keeps. Also turns a
-//! query's board reference into the same `TypeId`. Pure: the caller passes
-//! the clock.
+//! filters) and the clock (not past the future horizon), and names every
+//! sub-board it touches, one per granularity, each marked expired if its
+//! window is older than the ranking keeps. Also turns a query's board
+//! reference into the same `TypeId`. Pure: the caller passes the clock.
+//!
+//! **Why a future horizon.** Retention deletes windows that have ended
+//! long enough ago; a window that starts in the year 292 billion never
+//! does, so one event stamped `i64::MAX` (or in milliseconds by mistake)
+//! would leave sub-boards for ever. An event later than `now + horizon` is
+//! therefore `filtered`, like an event whose window has expired: both are
+//! events outside the time the ranking keeps, reported per board and never
+//! stored, rather than errors that fail a batch of otherwise good events.
+//! The horizon (a node setting, default one day) leaves room for clients
+//! whose clocks run ahead. The check runs at the edge with the node's clock,
+//! before anything is proposed, so the log only carries admitted events and
+//! apply stays free of clocks.
 
 use plaudit_proto::rankings::RankDef;
 use plaudit_proto::scoring::{BoardRef, ScoreRequest};
@@ -65,9 +77,18 @@ pub fn targets(def: &RankDef, dims: Vec<u64>, ts: i64, now: i64) -> Vec<Target> 
         .collect()
 }
 
-/// Checks one event and names its sub-boards.
-pub fn admit(def: &RankDef, ev: &ScoreRequest, now: i64) -> Result<Admission, WireError> {
+/// Checks one event at `now` (epoch seconds) and names its sub-boards; an
+/// event stamped later than `now + future_horizon` is filtered.
+pub fn admit(
+    def: &RankDef,
+    ev: &ScoreRequest,
+    now: i64,
+    future_horizon: i64,
+) -> Result<Admission, WireError> {
     let dims = dim_values(def, &ev.dims)?;
+    if ev.ts > now.saturating_add(future_horizon) {
+        return Ok(Admission::Filtered("beyond the future horizon"));
+    }
     let f = &def.settings.filters;
     for (name, filter) in &f.dims {
         let admitted = def.dim_index(name).is_some_and(|i| filter.admits(dims[i]));
@@ -124,6 +145,8 @@ mod tests {
     use plaudit_proto::window::UtcOffset;
 
     const TS: i64 = 1713165315; // 2024-04-15 15:15:15 at +08:00
+    /// A future horizon of one day.
+    const H: i64 = 86_400;
 
     fn def() -> RankDef {
         RankDef {
@@ -161,7 +184,7 @@ mod tests {
 
     #[test]
     fn the_worked_example_lands_in_its_month_and_day() {
-        let got = names(admit(&def(), &event(&[("ruid", 110000260)]), TS).unwrap());
+        let got = names(admit(&def(), &event(&[("ruid", 110000260)]), TS, H).unwrap());
         assert_eq!(
             got,
             vec![
@@ -177,19 +200,35 @@ mod tests {
         let ev = ScoreRequest { ts: TS - 3 * 86_400, ..event(&[("ruid", 1)]) };
         // Three days back: the day window is beyond 2 kept, the month is current.
         let expired: Vec<bool> =
-            names(admit(&d, &ev, TS).unwrap()).into_iter().map(|n| n.1).collect();
+            names(admit(&d, &ev, TS, H).unwrap()).into_iter().map(|n| n.1).collect();
         assert_eq!(expired, vec![false, true]);
         let two_days = ScoreRequest { ts: TS - 2 * 86_400, ..ev };
         let expired: Vec<bool> =
-            names(admit(&d, &two_days, TS).unwrap()).into_iter().map(|n| n.1).collect();
+            names(admit(&d, &two_days, TS, H).unwrap()).into_iter().map(|n| n.1).collect();
         assert_eq!(expired, vec![false, false]);
+    }
+
+    #[test]
+    fn events_past_the_future_horizon_are_filtered() {
+        let d = def();
+        let at = |ts: i64| admit(&d, &ScoreRequest { ts, ..event(&[("ruid", 1)]) }, TS, H);
+        assert!(matches!(at(TS + H), Ok(Admission::Boards(_))), "the horizon itself is in");
+        assert!(matches!(at(TS + 3600), Ok(Admission::Boards(_))), "a clock an hour ahead");
+        for far in [TS + H + 1, TS + 365 * H, i64::MAX] {
+            assert!(matches!(at(far), Ok(Admission::Filtered(_))), "{far}");
+        }
+        // The horizon is added without overflow, and dimensions are still checked first.
+        let ev = ScoreRequest { ts: i64::MAX, ..event(&[("ruid", 1)]) };
+        assert!(matches!(admit(&d, &ev, i64::MAX - 5, H), Ok(Admission::Boards(_))));
+        let bad = ScoreRequest { ts: i64::MAX, ..event(&[("room", 1)]) };
+        assert!(admit(&d, &bad, TS, H).is_err());
     }
 
     #[test]
     fn dimensions_must_match_the_definition() {
         let d = def();
         for bad in [vec![], vec![("room", 1)], vec![("ruid", 1), ("ruid", 2)]] {
-            assert!(admit(&d, &event(&bad), TS).is_err(), "{bad:?}");
+            assert!(admit(&d, &event(&bad), TS, H).is_err(), "{bad:?}");
         }
     }
 
@@ -199,8 +238,9 @@ mod tests {
         d.settings.filters.dims = vec![("ruid".into(), ValueFilter::Deny(vec![9]))];
         d.settings.filters.items = Some(ValueFilter::Allow(vec![5]));
         d.settings.filters.score_range = Some((1, 100));
-        assert!(matches!(admit(&d, &event(&[("ruid", 1)]), TS), Ok(Admission::Boards(_))));
-        let filtered = |ev: ScoreRequest| matches!(admit(&d, &ev, TS), Ok(Admission::Filtered(_)));
+        assert!(matches!(admit(&d, &event(&[("ruid", 1)]), TS, H), Ok(Admission::Boards(_))));
+        let filtered =
+            |ev: ScoreRequest| matches!(admit(&d, &ev, TS, H), Ok(Admission::Filtered(_)));
         assert!(filtered(event(&[("ruid", 9)])));
         assert!(filtered(ScoreRequest { item: 6, ..event(&[("ruid", 1)]) }));
         assert!(filtered(ScoreRequest { score: 101, ..event(&[("ruid", 1)]) }));

@@ -181,6 +181,7 @@ impl ShardActor {
                         CmdResult::Done
                     }
                     Command::CreateBiz(_)
+                    | Command::CreateBizV2(_)
                     | Command::UpdateBiz(_)
                     | Command::CreateRank(_)
                     | Command::UpdateRank(_)

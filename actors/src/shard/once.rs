@@ -83,6 +83,7 @@ impl ShardActor {
         }
         let r = match cmd {
             Command::CreateBiz(_)
+            | Command::CreateBizV2(_)
             | Command::UpdateBiz(_)
             | Command::CreateRank(_)
             | Command::UpdateRank(_) => registry::apply(&self.directory, self.cfg.is_meta, cmd, ws),

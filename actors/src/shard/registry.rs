@@ -1,11 +1,11 @@
 //! Applying the registry family (create and update businesses and
 //! rankings, replace the cluster map): on the metadata group only. The directory computes each
-//! result deterministically (an assigned id is the next free one in the
-//! replicated registry), so every replica answers alike; a rejected command
+//! result deterministically (an assigned id is a function of the replicated
+//! registry and the command's `IdRule`), so every replica answers alike; a rejected command
 //! (a duplicate id, an unknown ranking) is a result, not an error.
 
 use crate::command::{CmdResult, Command};
-use crate::directory::Directory;
+use crate::directory::{Directory, IdRule};
 use plaudit_proto::WireError;
 use plaudit_storage::WriteSet;
 
@@ -21,7 +21,12 @@ pub(super) fn apply(
         return CmdResult::Failed(WireError::internal("registry command sent to a data shard"));
     }
     let res = match cmd {
-        Command::CreateBiz(c) => directory.apply_create(c, ws).map(CmdResult::Biz),
+        Command::CreateBiz(c) => {
+            directory.apply_create(c, IdRule::AfterHighest, ws).map(CmdResult::Biz)
+        }
+        Command::CreateBizV2(c) => {
+            directory.apply_create(c, IdRule::AfterHighestOrLowestFree, ws).map(CmdResult::Biz)
+        }
         Command::UpdateBiz(u) => directory.apply_update(u, ws).map(CmdResult::Biz),
         Command::CreateRank(d) => directory.apply_create_rank(d, ws).map(CmdResult::Rank),
         Command::UpdateRank(u) => directory.apply_update_rank(u, ws).map(CmdResult::Rank),

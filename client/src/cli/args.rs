@@ -194,7 +194,7 @@ pub enum BizCommand {
         /// Business id.
         id: BizId,
     },
-    /// List all businesses.
+    /// List all businesses (read page by page, however many there are).
     List,
     /// Change some of a business's settings; the others keep their values.
     #[command(group(

@@ -26,8 +26,8 @@ pub enum RankCommand {
         /// Time windows, comma separated: total, hour, day, week (from Monday), month.
         #[arg(long, value_name = "G,G", value_delimiter = ',', required = true, value_parser = parse_gran)]
         granularity: Vec<Granularity>,
-        /// The fixed UTC offset windows are cut in, e.g. +08:00.
-        #[arg(long, value_name = "+HH:MM", default_value = "+00:00", value_parser = parse_offset)]
+        /// The fixed UTC offset windows are cut in, e.g. +08:00 or -05:30.
+        #[arg(long, value_name = "+HH:MM", default_value = "+00:00", value_parser = parse_offset, allow_hyphen_values = true)]
         utc_offset: UtcOffset,
         /// How an event's score combines with the member's: incr, best or set.
         #[arg(long, value_name = "incr|best|set", default_value = "incr", value_parser = parse_agg)]
@@ -50,7 +50,7 @@ pub enum RankCommand {
         /// Ranking id.
         id: RankId,
     },
-    /// List all rankings.
+    /// List all rankings (read page by page, however many there are).
     List,
     /// Change a ranking's cap, retention, priority or filters; the rest keep their values.
     #[command(group(
@@ -365,6 +365,16 @@ mod tests {
         assert_eq!((d.aggregation, d.ties), (Aggregation::Best, TieMode::Custom));
         assert_eq!((d.settings.cap, d.settings.retention, d.settings.priority), (100, 7, 2));
         assert_eq!(d.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_negative_offset_parses_without_an_equals_sign() {
+        let base = ["plaudit", "rank", "create", "--id", "1", "--name", "x", "--granularity"];
+        let mut args = base.to_vec();
+        args.extend(["day", "--utc-offset", "-05:30", "--cap", "7"]);
+        let d = definition(&parse(&args)).expect("create");
+        assert_eq!(d.utc_offset.seconds(), -(5 * 3600 + 30 * 60));
+        assert_eq!(d.settings.cap, 7, "the flags after it still parse");
     }
 
     #[test]

@@ -171,6 +171,10 @@ impl Cluster {
     async fn attempt(&self, dest: &Dest, req: &Request) -> (Result<Response, ClientError>, bool) {
         match self.pool(&dest.addr).get().await {
             Ok(conn) => (answer_or_silence(&conn, req, &dest.addr).await, true),
+            // The node refused the connection with an answer (`Overloaded`
+            // at its connection limit): sorted like any answer of the node,
+            // so a busy node is backed off from, not marked down.
+            Err(ClientError::Server(e)) => (Ok(Response::Error(e)), false),
             Err(e) => (Err(e), false),
         }
     }

@@ -19,6 +19,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
+use plaudit_actors::command::{EventResult, ScoreCmd};
 use plaudit_actors::{CmdResult, Command};
 use plaudit_proto::cluster::NodeId as ProtoNodeId;
 use plaudit_proto::{codec, Request, Response, WireError};
@@ -109,6 +110,14 @@ pub enum PeerRequest {
     },
     /// The receiver's own view of its groups (for cluster status).
     Report,
+    /// Whether a scoring event (`cmd`, one event on one sub-board of
+    /// `group`, which the receiver leads) would apply, after the group's
+    /// read barrier, changing nothing: the all-or-nothing check an edge
+    /// makes on every board of an event before proposing it to any.
+    CheckScore {
+        group: GroupId,
+        cmd: ScoreCmd,
+    },
 }
 
 /// The receiver's view of its replicas, for status.
@@ -137,6 +146,9 @@ pub enum PeerResponse {
     MetaApplied(Result<u64, WireError>),
     Boards(Result<Vec<(Vec<u8>, u64)>, WireError>),
     Report(Vec<GroupReport>),
+    /// The answer to `CheckScore`: the outer error is the request's
+    /// (`NotLeader`, ...), the inner one the event's (it would overflow).
+    CheckScore(Result<EventResult, WireError>),
     /// The receiver could not take the request at all (no such group here).
     Unavailable(String),
     /// The request was taken and may have run, but no answer can be given
@@ -165,6 +177,7 @@ impl PeerRequest {
             PeerRequest::Propose { .. } => PeerResponse::Propose(Err(e)),
             PeerRequest::MetaApplied => PeerResponse::MetaApplied(Err(e)),
             PeerRequest::Boards { .. } => PeerResponse::Boards(Err(e)),
+            PeerRequest::CheckScore { .. } => PeerResponse::CheckScore(Err(e)),
             _ => PeerResponse::Unavailable(e.message),
         }
     }

@@ -48,6 +48,7 @@ impl Config {
             "actor_budget_per_shard" => self.actor_budget_per_shard = parse(value)?,
             "actor_idle_secs" => self.actor_idle_secs = parse(value)?,
             "retention_sweep_secs" => self.retention_sweep_secs = parse(value)?,
+            "score_future_horizon_secs" => self.score_future_horizon_secs = parse(value)?,
             "sled_cache_mb" => self.sled_cache_mb = parse(value)?,
             "request_timeout_ms" => self.request_timeout_ms = parse(value)?,
             "shutdown_grace_ms" => self.shutdown_grace_ms = parse(value)?,
@@ -77,8 +78,12 @@ impl Config {
             bootstrap_expect,
             cluster_secret_file,
             shards,
+            score_future_horizon_secs,
             log,
         } = args;
+        if let Some(v) = score_future_horizon_secs {
+            self.score_future_horizon_secs = *v;
+        }
         if let Some(v) = peer_listen {
             self.peer_listen = *v;
         }

@@ -53,6 +53,7 @@ fn every_flag_overrides_its_field() {
         "--listen=0.0.0.0:9000",
         "--admin=0.0.0.0:9001",
         "--shards=2",
+        "--score-future-horizon-secs=60",
         "--log=plaudit_node=trace",
     ]);
     let config = Config::from_sources(None, &[], &flags).unwrap();
@@ -61,6 +62,7 @@ fn every_flag_overrides_its_field() {
     assert_eq!(config.listen.to_string(), "0.0.0.0:9000");
     assert_eq!(config.admin.to_string(), "0.0.0.0:9001");
     assert_eq!(config.shards, 2);
+    assert_eq!(config.score_future_horizon_secs, 60);
     assert_eq!(config.log, "plaudit_node=trace");
 }
 
@@ -95,6 +97,7 @@ fn every_field_can_be_set_from_the_environment() {
         actor_budget_per_shard: 9,
         actor_idle_secs: 10,
         retention_sweep_secs: 19,
+        score_future_horizon_secs: 23,
         sled_cache_mb: 11,
         request_timeout_ms: 12,
         shutdown_grace_ms: 13,
@@ -252,6 +255,18 @@ fn limits_must_be_non_zero() {
         assert!(text.contains(&format!("{field} must be greater than 0")), "{text}");
     }
     assert!(invalid("node_id = 0").contains("node_id"));
+}
+
+#[test]
+fn the_future_horizon_defaults_to_a_day_and_must_fit_a_timestamp() {
+    let config = Config::from_sources(None, &[], &Args::default()).unwrap();
+    assert_eq!(config.score_future_horizon_secs, 86_400);
+    let huge = env(&[("PLAUDIT_SCORE_FUTURE_HORIZON_SECS", "18446744073709551615")]);
+    let err = Config::from_sources(None, &huge, &Args::default()).unwrap_err();
+    assert!(error_text(err).contains("score_future_horizon_secs must be at most"));
+    let none = env(&[("PLAUDIT_SCORE_FUTURE_HORIZON_SECS", "0")]);
+    let strict = Config::from_sources(None, &none, &Args::default()).unwrap();
+    assert_eq!(strict.score_future_horizon_secs, 0, "0: no event after the node's clock");
 }
 
 #[test]

@@ -217,6 +217,37 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// `check` says exactly whether `apply` would fail, and changes nothing:
+    /// the edge relies on it to refuse an event before any board applies it.
+    #[test]
+    fn a_check_predicts_apply_and_changes_nothing(
+        rules in rules_strategy(),
+        events in prop::collection::vec(event_strategy(), 0..80),
+        probes in prop::collection::vec(event_strategy(), 1..20),
+    ) {
+        let mut board = Board::new(rules);
+        for (item, score, sub) in events {
+            let _ = board.apply(item, score, sub);
+        }
+        for (item, score, sub) in probes {
+            board.take_dirty();
+            let (top, stamp) = (board.top(0, usize::MAX), board.next_stamp());
+            let checked = board.check(item, score);
+            prop_assert_eq!(board.top(0, usize::MAX), top, "a check moves no one");
+            prop_assert_eq!(board.next_stamp(), stamp, "a check takes no stamp");
+            prop_assert!(board.take_dirty().is_empty(), "a check writes nothing");
+            let applied = board.apply(item, score, sub);
+            prop_assert_eq!(checked.is_err(), applied.is_err(), "{:?} vs {:?}", checked, applied);
+            if let (Err(c), Err(a)) = (checked, applied) {
+                prop_assert_eq!(c, a);
+            }
+        }
+    }
+}
+
 fn rules(aggregation: Aggregation, ties: TieMode) -> Rules {
     Rules { aggregation, ties, cap: 100 }
 }
