@@ -6,6 +6,7 @@
 
 use crate::cluster::{self, Cluster};
 use crate::error::ClientError;
+use plaudit_proto::auth::TokenSecret;
 use plaudit_proto::business::{CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::{ClusterStatus, RoutingTable};
 use plaudit_proto::likes::{
@@ -17,8 +18,9 @@ use plaudit_proto::{BizConfig, BizId, Business, EntityId, LikeAction, Request, R
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How a `Client` connects and waits.
-#[derive(Debug, Clone)]
+/// How a `Client` connects and waits. `Debug` shows whether a token is
+/// set, never the token.
+#[derive(Clone)]
 pub struct ClientOptions {
     /// Connections kept open to each node and used round robin. Default 2;
     /// 0 counts as 1.
@@ -28,6 +30,22 @@ pub struct ClientOptions {
     /// answered, else the last error). Also bounds each dial, together with
     /// a 2 s cap so a dead host cannot eat a whole call. Default 5 s.
     pub timeout: Duration,
+    /// The admin token or a business token (`plt_<id>_<secret>`), sent as
+    /// `Auth` on every connection right after its hello. A node that
+    /// refuses it fails the call (or `connect`) with
+    /// `ErrorCode::Unauthorized`, which is not retried. Default `None`: for
+    /// an open node (no admin token configured, loopback only).
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("pool_size", &self.pool_size)
+            .field("timeout", &self.timeout)
+            .field("token", &self.token.as_ref().map(|_| "(redacted)"))
+            .finish()
+    }
 }
 
 impl ClientOptions {
@@ -37,7 +55,11 @@ impl ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { pool_size: Self::DEFAULT_POOL_SIZE, timeout: Self::DEFAULT_TIMEOUT }
+        ClientOptions {
+            pool_size: Self::DEFAULT_POOL_SIZE,
+            timeout: Self::DEFAULT_TIMEOUT,
+            token: None,
+        }
     }
 }
 
@@ -76,7 +98,9 @@ impl Client {
         seeds: &[S],
         opts: ClientOptions,
     ) -> Result<Client, ClientError> {
-        let inner = Cluster::connect(cluster::seeds(seeds), opts.pool_size, opts.timeout).await?;
+        let token = opts.token.map(TokenSecret);
+        let inner =
+            Cluster::connect(cluster::seeds(seeds), opts.pool_size, opts.timeout, token).await?;
         Ok(Client { inner })
     }
 
@@ -109,9 +133,18 @@ impl Client {
     /// reply as is, except that `Response::Error` becomes
     /// `Err(ClientError::Server)`. The request is not validated here; the
     /// node is the authority on limits. A registry change (`CreateBiz`,
-    /// `UpdateBiz`, `CreateRank`, `UpdateRank`) is sent wrapped in
-    /// `Request::Once`, so a retry cannot apply it twice.
+    /// `UpdateBiz`, `CreateRank`, `UpdateRank`, `CreateToken`,
+    /// `RevokeToken`) is sent wrapped in `Request::Once`, so a retry cannot
+    /// apply it twice. `Auth` is refused here (`ClientError::Protocol`): it
+    /// belongs to connections, which say it themselves
+    /// (`ClientOptions::token`), and one pooled connection saying it would
+    /// leave the others as they were.
     pub async fn request(&self, req: Request) -> Result<Response, ClientError> {
+        if let Request::Auth(_) = req {
+            return Err(ClientError::Protocol(
+                "Auth is sent on every connection by the SDK: set ClientOptions::token".into(),
+            ));
+        }
         self.inner.call(req).await
     }
 
@@ -350,5 +383,26 @@ fn variant(r: &Response) -> &'static str {
         Response::Stale { .. } => "Stale",
         Response::BizPage(_) => "BizPage",
         Response::RankPage(_) => "RankPage",
+        Response::Auth(_) => "Auth",
+        Response::Token(_) => "Token",
+        Response::Tokens(_) => "Tokens",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_never_show_the_token() {
+        let secret = "plt_7_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123-_5";
+        let opts = ClientOptions { token: Some(secret.into()), ..ClientOptions::default() };
+        let shown = format!("{opts:?}");
+        assert!(!shown.contains(secret), "{shown}");
+        assert!(!shown.contains("abcdefghij"), "{shown}");
+        assert!(shown.contains("token: Some(\"(redacted)\")"), "{shown}");
+        assert!(shown.contains("pool_size: 2"), "{shown}");
+        let none = format!("{:?}", ClientOptions::default());
+        assert!(none.contains("token: None"), "{none}");
     }
 }

@@ -9,10 +9,13 @@
 //! - `args`: the clap definitions (their doc comments are `--help`);
 //! - `json`: one JSON object per command, for scripts;
 //! - `human`: aligned tables and sentences, for people;
-//! - `rank`, `board`, `admin`: one command family each (flags, output).
+//! - `rank`, `board`, `admin`, `token`: one command family each (flags,
+//!   output).
 //!
 //! `--addr` is a comma-separated seed list: the SDK finds the rest of the
 //! cluster from any seed that answers, and routes each request itself.
+//! `--token` (or `PLAUDIT_TOKEN`) goes into `ClientOptions::token`; it is
+//! never printed, and only `token create` prints a token (the new one).
 
 pub mod admin;
 pub mod args;
@@ -20,11 +23,13 @@ pub mod board;
 pub mod human;
 pub mod json;
 pub mod rank;
+pub mod token;
 
 pub use args::Cli;
 
 use crate::{Client, ClientError, ClientOptions};
 use args::{ActArgs, BizCommand, Command};
+use plaudit_proto::auth::{TokenInfo, TokenSecret};
 use plaudit_proto::cluster::ClusterStatus;
 use plaudit_proto::likes::{EntityCounts, EntityState, LikeReply, Page, ReceivedReply};
 use plaudit_proto::rankings::RankDef;
@@ -79,6 +84,13 @@ pub enum Output {
     Size(u64),
     Boards(BoardsPage),
     ClusterStatus(ClusterStatus),
+    /// `token create`: the full token (its one showing) and its record.
+    TokenCreated {
+        token: TokenSecret,
+        info: TokenInfo,
+    },
+    TokenRevoked(TokenInfo),
+    TokenList(Vec<TokenInfo>),
 }
 
 /// Which registry command produced an `Output::Biz` or `Output::Rank`.
@@ -188,7 +200,9 @@ pub fn render(json: bool, result: &Result<Output, Failure>) -> Rendered {
 /// Connects through the seeds of `cli.addr` and runs the command.
 pub async fn run(cli: &Cli) -> Result<Output, Failure> {
     // One command is at most two sequential requests: one connection is plenty.
-    let opts = ClientOptions { pool_size: 1, ..ClientOptions::default() };
+    // An empty token (`PLAUDIT_TOKEN=`) counts as none.
+    let token = cli.token.as_ref().map(|t| t.0.clone()).filter(|t| !t.is_empty());
+    let opts = ClientOptions { pool_size: 1, token, ..ClientOptions::default() };
     let client = Client::connect_with(&cli.addr, opts)
         .await
         .map_err(|e| Failure::cannot_connect(&cli.addr, &e))?;
@@ -202,6 +216,7 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
     Ok(match cmd {
         Command::Biz(b) => execute_biz(client, b).await?,
         Command::Rank(r) => execute_rank(client, r).await?,
+        Command::Token(t) => execute_token(client, t).await?,
         Command::Admin(admin::AdminCommand::Status) => {
             Output::ClusterStatus(client.cluster_status().await?)
         }
@@ -297,6 +312,18 @@ async fn execute_rank(client: &Client, cmd: &rank::RankCommand) -> Result<Output
     })
 }
 
+async fn execute_token(client: &Client, cmd: &token::TokenCommand) -> Result<Output, ClientError> {
+    use token::TokenCommand;
+    Ok(match cmd {
+        TokenCommand::Create { biz, ranks, read_only } => {
+            let (token, info) = client.create_token(*biz, ranks, *read_only).await?;
+            Output::TokenCreated { token: TokenSecret(token), info }
+        }
+        TokenCommand::List => Output::TokenList(client.list_tokens().await?),
+        TokenCommand::Revoke { id } => Output::TokenRevoked(client.revoke_token(*id).await?),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +369,31 @@ mod tests {
         let f = Failure::cannot_connect(ADDR, &e);
         assert_eq!((f.code, f.exit), ("Overloaded", EXIT_FAILED));
         assert_eq!(f.message, "127.0.0.1:7401: the node is at its connection limit");
+    }
+
+    #[test]
+    fn a_refused_token_exits_1_with_code_unauthorized() {
+        let e = ClientError::Server(WireError::unauthorized("the node refused the token: revoked"));
+        let f = Failure::cannot_connect(ADDR, &e);
+        assert_eq!((f.code, f.exit), ("Unauthorized", EXIT_FAILED));
+        assert_eq!(f.message, "127.0.0.1:7401: the node refused the token: revoked");
+    }
+
+    #[test]
+    fn a_new_tokens_debug_form_hides_it() {
+        let o = Output::TokenCreated {
+            token: TokenSecret("plt_1_very-secret".into()),
+            info: TokenInfo {
+                id: 1,
+                biz: 2,
+                ranks: vec![],
+                read_only: false,
+                created_ms: 1,
+                revoked_ms: None,
+            },
+        };
+        assert!(!format!("{o:?}").contains("very-secret"));
+        assert!(render(false, &Ok(o)).stdout.starts_with("plt_1_very-secret\n"));
     }
 
     #[test]

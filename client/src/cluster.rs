@@ -24,10 +24,11 @@ mod call;
 
 use crate::api::unexpected;
 use crate::error::ClientError;
-use crate::pool::Pool;
+use crate::pool::{Dialer, Pool};
 use crate::route::View;
+use plaudit_proto::auth::TokenSecret;
 use plaudit_proto::cluster::RoutingTable;
-use plaudit_proto::{Request, Response};
+use plaudit_proto::{ErrorCode, Request, Response, WireError};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,7 +44,7 @@ pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(3);
 pub(crate) const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
 /// How long one node may take to answer `Routing` before the next is asked.
 pub(crate) const FETCH_PATIENCE: Duration = Duration::from_secs(1);
-/// Dials (connect and hello) take at most this long, or the call's timeout
+/// Dials (connect, hello and auth) take at most this long, or the call's timeout
 /// if shorter: a dead host must not eat a whole call's budget.
 pub(crate) const MAX_DIAL: Duration = Duration::from_secs(2);
 
@@ -64,7 +65,7 @@ pub(crate) struct Cluster {
     seeds: Vec<String>,
     pool_size: usize,
     timeout: Duration,
-    dial_timeout: Duration,
+    dialer: Dialer,
     view: Mutex<View>,
     pools: Mutex<HashMap<String, Arc<Pool>>>,
     /// Single flight for refreshes; holds when the last good table was asked for.
@@ -78,11 +79,14 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     /// Dials the seeds in order until one gives a routing table (or, an
-    /// older node, answers without one), then starts the refresher.
+    /// older node, answers without one), then starts the refresher. A seed
+    /// that refuses the token (or wants one) ends the search: every node
+    /// shares one token registry, so the next would say the same.
     pub(crate) async fn connect(
         seeds: Vec<String>,
         pool_size: usize,
         timeout: Duration,
+        token: Option<TokenSecret>,
     ) -> Result<Arc<Cluster>, ClientError> {
         if seeds.is_empty() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "no node address given");
@@ -93,7 +97,7 @@ impl Cluster {
             seeds: seeds.clone(),
             pool_size,
             timeout,
-            dial_timeout: timeout.min(MAX_DIAL),
+            dialer: Dialer { timeout: timeout.min(MAX_DIAL), token },
             view: Mutex::new(View::new(seeds.clone())),
             pools: Mutex::new(HashMap::new()),
             refreshed: tokio::sync::Mutex::new(None),
@@ -110,6 +114,7 @@ impl Cluster {
                     *lock(&cluster.refresher) = Some(task);
                     return Ok(cluster);
                 }
+                Err(e) if e.code() == Some(ErrorCode::Unauthorized) => return Err(e),
                 Err(e) => {
                     tracing::debug!(seed, error = %e, "seed did not answer");
                     failed.push((seed.clone(), e));
@@ -122,7 +127,7 @@ impl Cluster {
     /// Opens the seed's pool (every connection up front, so a bad address
     /// fails here) and takes its routing table.
     async fn bootstrap(&self, seed: &str) -> Result<(), ClientError> {
-        let pool = Arc::new(Pool::open(seed, self.pool_size, self.dial_timeout).await?);
+        let pool = Arc::new(Pool::open(seed, self.pool_size, &self.dialer).await?);
         lock(&self.pools).insert(seed.to_string(), pool.clone());
         let asked = Instant::now();
         match self.fetch(&pool).await {
@@ -130,6 +135,17 @@ impl Cluster {
                 self.adopt(table);
                 *self.refreshed.lock().await = Some(asked);
                 Ok(())
+            }
+            // A node that wants a token before it tells its table (we have
+            // none, or it was revoked since `Auth`): every call would be
+            // refused too.
+            Err(ClientError::Server(e)) if e.code == ErrorCode::Unauthorized => {
+                lock(&self.pools).remove(seed);
+                if self.dialer.token.is_some() {
+                    return Err(ClientError::Server(e));
+                }
+                let msg = format!("the node wants a token: {}", e.message);
+                Err(ClientError::Server(WireError::unauthorized(msg)))
             }
             // No table from a node that answers: an older single node, which
             // serves everything itself. Calls go to the seeds.
@@ -161,7 +177,7 @@ impl Cluster {
     fn pool(&self, addr: &str) -> Arc<Pool> {
         lock(&self.pools)
             .entry(addr.to_string())
-            .or_insert_with(|| Arc::new(Pool::lazy(addr, self.pool_size, self.dial_timeout)))
+            .or_insert_with(|| Arc::new(Pool::lazy(addr, self.pool_size, &self.dialer)))
             .clone()
     }
 

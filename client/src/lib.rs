@@ -8,7 +8,9 @@
 //! so a node that is not the leader answers `NotLeader` with a hint instead
 //! of forwarding; the client follows the hint, waits out elections, steps
 //! around dead nodes and refreshes its table, all within the call's timeout,
-//! and retries only what is safe to repeat.
+//! and retries only what is safe to repeat. With `ClientOptions::token` set,
+//! every connection then says `Auth`, so all of them carry the same role; a
+//! refused token fails the call with `Unauthorized` at once.
 //!
 //! Each node gets a small pool of TCP connections (round robin, two by
 //! default), dialled on first use. Each connection is multiplexed: any number
@@ -28,13 +30,16 @@
 //! Modules:
 //! - `api`: `Client`, `ClientOptions` and one typed method per command;
 //! - `rankings`: the ranking and leaderboard methods of `Client`;
+//! - `tokens`: the token methods of `Client` (create, list, revoke), and the
+//!   secret a new token is made with;
 //! - `cluster`: pools per node, the cached routing view and the background
 //!   refresher; `cluster/call.rs`, one call's retry loop;
 //! - `route`: which node a request goes to, and what a `NotLeader` hint
 //!   teaches (pure);
 //! - `retry`: which answers are retried, how long to back off, and when to
 //!   stop (pure);
-//! - `pool`: the round-robin set of connections to one node, and dialling;
+//! - `pool`: the round-robin set of connections to one node, and dialling
+//!   (hello, then `Auth` with `ClientOptions::token`);
 //! - `connection`: one pipelined socket with its writer and reader tasks;
 //! - `error`: `ClientError`, which keeps the node's stable error codes;
 //! - `cli`: argument parsing, command execution and output rendering for the
@@ -58,6 +63,7 @@ mod pool;
 mod rankings;
 mod retry;
 mod route;
+mod tokens;
 
 pub use api::{Client, ClientOptions};
 pub use error::ClientError;

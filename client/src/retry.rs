@@ -68,26 +68,33 @@ pub(crate) fn outcome(r: Result<Response, ClientError>) -> Outcome {
 }
 
 /// Wraps a registry change in `Request::Once { id }`, so sending it again
-/// cannot apply it twice; anything else is returned as it is.
+/// cannot apply it twice; anything else is returned as it is. Token changes
+/// are registry changes: a repeated create must not mint a second token
+/// with the same secret, and a repeated revoke must answer as the first.
 pub(crate) fn once(req: Request, id: u64) -> Request {
-    match req {
-        Request::CreateBiz(_)
-        | Request::UpdateBiz(_)
-        | Request::CreateRank(_)
-        | Request::UpdateRank(_) => Request::Once { id, req: Box::new(req) },
-        other => other,
+    if is_registry_change(&req) {
+        Request::Once { id, req: Box::new(req) }
+    } else {
+        req
     }
 }
 
 /// Whether sending `req` again after an unknown outcome is harmless. True
 /// of everything but a bare registry change (which `once` wraps first).
 pub(crate) fn safe_to_repeat(req: &Request) -> bool {
-    !matches!(
+    !is_registry_change(req)
+}
+
+/// The requests a node takes inside a `Once` (`Request::validate`).
+fn is_registry_change(req: &Request) -> bool {
+    matches!(
         req,
         Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)
             | Request::UpdateRank(_)
+            | Request::CreateToken(_)
+            | Request::RevokeToken(_)
     )
 }
 
@@ -213,6 +220,7 @@ impl Attempts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plaudit_proto::auth::{CreateToken, TokenSecret};
     use plaudit_proto::business::{CreateBiz, UpdateBiz};
     use plaudit_proto::WireError;
 
@@ -264,6 +272,26 @@ mod tests {
         assert!(matches!(once(update, 1), Request::Once { .. }));
         assert_eq!(once(Request::GetBiz(1), 5), Request::GetBiz(1));
         assert_eq!(once(Request::Ping, 5), Request::Ping);
+    }
+
+    #[test]
+    fn token_changes_are_wrapped_in_once_and_token_reads_are_not() {
+        let create = Request::CreateToken(CreateToken {
+            secret: TokenSecret("s".repeat(plaudit_proto::auth::SECRET_LEN)),
+            biz: 1,
+            ranks: vec![2],
+            read_only: false,
+        });
+        assert!(!safe_to_repeat(&create));
+        let wrapped = once(create.clone(), 9);
+        assert_eq!(wrapped, Request::Once { id: 9, req: Box::new(create) });
+        // What the node accepts inside a Once, it accepts from us.
+        assert!(wrapped.validate().is_ok(), "{:?}", wrapped.validate());
+        let revoke = once(Request::RevokeToken(4), 9);
+        assert_eq!(revoke, Request::Once { id: 9, req: Box::new(Request::RevokeToken(4)) });
+        assert!(revoke.validate().is_ok());
+        assert_eq!(once(Request::ListTokens, 9), Request::ListTokens);
+        assert!(safe_to_repeat(&Request::ListTokens));
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub(crate) const DOWN_FOR: Duration = Duration::from_secs(2);
 pub(crate) enum Target {
     /// The leader of a data shard: single-shard reads and writes.
     Leader(ShardId),
-    /// The metadata group's leader: the business and ranking registry.
+    /// The metadata group's leader: the business, ranking and token registry.
     Meta,
     /// Any replica of a shard: stale reads.
     Replica(ShardId),
@@ -76,6 +76,9 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::ListBizPage(_)
         | Request::ListRanksPage(_)
         | Request::UpdateRank(_)
+        | Request::CreateToken(_)
+        | Request::ListTokens
+        | Request::RevokeToken(_)
         | Request::Once { .. } => Target::Meta,
         // Any replica of the inner request's shard answers a stale read;
         // registry reads are answered by every node.
@@ -90,6 +93,9 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Hello(_)
         | Request::Routing
         | Request::ClusterStatus => Target::Any,
+        // Said by the pool on each connection it opens, never routed as a
+        // call (`Client::request` refuses it); any node would take it.
+        Request::Auth(_) => Target::Any,
     }
 }
 
@@ -373,6 +379,8 @@ mod tests {
         let counts = Request::Counts(CountsRequest { biz: 1, entities: vec![1, 2] });
         assert_eq!(target(&counts, 3), Target::Any);
         assert_eq!(target(&Request::Ping, 3), Target::Any);
+        assert_eq!(target(&Request::ListTokens, 3), Target::Meta);
+        assert_eq!(target(&Request::RevokeToken(2), 3), Target::Meta);
         // Without a table everything goes to a seed.
         assert_eq!(target(&like(1, 1), 0), Target::Any);
         assert_eq!(target(&Request::GetBiz(1), 0), Target::Any);

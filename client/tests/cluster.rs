@@ -83,7 +83,7 @@ fn likes_led_by(leader: impl Fn(ShardId) -> NodeId + Send + Sync + 'static) -> H
 }
 
 fn opts(timeout_ms: u64) -> ClientOptions {
-    ClientOptions { pool_size: 1, timeout: Duration::from_millis(timeout_ms) }
+    ClientOptions { pool_size: 1, timeout: Duration::from_millis(timeout_ms), ..Default::default() }
 }
 
 async fn wait_until<F: Future<Output = bool>>(what: &str, mut cond: impl FnMut() -> F) {

@@ -71,7 +71,7 @@ async fn listen() -> (TcpListener, String) {
 }
 
 fn opts(pool_size: usize, timeout_ms: u64) -> ClientOptions {
-    ClientOptions { pool_size, timeout: Duration::from_millis(timeout_ms) }
+    ClientOptions { pool_size, timeout: Duration::from_millis(timeout_ms), ..Default::default() }
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 //! `--help` text.
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use plaudit_proto::auth::TokenSecret;
 use plaudit_proto::{BizConfig, BizId, EntityId, LikeAction, UserId};
 
 /// Default seed address when neither `--addr` nor `PLAUDIT_ADDR` is set.
@@ -29,6 +30,12 @@ pub struct Cli {
     /// Print exactly one JSON object on stdout instead of tables and sentences.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The admin token, or a business token (plt_N_...), sent on every
+    /// connection; not needed for an open node. Prefer PLAUDIT_TOKEN: a flag
+    /// shows in the process list.
+    // `hide_env_values`: `--help` must not print the token it found.
+    #[arg(long, global = true, env = "PLAUDIT_TOKEN", hide_env_values = true, value_name = "TOKEN", value_parser = parse_token)]
+    pub token: Option<TokenSecret>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -44,6 +51,9 @@ pub enum Command {
     /// Operate the cluster: status.
     #[command(subcommand)]
     Admin(super::admin::AdminCommand),
+    /// Manage business tokens: create, list, revoke (needs the admin token).
+    #[command(subcommand)]
+    Token(super::token::TokenCommand),
     /// Like an entity as a user.
     Like(ActArgs),
     /// Withdraw a user's like of an entity.
@@ -246,6 +256,12 @@ pub struct PageArgs {
     pub cursor: Option<String>,
 }
 
+/// Keeps the token in a `TokenSecret`, whose `Debug` hides it (`Cli` is
+/// `Debug`). Any text is taken: the node is the judge of tokens.
+fn parse_token(s: &str) -> Result<TokenSecret, String> {
+    Ok(TokenSecret(s.to_string()))
+}
+
 impl Command {
     /// The like action of `like`/`unlike`/`dislike`/`undislike`.
     pub fn action(&self) -> Option<(LikeAction, &ActArgs)> {
@@ -373,6 +389,62 @@ mod tests {
             BizConfig { dislike_enabled: false, user_list_memory: 5, liker_list_memory: 60 }
         );
         assert_eq!(apply_update(base.clone(), None, None, None), base);
+    }
+
+    #[test]
+    fn the_token_is_a_global_flag_that_never_debug_prints() {
+        let cli = parse(&["token", "list", "--token", "plt_1_secret-part"]).unwrap();
+        assert_eq!(cli.token, Some(TokenSecret("plt_1_secret-part".into())));
+        assert!(!format!("{cli:?}").contains("secret-part"));
+        let cli = parse(&["--token", "admin-token-xyz", "ping"]).unwrap();
+        assert_eq!(cli.token.map(|t| t.0), Some("admin-token-xyz".into()));
+    }
+
+    #[test]
+    fn help_names_the_token_variable_but_never_its_value() {
+        let cmd = Cli::command();
+        let token = cmd.get_arguments().find(|a| a.get_id() == "token").unwrap();
+        assert_eq!(token.get_env(), Some(std::ffi::OsStr::new("PLAUDIT_TOKEN")));
+        assert!(token.is_hide_env_values_set());
+    }
+
+    #[test]
+    fn token_create_takes_a_biz_repeated_ranks_and_read_only() {
+        use super::super::token::TokenCommand;
+        let cli = parse(&["token", "create", "--biz", "3", "--rank", "7", "--rank", "9"]).unwrap();
+        match cli.command {
+            Command::Token(TokenCommand::Create { biz, ranks, read_only }) => {
+                assert_eq!((biz, ranks, read_only), (3, vec![7, 9], false))
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        match parse(&["token", "create", "--biz", "3", "--read-only", "--json"]).unwrap() {
+            Cli {
+                command: Command::Token(TokenCommand::Create { ranks, read_only, .. }),
+                json,
+                ..
+            } => {
+                assert_eq!((ranks, read_only, json), (vec![], true, true))
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(parse(&["token", "create"]).is_err());
+        assert!(parse(&["token", "create", "--biz", "3", "--rank", "x"]).is_err());
+    }
+
+    #[test]
+    fn token_list_and_revoke_parse() {
+        use super::super::token::TokenCommand;
+        assert!(matches!(
+            parse(&["token", "list"]).unwrap().command,
+            Command::Token(TokenCommand::List)
+        ));
+        match parse(&["token", "revoke", "12", "--json"]).unwrap().command {
+            Command::Token(TokenCommand::Revoke { id }) => assert_eq!(id, 12),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(parse(&["token", "revoke"]).is_err());
+        assert!(parse(&["token", "revoke", "-1"]).is_err());
     }
 
     #[test]

@@ -129,6 +129,13 @@ pub fn output(o: &Output) -> String {
         Output::Size(n) => format!("{n} members\n"),
         Output::Boards(p) => super::board::boards_human(p),
         Output::ClusterStatus(s) => super::admin::status_human(s),
+        Output::TokenCreated { token, info } => super::token::created_human(token, info),
+        Output::TokenRevoked(t) => {
+            format!("revoked token {}\n", t.id)
+                + &super::token::table_human(std::slice::from_ref(t))
+        }
+        Output::TokenList(list) if list.is_empty() => "no tokens\n".to_string(),
+        Output::TokenList(list) => super::token::table_human(list),
     }
 }
 
