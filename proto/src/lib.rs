@@ -14,6 +14,7 @@
 //!
 //! Modules:
 //! - `ids`: the id types shared by every crate;
+//! - `auth`: tokens, roles and what each role may send;
 //! - `error`: `ErrorCode` and `WireError`, what every failure becomes at the edge;
 //! - `limits`: the bounds every request is checked against;
 //! - `business`, `likes`, `rankings`, `scoring`: one file per command family, types plus validation;
@@ -25,6 +26,7 @@
 //! - `routing`: the stable key -> shard function;
 //! - `cluster`: members, placement, leaders and status of a cluster.
 
+pub mod auth;
 pub mod business;
 pub mod cluster;
 pub mod codec;

@@ -3,6 +3,7 @@
 //! Variants are only ever appended: bincode encodes the variant index, so
 //! reordering would break mixed-version clusters and clients.
 
+use crate::auth::{AuthRequest, CreateToken, Role, TokenId, TokenInfo};
 use crate::business::{Business, CreateBiz, UpdateBiz};
 use crate::cluster::{ClientHello, ClusterStatus, RoutingTable};
 use crate::error::WireError;
@@ -71,10 +72,18 @@ pub enum Request {
     ListBizPage(ListPage),
     /// One page of ranking definitions in id order; replaces `ListRanks`.
     ListRanksPage(ListPage),
+    /// Authenticates the connection (`auth.rs`).
+    Auth(AuthRequest),
+    /// Creates a business token (admin only).
+    CreateToken(CreateToken),
+    /// Every token, without secrets (admin only).
+    ListTokens,
+    /// Revokes a token at once, on every node and connection (admin only).
+    RevokeToken(TokenId),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 26] = [
+pub const OPS: [&str; 30] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -101,6 +110,10 @@ pub const OPS: [&str; 26] = [
     "routing",
     "cluster_status",
     "stale",
+    "auth",
+    "token_create",
+    "token_list",
+    "token_revoke",
 ];
 
 impl Request {
@@ -141,6 +154,10 @@ impl Request {
             Request::ClusterStatus => "cluster_status",
             Request::Once { req, .. } => req.op(),
             Request::Stale(_) => "stale",
+            Request::Auth(_) => "auth",
+            Request::CreateToken(_) => "token_create",
+            Request::ListTokens => "token_list",
+            Request::RevokeToken(_) => "token_revoke",
         }
     }
 
@@ -153,11 +170,19 @@ impl Request {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
                 | Request::CreateRank(_)
-                | Request::UpdateRank(_) => req.validate(),
+                | Request::UpdateRank(_)
+                | Request::CreateToken(_)
+                | Request::RevokeToken(_) => req.validate(),
                 _ => Err(WireError::bad_request(
-                    "only registry changes (create or update a business or ranking) take a Once",
+                    "only registry changes (create or update a business, ranking or token) \
+                     take a Once",
                 )),
             },
+            Request::Auth(a) if a.token.0.len() > crate::auth::MAX_TOKEN_LEN => {
+                Err(WireError::unauthorized("invalid token"))
+            }
+            Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => Ok(()),
+            Request::CreateToken(c) => c.validate(),
             Request::Stale(req) => match **req {
                 Request::Status(_)
                 | Request::Counts(_)
@@ -195,6 +220,8 @@ impl Request {
             Request::Ping | Request::ListBiz | Request::CreateBiz(_) => None,
             Request::ListBizPage(_) | Request::ListRanksPage(_) => None,
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
+            Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => None,
+            Request::CreateToken(c) => Some(c.biz),
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
             Request::CreateRank(_)
             | Request::GetRank(_)
@@ -246,6 +273,12 @@ pub enum Response {
     BizPage(BizPage),
     /// The reply to `ListRanksPage`.
     RankPage(RankPage),
+    /// The reply to `Auth`: what the connection may now do.
+    Auth(Role),
+    /// The reply to `CreateToken` and `RevokeToken`.
+    Token(TokenInfo),
+    /// The reply to `ListTokens`.
+    Tokens(Vec<TokenInfo>),
 }
 
 #[cfg(test)]
@@ -296,6 +329,15 @@ mod tests {
             Request::Stale(Box::new(Request::ListBiz)),
             Request::ListBizPage(ListPage::first()),
             Request::ListRanksPage(ListPage { after: Some(3), limit: 10 }),
+            Request::Auth(AuthRequest { token: crate::auth::TokenSecret("t".into()) }),
+            Request::CreateToken(CreateToken {
+                secret: crate::auth::TokenSecret("s".into()),
+                biz: 1,
+                ranks: vec![],
+                read_only: false,
+            }),
+            Request::ListTokens,
+            Request::RevokeToken(1),
         ]
     }
 
