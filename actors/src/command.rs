@@ -9,6 +9,7 @@
 //! variant by its index. A change that cannot be expressed that way is a new
 //! format version, decoded into the current types by `BatchFormat`.
 
+use plaudit_proto::auth::{TokenId, TokenInfo};
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::ClusterMap;
 use plaudit_proto::likes::{LikeReply, LikeRequest};
@@ -104,6 +105,33 @@ pub enum Command {
     /// step 4; `CreateBiz` keeps the rule its entries were applied under
     /// (`IdRule::AfterHighest`), so a replay assigns what it assigned then.
     CreateBizV2(CreateBiz),
+    /// Registers a business token (metadata group only). The edge hashed the
+    /// secret: only its SHA-256 reaches the log.
+    CreateToken(NewToken),
+    /// Revokes a token (metadata group only); revoking twice is a no-op.
+    RevokeToken {
+        id: TokenId,
+    },
+}
+
+/// A token as the edge proposes it: the secret's SHA-256 and the scope.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewToken {
+    pub hash: [u8; 32],
+    pub biz: BizId,
+    pub ranks: Vec<RankId>,
+    pub read_only: bool,
+}
+
+impl std::fmt::Debug for NewToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The hash is not the secret, but it has no business in logs either.
+        f.debug_struct("NewToken")
+            .field("biz", &self.biz)
+            .field("ranks", &self.ranks)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +198,7 @@ pub enum CmdResult {
     Scored(Vec<EventResult>),
     Done,
     Failed(WireError),
+    Token(TokenInfo),
 }
 
 #[cfg(test)]

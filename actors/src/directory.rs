@@ -5,8 +5,12 @@
 //!
 //! Registry keys: a business is its 4-byte big-endian id; a ranking is
 //! `b'r'` + its 4-byte id; the cluster map is `b"cluster"`; at-most-once
-//! request records (`shard/once.rs`) are 8 or 9 bytes. Lengths differ, so
-//! no two kinds collide.
+//! request records (`shard/once.rs`) are 8 or 9 bytes; tokens
+//! (`directory/tokens.rs`) are 11. Lengths differ, so no two kinds collide.
+
+mod tokens;
+
+pub use tokens::{hash_secret, same_hash, TokenRecord};
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::ClusterMap;
@@ -24,6 +28,7 @@ use tokio::sync::watch;
 pub struct Directory {
     inner: Arc<RwLock<BTreeMap<BizId, Business>>>,
     ranks: Arc<RwLock<BTreeMap<RankId, Arc<RankDef>>>>,
+    tokens: Arc<tokens::Tokens>,
     /// The cluster map, watched by the node (it starts the groups the map
     /// places on it).
     cluster: Arc<watch::Sender<Option<Arc<ClusterMap>>>>,
@@ -34,6 +39,7 @@ impl Default for Directory {
         Directory {
             inner: Arc::default(),
             ranks: Arc::default(),
+            tokens: Arc::default(),
             cluster: Arc::new(watch::channel(None).0),
         }
     }
@@ -55,8 +61,11 @@ impl Directory {
         let mut map = BTreeMap::new();
         let mut ranks = BTreeMap::new();
         let mut cluster = None;
+        let mut tokens = Vec::new();
         for (k, v) in store.registry_entries()? {
-            if k == CLUSTER_KEY {
+            if tokens::is_token_key(&k) {
+                tokens.push(tokens::decode_record(&v)?);
+            } else if k == CLUSTER_KEY {
                 cluster = Some(Arc::new(decode::<ClusterMap>(&v)?));
             } else if k.len() == 5 && k[0] == RANK_TAG {
                 let def: RankDef = decode(&v)?;
@@ -70,6 +79,7 @@ impl Directory {
         Ok(Directory {
             inner: Arc::new(RwLock::new(map)),
             ranks: Arc::new(RwLock::new(ranks)),
+            tokens: Arc::new(tokens::Tokens::from_records(tokens)),
             cluster: Arc::new(watch::channel(cluster).0),
         })
     }
@@ -82,6 +92,9 @@ impl Directory {
         let ranks = std::mem::take(&mut *fresh.ranks.write().unwrap_or_else(|e| e.into_inner()));
         *self.inner.write().unwrap_or_else(|e| e.into_inner()) = bizs;
         *self.ranks.write().unwrap_or_else(|e| e.into_inner()) = ranks;
+        // `fresh` was built just above: its tokens have no other owner.
+        let tokens = Arc::into_inner(fresh.tokens).unwrap_or_default();
+        self.tokens.replace(tokens);
         let cluster = fresh.cluster.borrow().clone();
         self.cluster.send_replace(cluster);
         Ok(())

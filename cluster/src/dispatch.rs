@@ -61,7 +61,12 @@ impl Engine {
             | Request::ListRanks
             | Request::ListBizPage(_)
             | Request::ListRanksPage(_)
+            | Request::CreateToken(_)
+            | Request::ListTokens
+            | Request::RevokeToken(_)
             | Request::Once { .. } => self.registry(req, redirect).await,
+            // Answered by the connection it was sent on (`node/server/conn.rs`).
+            Request::Auth(_) => Err(WireError::bad_request("Auth is a connection's own request")),
             Request::Score(r) => self.score(r).await,
             Request::Query(q) => self.query(q, redirect).await,
             Request::Boards(b) => self.boards(b).await,
@@ -255,6 +260,12 @@ impl Engine {
                 Request::UpdateRank(u) => {
                     rank_result(write(once(id, Command::UpdateRank(u))).await?)
                 }
+                Request::CreateToken(c) => {
+                    token_result(write(once(id, Command::CreateToken(new_token(c)))).await?)
+                }
+                Request::RevokeToken(t) => {
+                    token_result(write(once(id, Command::RevokeToken { id: t })).await?)
+                }
                 other => Err(WireError::bad_request(format!(
                     "{} cannot be applied at most once",
                     other.op()
@@ -264,6 +275,8 @@ impl Engine {
             Request::UpdateBiz(u) => biz_result(write(Command::UpdateBiz(u)).await?),
             Request::CreateRank(d) => rank_result(write(Command::CreateRank(d)).await?),
             Request::UpdateRank(u) => rank_result(write(Command::UpdateRank(u)).await?),
+            Request::CreateToken(c) => token_result(write(Command::CreateToken(new_token(c))).await?),
+            Request::RevokeToken(id) => token_result(write(Command::RevokeToken { id }).await?),
             read => {
                 g.read_barrier().await?;
                 self.read_registry(&read).unwrap_or_else(|| {
@@ -336,6 +349,24 @@ fn rank_result(r: CmdResult) -> Result<Response, WireError> {
         CmdResult::Rank(d) => Ok(Response::Rank(d)),
         CmdResult::Failed(e) => Err(e),
         other => Err(internal(format!("unexpected result {other:?}"))),
+    }
+}
+
+fn token_result(r: CmdResult) -> Result<Response, WireError> {
+    match r {
+        CmdResult::Token(t) => Ok(Response::Token(t)),
+        CmdResult::Failed(e) => Err(e),
+        other => Err(internal(format!("unexpected result {other:?}"))),
+    }
+}
+
+/// The command for a token request: the secret stops here, hashed.
+fn new_token(c: plaudit_proto::auth::CreateToken) -> plaudit_actors::command::NewToken {
+    plaudit_actors::command::NewToken {
+        hash: plaudit_actors::directory::hash_secret(&c.secret.0),
+        biz: c.biz,
+        ranks: c.ranks,
+        read_only: c.read_only,
     }
 }
 

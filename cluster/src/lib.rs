@@ -14,6 +14,7 @@
 //! transport between nodes, the shard map and membership changes come with
 //! the cluster step and slot in behind `network` and `engine`.
 
+mod auth;
 mod bootstrap;
 pub mod control;
 mod dispatch;

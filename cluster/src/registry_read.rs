@@ -33,6 +33,7 @@ impl Engine {
             Request::ListRanks => whole(d.ranks(), "ListRanksPage").map(Response::RankList),
             Request::ListBizPage(p) => biz_page(self, p).map(Response::BizPage),
             Request::ListRanksPage(p) => rank_page(self, p).map(Response::RankPage),
+            Request::ListTokens => Ok(Response::Tokens(d.list_tokens())),
             _ => return None,
         })
     }

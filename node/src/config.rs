@@ -134,6 +134,16 @@ pub struct Config {
     pub cluster_secret: Secret,
     /// A file holding the cluster secret (surrounding whitespace ignored).
     pub cluster_secret_file: Option<PathBuf>,
+    /// The admin token: a connection that presents it may do anything
+    /// (create businesses, rankings and tokens). At least 16 bytes. Prefer
+    /// `admin_token_file`; never logged. Without one, a node runs open:
+    /// every connection may do anything, which it allows only on loopback
+    /// addresses (or with `insecure`).
+    pub admin_token: Secret,
+    /// A file holding the admin token (surrounding whitespace ignored).
+    pub admin_token_file: Option<PathBuf>,
+    /// Lets a node without an admin token listen on a non-loopback address.
+    pub insecure: bool,
     /// Lets the admin endpoint cut and heal links to chosen peers
     /// (`POST /fault/links`): for tests only.
     pub fault_injection: bool,
@@ -221,6 +231,9 @@ impl Default for Config {
             replication_factor: DEFAULT_REPLICATION_FACTOR,
             cluster_secret: Secret::default(),
             cluster_secret_file: None,
+            admin_token: Secret::default(),
+            admin_token_file: None,
+            insecure: false,
             fault_injection: false,
             shards: DEFAULT_SHARDS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -285,6 +298,13 @@ pub struct Args {
     /// File holding the cluster secret.
     #[arg(long, value_name = "PATH")]
     pub cluster_secret_file: Option<PathBuf>,
+    /// File holding the admin token.
+    #[arg(long, value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Run without an admin token on a non-loopback address (anyone who can
+    /// connect may do anything).
+    #[arg(long)]
+    pub insecure: bool,
     /// Number of shards.
     #[arg(long)]
     pub shards: Option<u32>,
@@ -378,6 +398,19 @@ impl Config {
                 "a cluster (join or bootstrap_expect > 1) needs cluster_secret_file \
                  (or cluster_secret): peers without it are refused"
             );
+        }
+        if !self.admin_token.is_empty() {
+            check_admin_token(&self.admin_token.0, "admin_token")?;
+        }
+        if !self.has_admin_token() && !self.insecure {
+            for (name, addr) in [("listen", self.listen), ("admin", self.admin)] {
+                ensure!(
+                    addr.ip().is_loopback(),
+                    "{name} {addr} is not a loopback address and no admin token is set: set \
+                     admin_token_file (or PLAUDIT_ADMIN_TOKEN), or pass --insecure to let anyone \
+                     who can connect do anything"
+                );
+            }
         }
         if !self.cluster_secret.is_empty() {
             ensure!(
@@ -497,10 +530,40 @@ impl Config {
         Ok((!self.cluster_secret.is_empty()).then(|| self.cluster_secret.0.as_bytes().to_vec()))
     }
 
+    /// Whether an admin token is configured (its file is read at start).
+    pub fn has_admin_token(&self) -> bool {
+        !self.admin_token.is_empty() || self.admin_token_file.is_some()
+    }
+
+    /// The admin token, read from `admin_token_file` if set, else
+    /// `admin_token`; `None`: the node runs open.
+    pub fn admin_token(&self) -> anyhow::Result<Option<String>> {
+        if let Some(path) = &self.admin_token_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading admin_token_file {}", path.display()))?;
+            let token = text.trim();
+            check_admin_token(token, &format!("the admin token in {}", path.display()))?;
+            return Ok(Some(token.to_string()));
+        }
+        Ok((!self.admin_token.is_empty()).then(|| self.admin_token.0.clone()))
+    }
+
     /// `actor_idle_secs` as a `Duration`.
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
     }
+}
+
+/// An admin token must be long enough not to be guessed, and must not look
+/// like a business token (those are looked up in the registry instead).
+fn check_admin_token(token: &str, what: &str) -> anyhow::Result<()> {
+    use plaudit_proto::auth::{MAX_TOKEN_LEN, MIN_ADMIN_TOKEN_LEN, TOKEN_PREFIX};
+    ensure!(
+        (MIN_ADMIN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&token.len()),
+        "{what} must be {MIN_ADMIN_TOKEN_LEN} to {MAX_TOKEN_LEN} bytes"
+    );
+    ensure!(!token.starts_with(TOKEN_PREFIX), "{what} must not start with {TOKEN_PREFIX:?}");
+    Ok(())
 }
 
 /// A secret that never appears in `Debug` output (configs get logged).

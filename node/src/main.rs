@@ -11,7 +11,7 @@ use plaudit_proto::cluster::NodeInfo;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::info;
+use tracing::{info, warn};
 
 /// Requests are served on whichever worker is free, so memory is often freed
 /// on another thread than the one that allocated it; glibc's malloc then
@@ -43,6 +43,15 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding admin listener {}", cfg.admin))?;
     let secret = cfg.secret()?;
+    let admin_token = cfg.admin_token()?;
+    if admin_token.is_none() {
+        // Config validation allowed this only on loopback or with --insecure.
+        warn!(
+            listen = %cfg.listen, insecure = cfg.insecure,
+            "no admin token: every client may do anything (set admin_token_file or \
+             PLAUDIT_ADMIN_TOKEN to require tokens)"
+        );
+    }
     // Only a node with a cluster secret listens for peers: without one it
     // could not tell a peer of its cluster from anyone else.
     let peer_listener = match &secret {
@@ -108,7 +117,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         "plaudit-node started (GET /readyz says when it serves)"
     );
 
-    let server = Arc::new(Server::new(engine.clone(), metrics, cfg.client_limits()));
+    let server = Arc::new(
+        Server::new(engine.clone(), metrics, cfg.client_limits())
+            .with_admin_token(admin_token.as_deref()),
+    );
     let shutdown = async {
         tokio::select! {
             _ = sigterm.recv() => info!("SIGTERM: shutting down"),

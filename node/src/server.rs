@@ -15,6 +15,7 @@
 //! described in `conn.rs`. Worst-case memory per connection: README
 //! ("Limits").
 
+mod access;
 mod conn;
 mod inbuf;
 pub(crate) mod table;
@@ -82,6 +83,9 @@ pub struct Server {
     /// One permit per request in flight, node-wide.
     requests: Arc<Semaphore>,
     table: table::Table,
+    /// SHA-256 of the admin token; `None`: the node is open (every
+    /// connection may do anything).
+    admin_hash: Option<[u8; 32]>,
 }
 
 impl Server {
@@ -89,7 +93,15 @@ impl Server {
         let frame_budget = Arc::new(Semaphore::new(limits.frame_budget));
         metrics.watch_frame_budget(frame_budget.clone(), limits.frame_budget);
         let requests = Arc::new(Semaphore::new(limits.max_requests_in_flight));
-        Server { engine, metrics, limits, frame_budget, requests, table: table::Table::new() }
+        let table = table::Table::new();
+        Server { engine, metrics, limits, frame_budget, requests, table, admin_hash: None }
+    }
+
+    /// Requires connections to authenticate: with `admin_token`, or with a
+    /// business token from the registry. Only the token's hash is kept.
+    pub fn with_admin_token(mut self, admin_token: Option<&str>) -> Server {
+        self.admin_hash = admin_token.map(plaudit_actors::directory::hash_secret);
+        self
     }
 
     /// Serves until `shutdown` resolves, then stops accepting and gives open

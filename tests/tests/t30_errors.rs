@@ -4,7 +4,8 @@
 //! Codes a healthy single node cannot return, and so are not provoked here:
 //! - `NotLeader`: this node leads every shard (it is the only voter), so no
 //!   request is ever forwarded or refused for leadership;
-//! - `Unauthorized`: the node has no authentication yet; nothing checks it;
+//! - `Unauthorized`: this node runs open (no admin token); roles and
+//!   tokens are `t71_auth.rs`'s;
 //! - `Internal`: only storage failures, a stopped shard (during shutdown) or
 //!   an unencodable reply produce it, none of which a healthy node does.
 //!   Faking them (e.g. by corrupting the data dir) would test the fault, not

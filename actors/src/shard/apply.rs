@@ -185,11 +185,13 @@ impl ShardActor {
                     | Command::UpdateBiz(_)
                     | Command::CreateRank(_)
                     | Command::UpdateRank(_)
-                    | Command::SetCluster(_) => {
-                        registry::apply(&self.directory, self.cfg.is_meta, cmd, &mut out.ws)
+                    | Command::SetCluster(_)
+                    | Command::CreateToken(_)
+                    | Command::RevokeToken { .. } => {
+                        registry::apply(&self.directory, self.cfg.is_meta, cmd, now, &mut out.ws)
                     }
                     Command::Once { id, cmd } if self.cfg.is_meta => {
-                        self.apply_once(&mut once, *id, cmd, &mut out.ws)?
+                        self.apply_once(&mut once, *id, cmd, now, &mut out.ws)?
                     }
                     Command::Once { .. } => CmdResult::Failed(plaudit_proto::WireError::internal(
                         "registry command sent to a data shard",

@@ -71,6 +71,7 @@ impl ShardActor {
         memo: &mut OnceMemo,
         id: u64,
         cmd: &Command,
+        now: u64,
         ws: &mut WriteSet,
     ) -> Result<CmdResult, Fatal> {
         let shard = self.cfg.shard;
@@ -86,7 +87,11 @@ impl ShardActor {
             | Command::CreateBizV2(_)
             | Command::UpdateBiz(_)
             | Command::CreateRank(_)
-            | Command::UpdateRank(_) => registry::apply(&self.directory, self.cfg.is_meta, cmd, ws),
+            | Command::UpdateRank(_)
+            | Command::CreateToken(_)
+            | Command::RevokeToken { .. } => {
+                registry::apply(&self.directory, self.cfg.is_meta, cmd, now, ws)
+            }
             _ => CmdResult::Failed(WireError::bad_request(
                 "only registry changes may be applied at most once",
             )),

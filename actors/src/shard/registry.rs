@@ -15,6 +15,7 @@ pub(super) fn apply(
     directory: &Directory,
     is_meta: bool,
     cmd: &Command,
+    now: u64,
     ws: &mut WriteSet,
 ) -> CmdResult {
     if !is_meta {
@@ -31,6 +32,10 @@ pub(super) fn apply(
         Command::CreateRank(d) => directory.apply_create_rank(d, ws).map(CmdResult::Rank),
         Command::UpdateRank(u) => directory.apply_update_rank(u, ws).map(CmdResult::Rank),
         Command::SetCluster(m) => directory.apply_set_cluster(m, ws).map(|()| CmdResult::Done),
+        Command::CreateToken(t) => directory.apply_create_token(t, now, ws).map(CmdResult::Token),
+        Command::RevokeToken { id } => {
+            directory.apply_revoke_token(*id, now, ws).map(CmdResult::Token)
+        }
         other => Err(WireError::internal(format!("not a registry command: {other:?}"))),
     };
     res.unwrap_or_else(CmdResult::Failed)

@@ -32,6 +32,11 @@ impl Config {
                 self.cluster_secret_file = (!value.is_empty()).then(|| PathBuf::from(value))
             }
             "fault_injection" => self.fault_injection = parse(value)?,
+            "admin_token" => self.admin_token = Secret(value.to_string()),
+            "admin_token_file" => {
+                self.admin_token_file = (!value.is_empty()).then(|| PathBuf::from(value))
+            }
+            "insecure" => self.insecure = parse(value)?,
             "snapshot_logs_to_keep" => self.snapshot_logs_to_keep = parse(value)?,
             "shards" => self.shards = parse(value)?,
             "max_connections" => self.max_connections = parse(value)?,
@@ -77,6 +82,8 @@ impl Config {
             join,
             bootstrap_expect,
             cluster_secret_file,
+            admin_token_file,
+            insecure,
             shards,
             score_future_horizon_secs,
             log,
@@ -95,6 +102,12 @@ impl Config {
         }
         if let Some(v) = cluster_secret_file {
             self.cluster_secret_file = Some(v.clone());
+        }
+        if let Some(v) = admin_token_file {
+            self.admin_token_file = Some(v.clone());
+        }
+        if *insecure {
+            self.insecure = true;
         }
         if let Some(v) = node_id {
             self.node_id = *v;

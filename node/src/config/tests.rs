@@ -55,6 +55,7 @@ fn every_flag_overrides_its_field() {
         "--shards=2",
         "--score-future-horizon-secs=60",
         "--log=plaudit_node=trace",
+        "--insecure",
     ]);
     let config = Config::from_sources(None, &[], &flags).unwrap();
     assert_eq!(config.node_id, 7);
@@ -64,6 +65,10 @@ fn every_flag_overrides_its_field() {
     assert_eq!(config.shards, 2);
     assert_eq!(config.score_future_horizon_secs, 60);
     assert_eq!(config.log, "plaudit_node=trace");
+    assert!(config.insecure);
+    let tokened = args(&["--listen=0.0.0.0:9000", "--admin-token-file=/etc/plaudit/admin"]);
+    let config = Config::from_sources(None, &[], &tokened).unwrap();
+    assert_eq!(config.admin_token_file, Some(PathBuf::from("/etc/plaudit/admin")));
 }
 
 #[test]
@@ -81,6 +86,9 @@ fn every_field_can_be_set_from_the_environment() {
         replication_factor: 2,
         cluster_secret: Secret("0123456789abcdef-secret".into()),
         cluster_secret_file: Some(PathBuf::from("/etc/plaudit/secret")),
+        admin_token: Secret("an-admin-token-of-some-length".into()),
+        admin_token_file: Some(PathBuf::from("/etc/plaudit/admin")),
+        insecure: true,
         fault_injection: true,
         shards: 3,
         max_connections: 4,
@@ -170,6 +178,42 @@ fn a_cluster_needs_a_secret_that_is_never_printed() {
     let shown = format!("{c:?}");
     assert!(!shown.contains("0123456789abcdef"), "{shown}");
     assert!(shown.contains("(redacted)"), "{shown}");
+}
+
+#[test]
+fn a_node_off_loopback_needs_an_admin_token_or_insecure() {
+    let open = "listen = \"0.0.0.0:7401\"";
+    let text = invalid(open);
+    assert!(text.contains("admin_token_file") && text.contains("--insecure"), "{text}");
+    let admin_only = "admin = \"10.1.2.3:7402\"";
+    assert!(invalid(admin_only).contains("admin_token_file"));
+    let insecure = format!("{open}\ninsecure = true");
+    assert!(Config::from_sources(Some(&insecure), &[], &Args::default()).is_ok());
+    let tokened = format!("{open}\nadmin_token = \"an-admin-token-long-enough\"");
+    let c = Config::from_sources(Some(&tokened), &[], &Args::default()).unwrap();
+    assert!(c.has_admin_token());
+    assert_eq!(c.admin_token().unwrap().as_deref(), Some("an-admin-token-long-enough"));
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("an-admin-token"), "{shown}");
+    // Loopback without a token runs open: the README's quick start.
+    let local = Config::from_sources(None, &[], &Args::default()).unwrap();
+    assert!(!local.has_admin_token() && local.admin_token().unwrap().is_none());
+    assert!(invalid("admin_token = \"short\"").contains("16 to 256 bytes"));
+    assert!(invalid("admin_token = \"plt_1_abcdefghijklmnopq\"").contains("must not start"));
+}
+
+#[test]
+fn the_admin_token_file_is_read_trimmed_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("admin");
+    std::fs::write(&path, "  an-admin-token-from-a-file\n").unwrap();
+    let c = Config { admin_token_file: Some(path.clone()), ..Config::default() };
+    assert_eq!(c.admin_token().unwrap().as_deref(), Some("an-admin-token-from-a-file"));
+    std::fs::write(&path, "short\n").unwrap();
+    let text = error_text(c.admin_token().unwrap_err());
+    assert!(text.contains("16 to 256 bytes") && !text.contains("short"), "{text}");
+    let missing = Config { admin_token_file: Some(dir.path().join("nope")), ..Config::default() };
+    assert!(error_text(missing.admin_token().unwrap_err()).contains("nope"));
 }
 
 #[test]

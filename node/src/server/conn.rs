@@ -19,14 +19,19 @@
 //!   [`FREE_ROOM`] comes from the node-wide frame budget (a connection that
 //!   cannot get it stops being read), and a frame must arrive whole within
 //!   `frame_timeout` (slow-loris);
-//! - silence: a connection that sends no request within `auth_timeout` of
-//!   connecting, or does nothing for `idle_timeout`, is closed, and an idle
-//!   connection keeps no buffers.
+//! - silence: a connection that has not authenticated within `auth_timeout`
+//!   of connecting (on an open node: sent no request), or does nothing for
+//!   `idle_timeout`, is closed, and an idle connection keeps no buffers.
+//!
+//! Who may do what is [`Access`]: checked here, before a request starts.
+//! An `Auth` is checked by a future like any request, and no frame after it
+//! is handled until it ends, so the requests behind it run with its result.
 //!
 //! Requests run as futures polled by this task (no task, channel or
 //! separate writer per request): the connection's work stays on the thread
 //! that reads it.
 
+use super::access::Access;
 use super::inbuf::{InBuf, FREE_ROOM};
 use super::table::Entry;
 use super::Server;
@@ -34,6 +39,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame::{self, FrameError};
+use plaudit_proto::auth::Role;
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
 use std::future::Future;
 use std::io;
@@ -89,6 +95,9 @@ struct Done {
     op: &'static str,
     started: Instant,
     resp: Response,
+    /// For an `Auth`: the role it grants (and the token revision before it
+    /// was checked), or nothing.
+    auth: Option<(Role, u64)>,
 }
 
 type InFlight = Pin<Box<dyn Future<Output = Done> + Send>>;
@@ -104,6 +113,11 @@ pub(super) struct Conn {
     written: usize,
     in_flight: FuturesUnordered<InFlight>,
     routing: Routing,
+    access: Access,
+    /// An `Auth` is being checked: later frames wait for it.
+    authing: bool,
+    /// Authenticated (on an open node: sent a request); the auth timeout
+    /// no longer applies.
     greeted: bool,
     busy: bool,
     /// The client sent all it will (half-closed): what it sent is answered.
@@ -124,6 +138,7 @@ impl Conn {
     pub(super) fn new(server: Arc<Server>, stream: TcpStream, entry: Arc<Entry>) -> Conn {
         let now = Instant::now();
         Conn {
+            access: Access::initial(server.admin_hash.is_none()),
             server,
             stream,
             entry,
@@ -133,6 +148,7 @@ impl Conn {
             written: 0,
             in_flight: FuturesUnordered::new(),
             routing: Routing::Forward,
+            authing: false,
             greeted: false,
             busy: false,
             eof: false,
@@ -163,7 +179,7 @@ impl Conn {
                 return if self.broken { Close::BadFrame } else { Close::Client };
             }
             let room_short = self.room_short();
-            let want_read = !ending && backlog < OUT_LIMIT && room_short == 0;
+            let want_read = !ending && !self.authing && backlog < OUT_LIMIT && room_short == 0;
             let want_results = !self.in_flight.is_empty() && backlog < OUT_LIMIT;
             let budget = self.server.frame_budget.clone();
             tokio::select! {
@@ -245,7 +261,7 @@ impl Conn {
     /// Handles the whole frames in the buffer (while replies fit).
     fn frames(&mut self) {
         let now = Instant::now();
-        while self.backlog() < OUT_LIMIT {
+        while self.backlog() < OUT_LIMIT && !self.authing {
             let env = match self.inbuf.next_frame() {
                 Ok(Some(payload)) => frame::decode_payload::<Request>(payload),
                 Ok(None) => break,
@@ -297,8 +313,15 @@ impl Conn {
                 return;
             }
         };
-        self.greeted = true;
         let Envelope { req_id, body } = env;
+        if let Err(e) = self.access.check(&self.server.engine, &body) {
+            self.observe(body.op(), Duration::ZERO, Some(e.code));
+            self.push_reply(req_id, Response::Error(e));
+            return;
+        }
+        if self.access.is_granted() {
+            self.greeted = true;
+        }
         match body {
             Request::Hello(h) => {
                 // Here, in order, so it applies to every later request.
@@ -309,6 +332,24 @@ impl Conn {
             Request::Ping => {
                 self.observe("ping", Duration::ZERO, None);
                 self.push_reply(req_id, Response::Pong);
+            }
+            Request::Auth(a) => {
+                let engine = self.server.engine.clone();
+                let admin = self.server.admin_hash;
+                let timeout = self.server.limits.request_timeout;
+                self.authing = true;
+                self.in_flight.push(Box::pin(async move {
+                    // The revision before the check: a revocation racing it
+                    // moves the revision, and the next request looks again.
+                    let revision = engine.tokens_revision();
+                    let checked = engine.authenticate(&a.token.0, admin.as_ref());
+                    let (resp, auth) = match tokio::time::timeout(timeout, checked).await {
+                        Ok(Ok(role)) => (Response::Auth(role.clone()), Some((role, revision))),
+                        Ok(Err(e)) => (Response::Error(e), None),
+                        Err(_) => (Response::Error(WireError::timeout("auth took too long")), None),
+                    };
+                    Done { req_id, op: "auth", started: now, resp, auth }
+                }));
             }
             body if self.in_flight.len() >= self.server.limits.max_in_flight_per_connection => {
                 self.observe(body.op(), Duration::ZERO, Some(ErrorCode::Overloaded));
@@ -339,7 +380,7 @@ impl Conn {
                         ))),
                     };
                     drop(slot);
-                    Done { req_id, op, started: now, resp }
+                    Done { req_id, op, started: now, resp, auth: None }
                 }));
             }
         }
@@ -358,6 +399,13 @@ impl Conn {
     }
 
     fn reply(&mut self, d: Done) {
+        if d.op == "auth" {
+            self.authing = false;
+            if let Some((role, revision)) = d.auth {
+                self.access = Access::Granted { role, revision };
+                self.greeted = true;
+            }
+        }
         let code = match &d.resp {
             Response::Error(e) => Some(e.code),
             _ => None,
