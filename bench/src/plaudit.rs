@@ -26,7 +26,7 @@ pub async fn connect(
 ) -> anyhow::Result<Vec<Client>> {
     let mut clients = Vec::with_capacity(connections);
     for _ in 0..connections {
-        let opts = ClientOptions { pool_size: 1, timeout };
+        let opts = ClientOptions { pool_size: 1, timeout, ..Default::default() };
         clients.push(
             Client::connect_with(addr, opts)
                 .await

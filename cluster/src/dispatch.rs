@@ -275,7 +275,9 @@ impl Engine {
             Request::UpdateBiz(u) => biz_result(write(Command::UpdateBiz(u)).await?),
             Request::CreateRank(d) => rank_result(write(Command::CreateRank(d)).await?),
             Request::UpdateRank(u) => rank_result(write(Command::UpdateRank(u)).await?),
-            Request::CreateToken(c) => token_result(write(Command::CreateToken(new_token(c))).await?),
+            Request::CreateToken(c) => {
+                token_result(write(Command::CreateToken(new_token(c))).await?)
+            }
             Request::RevokeToken(id) => token_result(write(Command::RevokeToken { id }).await?),
             read => {
                 g.read_barrier().await?;

@@ -182,7 +182,13 @@ mod tests {
     }
 
     fn like(biz: BizId) -> Request {
-        Request::Like(LikeRequest { biz, entity: 1, user: 2, owner: None, action: LikeAction::Like })
+        Request::Like(LikeRequest {
+            biz,
+            entity: 1,
+            user: 2,
+            owner: None,
+            action: LikeAction::Like,
+        })
     }
 
     #[test]
@@ -206,7 +212,12 @@ mod tests {
     fn secrets_never_print() {
         let req = AuthRequest { token: TokenSecret(SECRET.into()) };
         assert!(!format!("{req:?}").contains(SECRET));
-        let c = CreateToken { secret: TokenSecret(SECRET.into()), biz: 1, ranks: vec![], read_only: true };
+        let c = CreateToken {
+            secret: TokenSecret(SECRET.into()),
+            biz: 1,
+            ranks: vec![],
+            read_only: true,
+        };
         assert!(!format!("{c:?}").contains(SECRET));
     }
 

@@ -90,9 +90,9 @@ async fn world(admin: &Client) -> World {
     let (rank, other_rank) = (11, 12);
     admin.create_rank(rank_def(rank)).await.unwrap();
     admin.create_rank(rank_def(other_rank)).await.unwrap();
-    let (rw, info) = admin.create_token(biz, vec![rank], false).await.expect("create rw token");
+    let (rw, info) = admin.create_token(biz, &[rank], false).await.expect("create rw token");
     assert_eq!((info.biz, info.ranks.clone(), info.read_only), (biz, vec![rank], false));
-    let (ro, ro_info) = admin.create_token(biz, vec![rank], true).await.expect("create ro token");
+    let (ro, ro_info) = admin.create_token(biz, &[rank], true).await.expect("create ro token");
     assert!(ro_info.read_only && ro_info.id != info.id);
     World { biz, other_biz, rank, other_rank, rw, ro, rw_id: info.id }
 }
@@ -110,7 +110,8 @@ async fn an_unauthenticated_connection_may_only_ping_and_authenticate() {
     unauthorized(raw.recv().await.body, "Like before Auth");
 
     // A wrong token (either shape) changes nothing.
-    for (id, wrong) in [(4, "not-the-admin-token-at-all"), (5, &format!("plt_1_{}", "A".repeat(43)))]
+    for (id, wrong) in
+        [(4, "not-the-admin-token-at-all"), (5, &format!("plt_1_{}", "A".repeat(43)))]
     {
         raw.send_request(id, auth(wrong)).await;
         unauthorized(raw.recv().await.body, "a wrong token");
@@ -126,10 +127,10 @@ async fn an_unauthenticated_connection_may_only_ping_and_authenticate() {
     assert_eq!(raw.recv().await.body, Response::Auth(Role::Admin));
     assert!(matches!(raw.recv().await.body, Response::BizList(_)), "admin may list");
 
-    // The SDK without a token: its calls are refused, not retried forever.
-    let anonymous = node.client().await;
-    anonymous.ping().await.expect("ping needs no token");
-    denied(anonymous.create_biz(None, "x", BizConfig::default()).await, "create_biz");
+    // The SDK without a token is told so at connect (it asks for the
+    // routing table first), rather than retrying.
+    let anonymous = Client::connect_with(&node.addr(), ClientOptions::default()).await;
+    denied(anonymous.map(|_| ()), "an SDK client without a token");
     // With a wrong token the SDK reports Unauthorized.
     let wrong = Client::connect_with(
         &node.addr(),
@@ -178,7 +179,11 @@ async fn each_role_may_do_exactly_what_it_is_given() {
     // Read-write business token: its business and its ranking only.
     let rw = client_as(&node, &w.rw).await;
     rw.like(w.biz, 1, 100, Some(9)).await.expect("like in its business");
-    assert_eq!(rw.counts(w.biz, &[1]).await.unwrap()[0].likes, 1);
+    // Counts follow the like through the entity's shard, a moment later.
+    wait_until(Duration::from_secs(10), "the like is counted", || async {
+        rw.counts(w.biz, &[1]).await.unwrap()[0].likes == 1
+    })
+    .await;
     rw.status(w.biz, 100, &[1]).await.expect("status in its business");
     rw.get_biz(w.biz).await.expect("its business's config");
     rw.score(event(w.rank, 1)).await.expect("score its ranking");
@@ -193,7 +198,7 @@ async fn each_role_may_do_exactly_what_it_is_given() {
     denied(rw.create_rank(rank_def(13)).await, "create a ranking");
     denied(rw.list_biz().await, "list businesses");
     denied(rw.list_tokens().await, "list tokens");
-    denied(rw.create_token(w.biz, vec![w.rank], false).await, "create a token");
+    denied(rw.create_token(w.biz, &[w.rank], false).await, "create a token");
     denied(rw.revoke_token(w.rw_id).await, "revoke a token");
 
     // Read-only: the same reads, no writes.
@@ -225,7 +230,9 @@ async fn a_revoked_token_stops_working_on_open_connections_too() {
     let mut raw = RawConn::connect(&node.addr()).await;
     raw.send_request(1, auth(&w.rw)).await;
     match raw.recv().await.body {
-        Response::Auth(Role::Biz { biz, read_only, .. }) => assert_eq!((biz, read_only), (w.biz, false)),
+        Response::Auth(Role::Biz { biz, read_only, .. }) => {
+            assert_eq!((biz, read_only), (w.biz, false))
+        }
         other => panic!("{other:?}"),
     }
     let status = || Request::Status(StatusRequest { biz: w.biz, user: 1, entities: vec![1] });
@@ -357,4 +364,31 @@ fn a_node_off_loopback_refuses_to_start_without_an_admin_token() {
     let err = start_expecting_exit(&off, &[("PLAUDIT_ADMIN_TOKEN", ADMIN)]);
     assert!(err.contains("binding client listener"), "{err}");
     assert!(!err.contains(ADMIN), "the error shows no token: {err}");
+}
+
+#[test]
+fn the_cli_creates_lists_and_revokes_tokens_with_the_admin_token() {
+    let node = guarded();
+    let biz = node.cli_json(&["--token", ADMIN, "biz", "create", "--name", "cli"]);
+    let biz = biz["id"].as_u64().expect("a business id").to_string();
+    let made = node.cli_json(&["--token", ADMIN, "token", "create", "--biz", &biz]);
+    let token = made["token"].as_str().expect("the new token").to_string();
+    assert!(token.starts_with("plt_"), "{made}");
+    let id = made["id"].as_u64().unwrap().to_string();
+
+    // The new token likes in its business and is refused the registry.
+    let liked =
+        node.cli_json(&["--token", &token, "like", "--biz", &biz, "--entity", "5", "--user", "6"]);
+    assert_eq!(liked["now"], "like", "{liked}");
+    let refused = node.cli_json(&["--token", &token, "token", "list"]);
+    assert_eq!(refused["error"]["code"], "Unauthorized", "{refused}");
+    let listed = node.cli_json(&["--token", ADMIN, "token", "list"]);
+    assert_eq!(listed["tokens"].as_array().map(Vec::len), Some(1), "{listed}");
+    assert!(!listed.to_string().contains(&token[token.len() - 43..]), "no secret listed");
+
+    let revoked = node.cli_json(&["--token", ADMIN, "token", "revoke", &id]);
+    assert!(revoked["revoked_ms"].as_u64().is_some(), "{revoked}");
+    let after =
+        node.cli_json(&["--token", &token, "like", "--biz", &biz, "--entity", "5", "--user", "7"]);
+    assert_eq!(after["error"]["code"], "Unauthorized", "{after}");
 }

@@ -127,8 +127,7 @@ impl Directory {
         let presented = hash_secret(secret);
         let tokens = self.tokens.read();
         let record = tokens.get(&id)?;
-        (same_hash(&presented, &record.hash) && record.revoked_ms.is_none())
-            .then(|| record.role())
+        (same_hash(&presented, &record.hash) && record.revoked_ms.is_none()).then(|| record.role())
     }
 
     /// Whether token `id` is known here (a miss may be a registry that lags).
@@ -271,8 +270,13 @@ mod tests {
         let mut ws = WriteSet::new(16);
         d.apply_create_token(&new_token(7), 5, &mut ws).unwrap();
         store.stage(ws);
-        let stored: Vec<u8> =
-            store.registry_entries().unwrap().into_iter().flat_map(|(k, v)| [k, v]).flatten().collect();
+        let stored: Vec<u8> = store
+            .registry_entries()
+            .unwrap()
+            .into_iter()
+            .flat_map(|(k, v)| [k, v])
+            .flatten()
+            .collect();
         assert!(!stored.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()));
         let loaded = Directory::load(&store).unwrap();
         assert!(loaded.authenticate_token(&format_token(1, SECRET)).is_some());
