@@ -49,6 +49,10 @@ pub struct Common {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// The server's process id (Linux): report its CPU time over the measured
+    /// window, per op and in cores, and the bench's own (the `cpu` object).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
 }
 
 impl Common {
@@ -56,6 +60,10 @@ impl Common {
         anyhow::ensure!(self.connections >= 1, "--connections must be at least 1");
         anyhow::ensure!(self.pipeline >= 1, "--pipeline must be at least 1");
         anyhow::ensure!(!self.duration.is_zero(), "--duration must be positive");
+        if let Some(pid) = self.server_pid {
+            // Fail before any preload rather than after the whole run.
+            crate::cpu::check(pid).map_err(|e| anyhow::anyhow!("--server-pid {pid}: {e}"))?;
+        }
         Ok(())
     }
 

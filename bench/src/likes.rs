@@ -176,7 +176,7 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
     });
     let seed = c.seed();
     let phase = Phase::default();
-    let (addr, target, preload, stats, duration_s) = match c.target {
+    let (addr, target, preload, stats, window) = match c.target {
         Target::Redis => {
             let setup = likes_redis::setup(&c.redis_addr).await?;
             let sha: Arc<str> = setup.sha.into();
@@ -209,8 +209,8 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                     ))
                 })
                 .collect();
-            let (stats, secs) = measure(c, &phase, wl.mix.ops(), tasks).await?;
-            (c.redis_addr.clone(), "redis", preload, stats, secs)
+            let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
+            (c.redis_addr.clone(), "redis", preload, stats, window)
         }
         Target::Plaudit => {
             let clients = plaudit::connect(&c.addr, c.connections, c.timeout).await?;
@@ -236,15 +236,15 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                     tokio::spawn(likes_plaudit::run_loop(client, wl.clone(), worker, phase.clone()))
                 })
                 .collect();
-            let (stats, secs) = measure(c, &phase, wl.mix.ops(), tasks).await?;
-            (c.addr.clone(), "plaudit", preload, stats, secs)
+            let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
+            (c.addr.clone(), "plaudit", preload, stats, window)
         }
     };
     let info = RunInfo::new(
         c,
         target,
         addr,
-        duration_s,
+        window,
         preload,
         vec![
             ("users", args.users.into()),

@@ -4,6 +4,7 @@
 //! workload's list of op names, so likes and rankings use the same machinery.
 
 use crate::args::Common;
+use crate::cpu::{StatError, Window, WindowStart};
 use crate::hist::Histogram;
 use crate::rng::FastRng;
 use std::collections::BTreeMap;
@@ -105,31 +106,40 @@ impl Phase {
     }
 }
 
-/// Waits out the warm-up, measures, stops; returns the measured seconds.
-pub async fn run_phases(phase: &Phase, warmup: Duration, duration: Duration) -> f64 {
+/// Waits out the warm-up, measures, stops; returns the measured window. With
+/// a `server_pid`, CPU is sampled right as measuring starts and stops, so the
+/// CPU figures and the op counts cover the same span.
+pub async fn run_phases(
+    phase: &Phase,
+    warmup: Duration,
+    duration: Duration,
+    server_pid: Option<u32>,
+) -> Result<Window, StatError> {
     tokio::time::sleep(warmup).await;
     phase.set(MEASURE);
-    let started = Instant::now();
+    let started = WindowStart::now(server_pid);
     tokio::time::sleep(duration).await;
     phase.set(STOP);
-    started.elapsed().as_secs_f64()
+    started?.end()
 }
 
 /// Runs the warm-up and the measured window over workers already running,
-/// then merges what they measured: `(stats, measured seconds)`.
+/// then merges what they measured.
 pub async fn measure(
     c: &Common,
     phase: &Phase,
     ops: usize,
     workers: Vec<tokio::task::JoinHandle<Stats>>,
-) -> anyhow::Result<(Stats, f64)> {
+) -> anyhow::Result<(Stats, Window)> {
     c.progress(&format!("warming up {:?}, measuring {:?}", c.warmup, c.duration));
-    let secs = run_phases(phase, c.warmup, c.duration).await;
+    let window = run_phases(phase, c.warmup, c.duration, c.server_pid).await;
+    // Workers are joined even when the CPU sample failed: the phase is STOP
+    // either way, and no task is left running behind the error.
     let mut stats = Stats::new(ops);
     for w in workers {
         stats.merge(&w.await.map_err(|e| anyhow::anyhow!("worker panicked: {e}"))?);
     }
-    Ok((stats, secs))
+    Ok((stats, window?))
 }
 
 /// Latencies (in nanoseconds) and error counts per op, for one worker.

@@ -6,7 +6,8 @@
 //! plaudit-bench rankings --boards 1 --members 1000000 --preload 1000000 --mix score=1
 //! ```
 //!
-//! Modules: `args` (flags), `load` (mix, phases, stats), `report`, `zipf`,
+//! Modules: `args` (flags), `load` (mix, phases, stats), `cpu` (server and
+//! bench CPU time over the measured window), `report`, `zipf`,
 //! `hist`, `rng`, `duration`, `redis` (a minimal RESP2 client), `plaudit`
 //! (what the Plaudit drivers share), and per workload its generator and one
 //! driver per target: `likes` + `likes_plaudit` / `likes_redis`, `rankings`
@@ -14,6 +15,7 @@
 
 mod args;
 mod check;
+mod cpu;
 mod duration;
 mod hist;
 mod likes;
@@ -120,6 +122,19 @@ mod tests {
         assert_eq!((r.hot_share, r.member_zipf), (0.0, 0.0));
         assert_eq!(r.mix, rankings::RankOp::parse_mix("score=50,top=30,rank=20").unwrap());
         assert!(r.validate().is_ok());
+        assert_eq!(r.common.server_pid, None);
+    }
+
+    #[test]
+    fn server_pid_must_name_a_live_process() {
+        let me = std::process::id().to_string();
+        let cli = Cli::try_parse_from(["plaudit-bench", "likes", "--server-pid", &me]).unwrap();
+        let Cmd::Likes(a) = cli.cmd else { panic!() };
+        assert_eq!(a.common.server_pid, Some(std::process::id()));
+        assert!(a.validate().is_ok());
+        let argv = ["plaudit-bench", "rankings", "--server-pid", "4294967295"];
+        let Cmd::Rankings(r) = Cli::try_parse_from(argv).unwrap().cmd else { panic!() };
+        assert!(r.validate().unwrap_err().to_string().contains("--server-pid 4294967295"));
     }
 
     #[test]

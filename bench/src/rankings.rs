@@ -159,7 +159,7 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
     let rngs = |n: usize| -> Vec<FastRng> {
         (0..n as u64).map(|i| FastRng::seed(seed ^ i.wrapping_mul(0xD1B5_4A32_D192_ED03))).collect()
     };
-    let (addr, target, preload, stats, duration_s) = match c.target {
+    let (addr, target, preload, stats, window) = match c.target {
         Target::Redis => {
             let mut conns = Vec::with_capacity(c.connections);
             for _ in 0..c.connections {
@@ -187,8 +187,8 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                     ))
                 })
                 .collect();
-            let (stats, secs) = measure(c, &phase, wl.mix.ops(), tasks).await?;
-            (c.redis_addr.clone(), "redis", preload, stats, secs)
+            let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
+            (c.redis_addr.clone(), "redis", preload, stats, window)
         }
         Target::Plaudit => {
             let clients = plaudit::connect(&c.addr, c.connections, c.timeout).await?;
@@ -208,15 +208,15 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                     tokio::spawn(rankings_plaudit::run_loop(client, wl.clone(), rng, phase.clone()))
                 })
                 .collect();
-            let (stats, secs) = measure(c, &phase, wl.mix.ops(), tasks).await?;
-            (c.addr.clone(), "plaudit", preload, stats, secs)
+            let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
+            (c.addr.clone(), "plaudit", preload, stats, window)
         }
     };
     let info = RunInfo::new(
         c,
         target,
         addr,
-        duration_s,
+        window,
         preload,
         vec![
             ("rank", args.rank.into()),

@@ -1,6 +1,7 @@
 //! Turning merged statistics into the JSON document and the human table.
 
 use crate::args::Common;
+use crate::cpu::{CpuSummary, Usage, Window};
 use crate::load::{Mix, Stats};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::collections::BTreeMap;
@@ -14,6 +15,8 @@ pub struct RunInfo {
     pub pipeline: usize,
     /// The measured window, in seconds.
     pub duration_s: f64,
+    /// CPU spent over that window (with `--server-pid`).
+    pub cpu: Option<Usage>,
     pub preload: Option<Preload>,
     /// Workload facts worth keeping with the numbers (e.g. boards, members).
     pub settings: Vec<(&'static str, serde_json::Value)>,
@@ -25,7 +28,7 @@ impl RunInfo {
         c: &Common,
         target: &'static str,
         addr: String,
-        duration_s: f64,
+        window: Window,
         preload: Option<Preload>,
         settings: Vec<(&'static str, serde_json::Value)>,
     ) -> RunInfo {
@@ -34,7 +37,8 @@ impl RunInfo {
             addr,
             connections: c.connections,
             pipeline: c.pipeline,
-            duration_s,
+            duration_s: window.secs,
+            cpu: window.cpu,
             preload,
             settings,
         }
@@ -84,6 +88,8 @@ struct Report<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     preload: Option<&'a Preload>,
     settings: Ordered<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<CpuSummary>,
 }
 
 fn round1(x: f64) -> f64 {
@@ -108,6 +114,13 @@ fn error_total(stats: &Stats, mix: &Mix) -> u64 {
     mix.active().map(|k| stats.errors(k).values().sum::<u64>()).sum()
 }
 
+/// The CPU figures, per successful op: the ops `total_ops_per_s` counts, so
+/// µs/op times ops/s gives the server's cores. Errors are charged to them.
+fn cpu_summary(info: &RunInfo, mix: &Mix, stats: &Stats) -> Option<CpuSummary> {
+    let ops: u64 = mix.active().map(|k| stats.hist(k).count()).sum();
+    info.cpu.map(|u| u.summarize(ops, info.duration_s))
+}
+
 pub fn json(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
     let ops: Vec<_> =
         mix.active().map(|k| (mix.name(k), summarize(stats, k, info.duration_s))).collect();
@@ -129,6 +142,7 @@ pub fn json(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
         errors: Ordered(errors),
         preload: info.preload.as_ref(),
         settings: Ordered(info.settings.iter().map(|(k, v)| (*k, v)).collect()),
+        cpu: cpu_summary(info, mix, stats),
     };
     serde_json::to_string(&report).expect("a report always serializes")
 }
@@ -181,6 +195,13 @@ pub fn human(info: &RunInfo, mix: &Mix, stats: &Stats) -> String {
         );
     }
     let _ = writeln!(out, "{:<8} {:>12.0}", "total", total);
+    if let Some(cpu) = cpu_summary(info, mix, stats) {
+        let _ = writeln!(
+            out,
+            "cpu: server {:.2} us/op ({:.2} cores), bench {:.2} cores",
+            cpu.server_us_per_op, cpu.server_cores, cpu.client_cores
+        );
+    }
     for k in mix.active() {
         for (code, n) in stats.errors(k) {
             let _ = writeln!(out, "  error {}: {code} x{n}", mix.name(k));
@@ -208,6 +229,7 @@ mod tests {
             connections: 2,
             pipeline: 3,
             duration_s: 2.0,
+            cpu: None,
             preload: None,
             settings: vec![("boards", 3.into())],
         };
@@ -221,5 +243,35 @@ mod tests {
         assert_eq!(v["errors_total"], 1);
         assert_eq!(v["settings"]["boards"], 3);
         assert!(human(&info, &mix, &stats).contains("Overloaded x1"));
+        assert!(v.get("cpu").is_none(), "no cpu object without --server-pid");
+    }
+
+    #[test]
+    fn cpu_object_comes_last_and_counts_successful_ops() {
+        let mix = Mix::parse("score=1,top=1", &["score", "top", "rank"]).unwrap();
+        let mut stats = Stats::new(mix.ops());
+        for _ in 0..4000u64 {
+            stats.ok_ns(0, 1000);
+            stats.ok_ns(1, 2000);
+        }
+        stats.error(1, "Overloaded");
+        let info = RunInfo {
+            target: "plaudit",
+            addr: "127.0.0.1:7401".into(),
+            connections: 1,
+            pipeline: 1,
+            duration_s: 2.0,
+            cpu: Some(Usage { server_s: 0.02, client_s: 1.0 }),
+            preload: None,
+            settings: vec![],
+        };
+        let text = json(&info, &mix, &stats);
+        assert!(
+            text.ends_with(
+                r#""settings":{},"cpu":{"server_us_per_op":2.5,"server_cores":0.01,"client_cores":0.5}}"#
+            ),
+            "{text}"
+        );
+        assert!(human(&info, &mix, &stats).contains("server 2.50 us/op (0.01 cores)"));
     }
 }

@@ -3,7 +3,7 @@
 # waiting for them, and reading numbers back out of plaudit-bench's JSON.
 #
 # The sourcing script sets NAME (for log lines) and KEEP (1: keep the work
-# directory), then calls bench_init.
+# directory), then calls bench_init. It may set SERVER_WRAP (below).
 
 : "${CARGO_TARGET_DIR:=$HOME/.cache/plaudit-target}"
 export CARGO_TARGET_DIR
@@ -11,6 +11,12 @@ BENCH=$CARGO_TARGET_DIR/release/plaudit-bench
 NODE=$CARGO_TARGET_DIR/release/plaudit-node
 
 log() { echo "[$NAME] $*" >&2; }
+
+# Words put before the command of every server start_redis and start_node
+# launch, e.g. (taskset -c 0) to pin it to one core from its first
+# instruction. Pinning a running node (taskset -p) would be too late: Tokio
+# sizes its worker pool from the cores the process may use when it starts.
+SERVER_WRAP=()
 
 # Builds the bench and the node (release) unless SKIP_BUILD=1.
 bench_build() {
@@ -94,7 +100,7 @@ start_redis() {
     local port=$1
     mkdir -p "$WORK/redis"
     log "starting redis-server on 127.0.0.1:$port (AOF everysec) in $WORK/redis"
-    redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes --save '' \
+    "${SERVER_WRAP[@]}" redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes --save '' \
         --appendonly yes --appendfsync everysec --dir "$WORK/redis" \
         --logfile "$WORK/redis/redis.log" --daemonize no &
     REDIS_PID=$!
@@ -108,7 +114,7 @@ start_node() {
     shift 2
     mkdir -p "$WORK/node"
     log "starting plaudit-node on 127.0.0.1:$port (admin $admin) in $WORK/node"
-    "$NODE" --data-dir "$WORK/node" --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" \
+    "${SERVER_WRAP[@]}" "$NODE" --data-dir "$WORK/node" --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" \
         "$@" >"$WORK/node.log" 2>&1 &
     NODE_PID=$!
     PIDS+=("$NODE_PID")
