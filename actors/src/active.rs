@@ -2,25 +2,38 @@
 //! running actor, in least-recently-used order, so the shard can passivate
 //! the coldest when it is over budget or idle. Pure bookkeeping, generic over
 //! what it tracks so it is tested without actors.
+//!
+//! Every value also has an id (an actor's id), indexed, because the shard
+//! learns that an actor stopped by its id alone, once per passivated actor:
+//! finding it by scanning every active actor cost 7% of a like's CPU with a
+//! thousand users active per shard.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::time::Instant;
 
-pub struct ActiveSet<K, V> {
+/// A value with an identity of its own (an actor's id).
+pub trait Identified {
+    type Id: Hash + Eq;
+    fn id(&self) -> Self::Id;
+}
+
+pub struct ActiveSet<K, V: Identified> {
     map: HashMap<K, (V, u64, Instant)>,
     /// tick of last use -> key; the first entry is the coldest.
     lru: BTreeMap<u64, K>,
+    /// value id -> key, for every entry of `map`.
+    ids: HashMap<V::Id, K>,
     tick: u64,
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> Default for ActiveSet<K, V> {
+impl<K: Hash + Eq + Clone, V: Clone + Identified> Default for ActiveSet<K, V> {
     fn default() -> Self {
-        ActiveSet { map: HashMap::new(), lru: BTreeMap::new(), tick: 0 }
+        ActiveSet { map: HashMap::new(), lru: BTreeMap::new(), ids: HashMap::new(), tick: 0 }
     }
 }
 
-impl<K: Hash + Eq + Clone, V: Clone> ActiveSet<K, V> {
+impl<K: Hash + Eq + Clone, V: Clone + Identified> ActiveSet<K, V> {
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -45,18 +58,21 @@ impl<K: Hash + Eq + Clone, V: Clone> ActiveSet<K, V> {
         self.remove(&k);
         self.tick += 1;
         self.lru.insert(self.tick, k.clone());
+        self.ids.insert(v.id(), k.clone());
         self.map.insert(k, (v, self.tick, now));
     }
 
     pub fn remove(&mut self, k: &K) -> Option<V> {
         let (v, t, _) = self.map.remove(k)?;
         self.lru.remove(&t);
+        self.ids.remove(&v.id());
         Some(v)
     }
 
-    /// Removes the first entry whose value matches (e.g. an actor that died).
-    pub fn remove_where(&mut self, pred: impl Fn(&V) -> bool) -> Option<K> {
-        let k = self.map.iter().find(|(_, (v, _, _))| pred(v)).map(|(k, _)| k.clone())?;
+    /// Removes the entry whose value has id `id` (an actor that stopped),
+    /// if it is still here.
+    pub fn remove_id(&mut self, id: &V::Id) -> Option<K> {
+        let k = self.ids.get(id)?.clone();
         self.remove(&k);
         Some(k)
     }
@@ -67,6 +83,7 @@ impl<K: Hash + Eq + Clone, V: Clone> ActiveSet<K, V> {
         while self.map.len() > budget {
             let Some((_, k)) = self.lru.pop_first() else { break };
             if let Some((v, _, _)) = self.map.remove(&k) {
+                self.ids.remove(&v.id());
                 out.push(v);
             }
         }
@@ -82,6 +99,7 @@ impl<K: Hash + Eq + Clone, V: Clone> ActiveSet<K, V> {
                 Some((_, _, at)) if *at < cutoff => {
                     self.lru.pop_first();
                     if let Some((v, _, _)) = self.map.remove(&k) {
+                        self.ids.remove(&v.id());
                         out.push(v);
                     }
                 }
@@ -94,6 +112,7 @@ impl<K: Hash + Eq + Clone, V: Clone> ActiveSet<K, V> {
     /// Removes everything (e.g. before installing a snapshot).
     pub fn drain(&mut self) -> Vec<V> {
         self.lru.clear();
+        self.ids.clear();
         self.map.drain().map(|(_, (v, _, _))| v).collect()
     }
 }
@@ -102,6 +121,14 @@ impl<K: Hash + Eq + Clone, V: Clone> ActiveSet<K, V> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    // In these tests a value is its own id.
+    impl Identified for i32 {
+        type Id = i32;
+        fn id(&self) -> i32 {
+            *self
+        }
+    }
 
     #[test]
     fn evicts_least_recently_used_first() {
@@ -126,7 +153,27 @@ mod tests {
         s.touch(&"a", t1);
         assert_eq!(s.evict_idle(t0 + Duration::from_secs(5)), vec![2]);
         assert_eq!(s.len(), 1);
-        assert_eq!(s.remove_where(|v| *v == 1), Some("a"));
+        assert_eq!(s.remove_id(&1), Some("a"));
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn ids_follow_every_way_out() {
+        let t0 = Instant::now();
+        let mut s = ActiveSet::default();
+        for k in 0..4 {
+            s.insert(k, k + 100, t0);
+        }
+        // Replacing a key's value forgets the old value's id.
+        s.insert(0, 200, t0);
+        assert_eq!(s.remove_id(&100), None);
+        assert_eq!(s.evict_over(3), vec![101]);
+        assert_eq!(s.remove_id(&101), None, "an evicted value is gone from the index");
+        assert_eq!(s.remove_id(&102), Some(2));
+        assert_eq!(s.evict_idle(t0 + Duration::from_secs(1)).len(), 2);
+        assert!(s.ids.is_empty() && s.is_empty());
+        s.insert(9, 300, t0);
+        assert_eq!(s.drain(), vec![300]);
+        assert!(s.ids.is_empty());
     }
 }

@@ -32,7 +32,7 @@ mod once;
 mod rankings;
 mod registry;
 
-use crate::active::ActiveSet;
+use crate::active::{ActiveSet, Identified};
 use crate::board_actor::{BoardActor, BoardArgs, BoardMsg, QueryOut};
 use crate::command::{Batch, CmdResult, EventResult, ScoreEvent};
 use crate::directory::Directory;
@@ -307,13 +307,18 @@ impl Actor for ShardActor {
             _ => None,
         };
         if let Some(id) = who {
-            if state.users.remove_where(|a| a.get_id() == id).is_none()
-                && state.entities.remove_where(|a| a.get_id() == id).is_none()
-            {
-                state.boards.remove_where(|a| a.get_id() == id);
+            if state.users.remove_id(&id).is_none() && state.entities.remove_id(&id).is_none() {
+                state.boards.remove_id(&id);
             }
         }
         Ok(())
+    }
+}
+
+impl<M: ractor::Message> Identified for ActorRef<M> {
+    type Id = ractor::ActorId;
+    fn id(&self) -> ractor::ActorId {
+        self.get_id()
     }
 }
 
