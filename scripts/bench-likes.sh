@@ -4,14 +4,17 @@
 # Builds release binaries, starts Redis (AOF everysec, 127.0.0.1 only) and a
 # single plaudit-node in a temporary directory, runs `plaudit-bench likes`
 # against each, prints both JSON results, a markdown table, Redis used_memory
-# and the node's RSS, and stops both servers on exit.
+# and the node's RSS, and stops both servers on exit. After the runs it also
+# reports each server's data size on disk (Redis's AOF directory, the node's
+# data dir) and, for the node, how long a restart on that data takes until
+# /readyz answers 200 (RESTART=0 skips it).
 #
 # Environment (defaults in brackets):
 #   DURATION [20s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]  PRELOAD [0]
 #   USERS [100000]  ENTITIES [100000]  ZIPF [0.99]  MIX [like=10,status=45,counts=45]
 #   BIZ [1]  TARGETS ["redis plaudit"]  REDIS_PORT [6390]  NODE_PORT [7491]
 #   ADMIN_PORT [7492]  BENCH_ARGS [extra flags for plaudit-bench]  KEEP [0: keep the temp dir]
-#   SKIP_BUILD [0]
+#   SKIP_BUILD [0]  RESTART [1]
 set -euo pipefail
 
 DURATION=${DURATION:-20s}
@@ -31,6 +34,7 @@ ADMIN_PORT=${ADMIN_PORT:-7492}
 BENCH_ARGS=${BENCH_ARGS:-}
 KEEP=${KEEP:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
+RESTART=${RESTART:-1}
 
 NAME=bench-likes
 # shellcheck source=scripts/lib/bench.sh
@@ -58,6 +62,7 @@ if wants redis; then
         "${extra[@]}" >"$WORK/redis.json"
     REDIS_MEM=$(redis_memory "$REDIS_PORT")
     stop_pid "$REDIS_PID"
+    REDIS_DISK=$(du -sb "$WORK/redis" | cut -f1)
 fi
 
 if wants plaudit; then
@@ -66,6 +71,15 @@ if wants plaudit; then
     "$BENCH" likes --target plaudit --addr "127.0.0.1:$NODE_PORT" "${common[@]}" \
         "${extra[@]}" >"$WORK/plaudit.json"
     NODE_RSS=$(rss_of "$NODE_PID")
+    stop_pid "$NODE_PID"
+    NODE_DISK=$(du -sb "$WORK/node" | cut -f1)
+    if [[ $RESTART == 1 ]]; then
+        started=$(date +%s%N)
+        start_node "$NODE_PORT" "$ADMIN_PORT"
+        READY_MS=$((($(date +%s%N) - started) / 1000000))
+        READY_RSS=$(rss_of "$NODE_PID")
+        stop_pid "$NODE_PID"
+    fi
 fi
 
 echo
@@ -76,6 +90,9 @@ for t in $TARGETS; do
 done
 [[ -n $REDIS_MEM ]] && echo "redis used_memory: $REDIS_MEM bytes ($(mib "$REDIS_MEM"))"
 [[ -n $NODE_RSS ]] && echo "plaudit-node VmRSS: $NODE_RSS bytes ($(mib "$NODE_RSS"))"
+[[ -n ${REDIS_DISK:-} ]] && echo "redis data on disk: $REDIS_DISK bytes ($(mib "$REDIS_DISK"))"
+[[ -n ${NODE_DISK:-} ]] && echo "plaudit-node data dir: $NODE_DISK bytes ($(mib "$NODE_DISK"))"
+[[ -n ${READY_MS:-} ]] && echo "plaudit-node restart to /readyz: $READY_MS ms (VmRSS then $(mib "$READY_RSS"))"
 echo
 echo "| target | conns x pipeline | total ops/s | like ops/s | like p99 us | status ops/s | status p99 us | counts ops/s | counts p99 us | errors | preload rec/s | memory |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"

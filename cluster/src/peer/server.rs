@@ -38,8 +38,12 @@ const RAFT_IN_FLIGHT: usize = 256;
 /// connection served at once; beyond it they are answered `Overloaded` at
 /// once. They have their own budget so that requests waiting on a slow or
 /// deposed leader never hold up the Raft traffic of every group sharing
-/// the connection.
-const WORK_IN_FLIGHT: usize = 256;
+/// the connection. Sized for fan-outs: one client `counts` of 20 entities
+/// becomes up to 16 per-shard reads, most of them forwarded, so 512 client
+/// requests in flight put ~2,000 on a peer link (256 refused 10% of the
+/// cluster's counts and cut its likes mix by a third). Each holds one
+/// peer frame, from a peer that proved the cluster secret.
+const WORK_IN_FLIGHT: usize = 4096;
 /// No request of a peer is served longer than this (a forwarded request
 /// carries a shorter deadline of its own): the answer says it timed out.
 const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
