@@ -196,6 +196,8 @@ impl Engine {
         }
         let e = engine.clone();
         engine.spawn(async move { e.watch_placement().await });
+        let guard = Arc::downgrade(&engine.cfg.group.disk);
+        engine.spawn(crate::disk::watch(guard, engine.cfg.data_dir.clone()));
         crate::bootstrap::begin(engine.clone(), meta).await?;
         let e = engine.clone();
         engine.spawn(async move {
@@ -540,6 +542,11 @@ impl Engine {
 
     pub fn group_commit_stats(&self) -> plaudit_storage::group_commit::GroupCommitStats {
         self.commit.stats()
+    }
+
+    /// The node's disk-space reserve (free space, whether writes are refused).
+    pub fn disk(&self) -> &crate::disk::DiskGuard {
+        &self.cfg.group.disk
     }
 
     /// Stops background work, Raft and actors, then makes storage durable.

@@ -44,6 +44,9 @@ pub struct GroupConfig {
     pub batch_max: usize,
     pub max_in_flight: usize,
     pub max_pending: usize,
+    /// Refuses new writes while the data directory's disk is nearly full
+    /// (`disk.rs`); shared by every group of the node.
+    pub disk: Arc<crate::disk::DiskGuard>,
 }
 
 /// What a group's state machine needs beyond its storage.
@@ -77,6 +80,7 @@ pub struct Group {
     reads: mpsc::Sender<ReadWaiter>,
     /// This node leads and is the only voter (kept current from Raft metrics).
     sole_voter: Arc<AtomicBool>,
+    disk: Arc<crate::disk::DiskGuard>,
     /// Scoring events refused by `should_shed`, for metrics.
     pub shed: AtomicU64,
     /// Scoring events merged into an earlier event's command, for metrics.
@@ -151,6 +155,7 @@ impl Group {
             sole_voter,
             shed: AtomicU64::new(0),
             coalesced,
+            disk: cfg.disk.clone(),
         })
     }
 
@@ -200,6 +205,7 @@ impl Group {
 
     /// Proposes one command; resolves with its applied result.
     pub async fn propose(&self, cmd: Command) -> Result<CmdResult, WireError> {
+        self.disk.admit(&cmd)?;
         // A replica that does not lead (or has lost its quorum) would queue
         // the command only for Raft to refuse it, or to hold it until a
         // partition heals: answer at once.

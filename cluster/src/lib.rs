@@ -17,6 +17,7 @@
 mod auth;
 mod bootstrap;
 pub mod control;
+pub mod disk;
 mod dispatch;
 pub mod engine;
 mod failover;

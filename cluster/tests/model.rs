@@ -230,6 +230,7 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
             batch_max: 4096,
             max_in_flight: 4,
             max_pending: 65_536,
+            disk: plaudit_cluster::disk::DiskGuard::new(0),
         },
         actor_budget,
         actor_idle,

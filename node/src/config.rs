@@ -72,6 +72,9 @@ pub const DEFAULT_ACTOR_IDLE_SECS: u64 = 120;
 /// filtered, since retention would never delete the windows they create.
 pub const DEFAULT_SCORE_FUTURE_HORIZON_SECS: u64 = 86_400;
 pub const DEFAULT_SLED_CACHE_MB: u64 = 256;
+/// Free space kept in reserve on the data directory's disk: below it, new
+/// writes are refused (reads serve) until space is back.
+pub const DEFAULT_MIN_FREE_DISK_MB: u64 = 256;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5000;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 /// Failover waits for the followers' leader lease, which openraft 0.9 fixes
@@ -189,6 +192,10 @@ pub struct Config {
     pub score_future_horizon_secs: u64,
     /// sled's page cache, in MiB.
     pub sled_cache_mb: u64,
+    /// Free space, in MiB, kept in reserve on the data directory's disk:
+    /// below it new writes get `Overloaded` and reads keep serving, until
+    /// space is freed (checked every second). 0 turns the reserve off.
+    pub min_free_disk_mb: u64,
     /// How long a client request may take before it fails with `Timeout`, in ms.
     pub request_timeout_ms: u64,
     /// How long shutdown may take (drain connections, hand off leadership, flush)
@@ -252,6 +259,7 @@ impl Default for Config {
             retention_sweep_secs: DEFAULT_RETENTION_SWEEP_SECS,
             score_future_horizon_secs: DEFAULT_SCORE_FUTURE_HORIZON_SECS,
             sled_cache_mb: DEFAULT_SLED_CACHE_MB,
+            min_free_disk_mb: DEFAULT_MIN_FREE_DISK_MB,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             shutdown_grace_ms: DEFAULT_SHUTDOWN_GRACE_MS,
             raft_heartbeat_ms: DEFAULT_RAFT_HEARTBEAT_MS,

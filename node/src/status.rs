@@ -207,6 +207,19 @@ impl AdminSource for NodeStatus {
             labels: vec![],
             value: gc.callbacks_completed as f64,
         });
+        let disk = &self.engine.disk();
+        gauges.push(Gauge {
+            name: "plaudit_disk_free_bytes",
+            help: "Free space on the data directory's disk at the last check (every second).",
+            labels: vec![],
+            value: disk.free_bytes().map_or(f64::NAN, |b| b as f64),
+        });
+        gauges.push(Gauge {
+            name: "plaudit_disk_writes_refused",
+            help: "1 while free space is below min_free_disk_mb and new writes are refused.",
+            labels: vec![],
+            value: if disk.is_low() { 1.0 } else { 0.0 },
+        });
         self.metrics.render(&gauges)
     }
 }

@@ -100,11 +100,12 @@ pub fn free_port() -> u16 {
 pub struct NodeBuilder {
     shards: u32,
     env: Vec<(String, String)>,
+    data_dir: Option<PathBuf>,
 }
 
 impl Default for NodeBuilder {
     fn default() -> Self {
-        NodeBuilder { shards: 4, env: Vec::new() }
+        NodeBuilder { shards: 4, env: Vec::new(), data_dir: None }
     }
 }
 
@@ -117,6 +118,13 @@ impl NodeBuilder {
     /// Sets an environment variable for the node, e.g. `PLAUDIT_MAX_CONNECTIONS`.
     pub fn env(mut self, key: &str, value: impl ToString) -> Self {
         self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Keeps the node's data in `dir` (e.g. on a small file system a test
+    /// fills) instead of the node's own temporary directory.
+    pub fn data_dir(mut self, dir: &Path) -> Self {
+        self.data_dir = Some(dir.to_path_buf());
         self
     }
 
@@ -143,6 +151,9 @@ impl NodeBuilder {
             self.env,
         );
         node.peer = None;
+        if let Some(dir) = self.data_dir {
+            node.data_dir = dir;
+        }
         // Another process may take a port between our probe and the node's
         // bind; on a fresh start (nothing stored yet) just try other ports.
         for attempt in 1..=3 {

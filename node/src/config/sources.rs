@@ -55,6 +55,7 @@ impl Config {
             "retention_sweep_secs" => self.retention_sweep_secs = parse(value)?,
             "score_future_horizon_secs" => self.score_future_horizon_secs = parse(value)?,
             "sled_cache_mb" => self.sled_cache_mb = parse(value)?,
+            "min_free_disk_mb" => self.min_free_disk_mb = parse(value)?,
             "request_timeout_ms" => self.request_timeout_ms = parse(value)?,
             "shutdown_grace_ms" => self.shutdown_grace_ms = parse(value)?,
             "raft_heartbeat_ms" => self.raft_heartbeat_ms = parse(value)?,
