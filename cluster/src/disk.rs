@@ -102,10 +102,11 @@ pub fn adds_state(cmd: &Command) -> bool {
         | Command::UpdateBiz(_)
         | Command::CreateRank(_)
         | Command::UpdateRank(_)
-        | Command::CreateToken(_)
-        | Command::RevokeToken { .. } => true,
+        | Command::CreateToken(_) => true,
         Command::Once { cmd, .. } => adds_state(cmd),
-        Command::Deliver { .. }
+        // Revoking a leaked token must work during a disk incident too.
+        Command::RevokeToken { .. }
+        | Command::Deliver { .. }
         | Command::Ack { .. }
         | Command::DropBoard { .. }
         | Command::SetCluster(_) => false,
@@ -173,6 +174,8 @@ mod tests {
         let drop = Command::DropBoard { rank: 1, type_key: vec![1] };
         assert!(g.admit(&drop).is_ok());
         assert!(g.admit(&Command::Ack { target: 1, seqs: vec![1] }).is_ok());
+        let revoke = Command::Once { id: 2, cmd: Box::new(Command::RevokeToken { id: 1 }) };
+        assert!(g.admit(&revoke).is_ok(), "a revocation removes access: always taken");
         g.observe(100 << 20);
         assert!(g.admit(&like()).is_ok() && !g.is_low());
         assert_eq!(g.free_bytes(), Some(100 << 20));

@@ -60,10 +60,11 @@ pub struct Metrics {
 
 /// Why client connections end (`server::Close` labels, plus `refused`: over
 /// the cap with none to evict).
-pub const CLOSE_REASONS: [&str; 9] = [
+pub const CLOSE_REASONS: [&str; 10] = [
     "client",
     "idle",
     "auth_timeout",
+    "auth_failed",
     "frame_timeout",
     "write_timeout",
     "evicted",

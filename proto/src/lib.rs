@@ -37,6 +37,7 @@ pub mod likes;
 pub mod limits;
 pub mod listing;
 pub mod message;
+mod nesting;
 pub mod rankings;
 pub mod routing;
 pub mod scoring;

@@ -57,6 +57,7 @@ pub enum Request {
     /// gets the first attempt's result. `id` should be random (64 bits).
     Once {
         id: u64,
+        #[serde(deserialize_with = "crate::nesting::nested")]
         req: Box<Request>,
     },
     /// A read served by whichever replica of its shard is nearest (this
@@ -65,7 +66,7 @@ pub enum Request {
     /// Status, counts, lists, received totals, board queries and registry
     /// reads may be stale; a status read should not be, if the caller must
     /// see its own likes.
-    Stale(Box<Request>),
+    Stale(#[serde(deserialize_with = "crate::nesting::nested")] Box<Request>),
     /// One page of businesses in id order (`listing.rs`); replaces
     /// `ListBiz`, whose single reply stops fitting a frame past ~14k
     /// businesses.
@@ -267,6 +268,7 @@ pub enum Response {
     /// applied.
     Stale {
         lag: u64,
+        #[serde(deserialize_with = "crate::nesting::nested")]
         reply: Box<Response>,
     },
     /// The reply to `ListBizPage`.

@@ -134,3 +134,30 @@ async fn a_client_sending_garbage_does_not_disturb_another() {
     assert!(node.is_ready());
     c.ping().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_request_nested_a_million_times_is_refused_and_the_node_lives() {
+    // Before the decoder bounded nesting, this one frame (one byte per
+    // `Stale` level) overflowed the node's stack and aborted it, from a
+    // connection that had not even authenticated.
+    let node = Node::start();
+    let stale_tag = codec::to_bytes(&Request::Stale(Box::new(Request::Ping))).unwrap()[0];
+    let mut payload = vec![PROTOCOL_VERSION, 7];
+    payload.extend(std::iter::repeat_n(stale_tag, 1_000_000));
+    payload.push(0);
+    let mut conn = RawConn::connect(&node.addr()).await;
+    conn.send(&raw::frame_of(&payload)).await;
+    let reply = conn.recv().await;
+    assert_eq!(reply.req_id, 7);
+    match reply.body {
+        Response::Error(e) => {
+            assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+            assert!(e.message.contains("nest"), "{e}");
+        }
+        other => panic!("expected BadRequest, got {other:?}"),
+    }
+    // The same connection and the node go on serving.
+    conn.send_request(8, Request::Ping).await;
+    assert_eq!(conn.recv().await.body, Response::Pong);
+    node.client().await.ping().await.expect("the node is alive");
+}

@@ -145,6 +145,19 @@ async fn an_unauthenticated_connection_may_only_ping_and_authenticate() {
 }
 
 #[tokio::test]
+async fn three_failed_auths_close_the_connection() {
+    let node = guarded();
+    let mut raw = RawConn::connect(&node.addr()).await;
+    for id in 1..=3 {
+        raw.send_request(id, auth("not-the-admin-token-at-all")).await;
+        unauthorized(raw.recv().await.body, "a wrong token");
+    }
+    assert!(raw.closed_by_peer().await, "the connection is closed after the third failure");
+    let name = "plaudit_connections_closed_total{reason=\"auth_failed\"}";
+    assert_eq!(metric_sum(&node.metrics_text(), name), Some(1.0));
+}
+
+#[tokio::test]
 async fn a_connection_that_does_not_authenticate_in_time_is_closed() {
     let node = Node::builder()
         .env("PLAUDIT_ADMIN_TOKEN", ADMIN)
@@ -200,6 +213,20 @@ async fn each_role_may_do_exactly_what_it_is_given() {
     denied(rw.list_tokens().await, "list tokens");
     denied(rw.create_token(w.biz, &[w.rank], false).await, "create a token");
     denied(rw.revoke_token(w.rw_id).await, "revoke a token");
+    // Wrapped requests are judged by what they wrap.
+    let other_counts = Request::Counts(plaudit_client::proto::likes::CountsRequest {
+        biz: w.other_biz,
+        entities: vec![1],
+    });
+    denied(
+        rw.request(Request::Stale(Box::new(other_counts))).await,
+        "a stale read of another business",
+    );
+    let other_rank = Request::GetRank(w.other_rank);
+    denied(
+        rw.request(Request::Stale(Box::new(other_rank))).await,
+        "a stale read of another ranking",
+    );
 
     // Read-only: the same reads, no writes.
     let ro = client_as(&node, &w.ro).await;
@@ -245,6 +272,11 @@ async fn a_revoked_token_stops_working_on_open_connections_too() {
     unauthorized(raw.recv().await.body, "a request on a connection whose token was revoked");
     raw.send_request(4, auth(&w.rw)).await;
     unauthorized(raw.recv().await.body, "authenticating with a revoked token");
+    // The same connection may authenticate again, with a live token.
+    raw.send_request(5, auth(&w.ro)).await;
+    assert!(matches!(raw.recv().await.body, Response::Auth(Role::Biz { read_only: true, .. })));
+    raw.send_request(6, status()).await;
+    assert!(matches!(raw.recv().await.body, Response::Status(_)));
     denied(
         Client::connect_with(
             &node.addr(),
@@ -264,12 +296,15 @@ async fn secrets_are_stored_hashed_and_never_logged() {
     let admin = client_as(&node, ADMIN).await;
     let w = world(&admin).await;
     client_as(&node, &w.rw).await.like(w.biz, 1, 1, None).await.unwrap();
+    client_as(&node, &w.ro).await.status(w.biz, 1, &[1]).await.unwrap();
     // A token survives a restart (it is in the replicated registry).
     node.restart();
     client_as(&node, &w.rw).await.like(w.biz, 2, 1, None).await.expect("token after restart");
     node.terminate();
 
-    let secrets = [ADMIN.to_string(), w.rw[w.rw.len() - 43..].to_string(), w.ro.clone()];
+    // What the node receives of a business token is its secret part.
+    let secret = |t: &str| t[t.len() - 43..].to_string();
+    let secrets = [ADMIN.to_string(), secret(&w.rw), secret(&w.ro)];
     let log = node.log_tail(usize::MAX);
     assert!(log.contains("DEBUG"), "the node logged at debug level");
     for dir in walk(node.data_dir()) {

@@ -53,6 +53,8 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 /// requests and collecting results. 64 KiB of replies is hundreds of them:
 /// more per write buys nothing.
 pub const OUT_LIMIT: usize = 64 * 1024;
+/// Failed `Auth`s after which a connection is closed.
+pub const MAX_FAILED_AUTHS: u32 = 3;
 /// An idle connection keeps its buffers this long (a client between bursts
 /// should not pay for reallocating them).
 const KEEP_BUFFERS: Duration = Duration::from_secs(2);
@@ -64,6 +66,8 @@ pub enum Close {
     Client,
     Idle,
     AuthTimeout,
+    /// Failed `Auth` [`MAX_FAILED_AUTHS`] times.
+    AuthFailed,
     FrameTimeout,
     WriteTimeout,
     /// Closed to make room for a newer connection at the cap.
@@ -80,6 +84,7 @@ impl Close {
             Close::Client => "client",
             Close::Idle => "idle",
             Close::AuthTimeout => "auth_timeout",
+            Close::AuthFailed => "auth_failed",
             Close::FrameTimeout => "frame_timeout",
             Close::WriteTimeout => "write_timeout",
             Close::Evicted => "evicted",
@@ -95,6 +100,8 @@ struct Done {
     op: &'static str,
     started: Instant,
     resp: Response,
+    /// Whether this was an `Auth` (whose end lets later frames in).
+    is_auth: bool,
     /// For an `Auth`: the role it grants (and the token revision before it
     /// was checked), or nothing.
     auth: Option<(Role, u64)>,
@@ -119,6 +126,9 @@ pub(super) struct Conn {
     /// Authenticated (on an open node: sent a request); the auth timeout
     /// no longer applies.
     greeted: bool,
+    failed_auths: u32,
+    /// Too many failed `Auth`s: answered, then closed.
+    auth_refused: bool,
     busy: bool,
     /// The client sent all it will (half-closed): what it sent is answered.
     eof: bool,
@@ -150,6 +160,8 @@ impl Conn {
             routing: Routing::Forward,
             authing: false,
             greeted: false,
+            failed_auths: 0,
+            auth_refused: false,
             busy: false,
             eof: false,
             stopping: false,
@@ -167,16 +179,22 @@ impl Conn {
         let mut tick = tokio::time::interval(limits.tick());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            if !self.stopping && !self.broken {
+            if !self.stopping && !self.broken && !self.auth_refused {
                 // Frames left in the buffer while replies did not fit.
                 self.frames();
             }
             let backlog = self.backlog();
-            let ending = self.eof || self.stopping || self.broken;
+            let ending = self.eof || self.stopping || self.broken || self.auth_refused;
             if ending && self.in_flight.is_empty() && backlog == 0 {
                 // (With nothing left to write, `frames` took every whole
                 // frame: what remains is a partial one that cannot finish.)
-                return if self.broken { Close::BadFrame } else { Close::Client };
+                return if self.broken {
+                    Close::BadFrame
+                } else if self.auth_refused {
+                    Close::AuthFailed
+                } else {
+                    Close::Client
+                };
             }
             let room_short = self.room_short();
             let want_read = !ending && !self.authing && backlog < OUT_LIMIT && room_short == 0;
@@ -314,13 +332,17 @@ impl Conn {
             }
         };
         let Envelope { req_id, body } = env;
-        if let Err(e) = self.access.check(&self.server.engine, &body) {
+        let was_granted = self.access.is_granted();
+        let checked = self.access.check(&self.server.engine, &body);
+        if was_granted && !self.access.is_granted() {
+            // Its token was revoked: a fresh window to authenticate again.
+            self.opened = now;
+        }
+        self.greeted = self.access.is_granted();
+        if let Err(e) = checked {
             self.observe(body.op(), Duration::ZERO, Some(e.code));
             self.push_reply(req_id, Response::Error(e));
             return;
-        }
-        if self.access.is_granted() {
-            self.greeted = true;
         }
         match body {
             Request::Hello(h) => {
@@ -348,7 +370,7 @@ impl Conn {
                         Ok(Err(e)) => (Response::Error(e), None),
                         Err(_) => (Response::Error(WireError::timeout("auth took too long")), None),
                     };
-                    Done { req_id, op: "auth", started: now, resp, auth }
+                    Done { req_id, op: "auth", started: now, resp, is_auth: true, auth }
                 }));
             }
             body if self.in_flight.len() >= self.server.limits.max_in_flight_per_connection => {
@@ -380,7 +402,7 @@ impl Conn {
                         ))),
                     };
                     drop(slot);
-                    Done { req_id, op, started: now, resp, auth: None }
+                    Done { req_id, op, started: now, resp, is_auth: false, auth: None }
                 }));
             }
         }
@@ -399,11 +421,22 @@ impl Conn {
     }
 
     fn reply(&mut self, d: Done) {
-        if d.op == "auth" {
+        if d.is_auth {
             self.authing = false;
-            if let Some((role, revision)) = d.auth {
-                self.access = Access::Granted { role, revision };
-                self.greeted = true;
+            match d.auth {
+                Some((role, revision)) => {
+                    self.access = Access::Granted { role, revision };
+                    self.greeted = true;
+                }
+                None => {
+                    // Tokens have 256 random bits, so retries buy nothing;
+                    // but an unknown token id costs the node a registry
+                    // catch-up, which a client should not repeat at will.
+                    self.failed_auths += 1;
+                    if self.failed_auths >= MAX_FAILED_AUTHS {
+                        self.auth_refused = true;
+                    }
+                }
             }
         }
         let code = match &d.resp {
