@@ -83,6 +83,8 @@ pub struct BoardActor {
     /// The shard's gauges; this board keeps its share of the member and
     /// memory totals current.
     pub gauges: Arc<ShardGauges>,
+    /// Where queries find this board; it unlists itself when it stops.
+    pub index: Arc<crate::active_boards::ActiveBoards>,
 }
 
 pub struct BoardState {
@@ -92,6 +94,9 @@ pub struct BoardState {
     records: EventRecords,
     /// `(members, heap bytes)` last added to the shard's gauges.
     reported: (usize, usize),
+    /// Which board this is, to unlist it when it stops.
+    rank: RankId,
+    type_key: Vec<u8>,
 }
 
 fn row(r: Ranked) -> RankedItem {
@@ -179,7 +184,14 @@ impl Actor for BoardActor {
         let records = EventRecords::from_loaded(&stored, meta.next_events, EVENT_MEMORY);
         let events =
             EventMemory::from_loaded(stored.into_iter().flat_map(|(_, ids)| ids), EVENT_MEMORY);
-        let mut state = BoardState { core, events, records, reported: (0, 0) };
+        let mut state = BoardState {
+            core,
+            events,
+            records,
+            reported: (0, 0),
+            rank: args.rank,
+            type_key: args.type_key,
+        };
         let size = state.size();
         self.report(&mut state, size);
         Ok(state)
@@ -187,9 +199,10 @@ impl Actor for BoardActor {
 
     async fn post_stop(
         &self,
-        _myself: ActorRef<BoardMsg>,
+        myself: ActorRef<BoardMsg>,
         state: &mut BoardState,
     ) -> Result<(), ActorProcessingErr> {
+        self.index.remove_actor(state.rank, &state.type_key, myself.get_id());
         self.report(state, (0, 0));
         Ok(())
     }

@@ -22,6 +22,7 @@
 //! rejected request vs a broken replica).
 
 pub mod active;
+pub mod active_boards;
 pub mod board_actor;
 pub mod coalesce;
 pub mod command;

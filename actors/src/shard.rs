@@ -33,6 +33,7 @@ mod rankings;
 mod registry;
 
 use crate::active::{ActiveSet, Identified};
+use crate::active_boards::ActiveBoards;
 use crate::board_actor::{BoardActor, BoardArgs, BoardMsg, QueryOut};
 use crate::command::{Batch, CmdResult, EventResult, ScoreEvent};
 use crate::directory::Directory;
@@ -101,6 +102,11 @@ pub enum ShardMsg {
         event: ScoreEvent,
         reply: RpcReplyPort<Result<EventResult, ShardError>>,
     },
+    /// A board was read directly (`active_boards.rs`): it is in use.
+    TouchBoard {
+        rank: RankId,
+        type_key: Vec<u8>,
+    },
     /// Passivate actors idle for longer than the configured period.
     Sweep,
     /// Checkpoint staged state that has grown old (an idle shard's last writes).
@@ -145,6 +151,9 @@ pub struct ShardActor {
     /// Told after a batch that added outbox records, and for which targets.
     pub outbox: Arc<OutboxSignal>,
     pub gauges: Arc<ShardGauges>,
+    /// The active board actors, for queries that skip this actor
+    /// (`active_boards.rs`).
+    pub boards: Arc<ActiveBoards>,
 }
 
 pub struct ShardState {
@@ -266,6 +275,9 @@ impl Actor for ShardActor {
                 }
                 self.publish(state);
             }
+            ShardMsg::TouchBoard { rank, type_key } => {
+                state.boards.touch(&(rank, type_key), Instant::now());
+            }
             ShardMsg::Reset(reply) => {
                 self.reset(state);
                 let _ = reply.send(());
@@ -308,7 +320,10 @@ impl Actor for ShardActor {
         };
         if let Some(id) = who {
             if state.users.remove_id(&id).is_none() && state.entities.remove_id(&id).is_none() {
-                state.boards.remove_id(&id);
+                if let Some((rank, type_key)) = state.boards.remove_id(&id) {
+                    // A board that failed did not unlist itself.
+                    self.boards.remove_actor(rank, &type_key, id);
+                }
             }
         }
         Ok(())
@@ -392,10 +407,15 @@ impl ShardActor {
             return Ok(a);
         }
         let args = BoardArgs { rank, type_key: key.1.clone(), shard: self.cfg.shard, rules };
-        let actor = BoardActor { store: self.store.clone(), gauges: self.gauges.clone() };
+        let actor = BoardActor {
+            store: self.store.clone(),
+            gauges: self.gauges.clone(),
+            index: self.boards.clone(),
+        };
         let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
             .await
             .map_err(|e| Fatal::Actor(format!("activating a board of ranking {rank}: {e}")))?;
+        self.boards.insert(rank, key.1.clone(), a.clone());
         state.boards.insert(key, a.clone(), now);
         Ok(a)
     }
@@ -420,6 +440,9 @@ impl ShardActor {
         for a in state.entities.drain() {
             a.stop(None);
         }
+        // Before anything else: no query may reach a board whose state the
+        // snapshot replaced.
+        self.boards.clear();
         for a in state.boards.drain() {
             a.stop(None);
         }
@@ -481,16 +504,18 @@ impl ShardActor {
 pub struct ShardHandle {
     actor: ActorRef<ShardMsg>,
     pub gauges: Arc<ShardGauges>,
+    boards: Arc<ActiveBoards>,
 }
 
 impl ShardHandle {
     /// Spawns the shard actor (unsupervised: the node owns its lifetime).
     pub async fn spawn(actor: ShardActor) -> Result<ShardHandle, Fatal> {
         let gauges = actor.gauges.clone();
+        let boards = actor.boards.clone();
         let (a, _) = Actor::spawn(None, actor, ())
             .await
             .map_err(|e| Fatal::Actor(format!("starting the shard actor: {e}")))?;
-        Ok(ShardHandle { actor: a, gauges })
+        Ok(ShardHandle { actor: a, gauges, boards })
     }
 
     async fn ask<T>(
@@ -538,6 +563,18 @@ impl ShardHandle {
         rules: Rules,
         query: BoardQuery,
     ) -> Result<QueryOut, ShardError> {
+        if let Some(e) = self.boards.get(rank, &type_key) {
+            let (tx, rx) = oneshot::channel();
+            if e.actor.cast(BoardMsg::Query(query.clone(), tx.into())).is_ok() {
+                if let Ok(out) = rx.await {
+                    if self.boards.due_touch(&e) {
+                        let _ = self.actor.cast(ShardMsg::TouchBoard { rank, type_key });
+                    }
+                    return out;
+                }
+            }
+            // The board stopped meanwhile: the shard activates it again.
+        }
         self.ask(|reply| ShardMsg::BoardQuery { rank, type_key, rules, query, reply }).await?
     }
 

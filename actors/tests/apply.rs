@@ -44,6 +44,7 @@ async fn spawn(
         directory,
         outbox: Arc::default(),
         gauges: Arc::default(),
+        boards: Default::default(),
     };
     ShardHandle::spawn(actor).await.expect("spawn shard")
 }

@@ -79,6 +79,7 @@ async fn shard(store: &StateStore) -> ShardHandle {
         directory: Directory::default(),
         outbox: Arc::default(),
         gauges: Arc::default(),
+        boards: Default::default(),
     };
     ShardHandle::spawn(actor).await.unwrap()
 }

@@ -325,6 +325,7 @@ impl Engine {
             directory: self.directory.clone(),
             outbox: signal.clone(),
             gauges: Default::default(),
+            boards: Default::default(),
         };
         let handle = ShardHandle::spawn(actor).await?;
         let name = if is_meta { "meta".to_string() } else { format!("shard{id}") };

@@ -56,6 +56,7 @@ async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
         directory: directory.clone(),
         outbox: Arc::default(),
         gauges: Arc::default(),
+        boards: Default::default(),
     };
     let handle = ShardHandle::spawn(actor).await.unwrap();
     let sm = ShardStateMachine {

@@ -85,6 +85,9 @@ impl ShardActor {
     ) -> Result<(), Fatal> {
         let shard = self.cfg.shard;
         for (rank, type_key) in drops {
+            // Unlisted first: a query after this drop applies must not
+            // reach the old actor.
+            self.boards.remove(rank, &type_key);
             if let Some(a) = state.boards.remove(&(rank, type_key.clone())) {
                 a.stop(None);
             }
