@@ -249,11 +249,21 @@ impl Group {
     /// stops acting as leader: requests go elsewhere (or get `NotLeader`
     /// with no leader), and its delivery stops.
     pub fn is_leader(&self) -> bool {
+        // The common case of a single node, without the metrics' lock.
+        if self.is_sole_voter() {
+            return true;
+        }
         let m = self.raft.metrics();
         let m = m.borrow();
         m.current_leader == Some(m.id)
             && m.state == openraft::ServerState::Leader
             && self.quorum_in_touch(&m)
+    }
+
+    /// This node leads and is the group's only voter (`watch_sole_voter`):
+    /// one atomic load, where `is_leader` reads Raft's metrics.
+    pub fn is_sole_voter(&self) -> bool {
+        self.sole_voter.load(Ordering::Acquire)
     }
 
     fn quorum_in_touch(&self, m: &openraft::RaftMetrics<NodeId, BasicNode>) -> bool {
@@ -281,7 +291,7 @@ impl Group {
     /// Returns once this node's state machine reflects every write committed
     /// before the call (a read-index check).
     pub async fn read_barrier(&self) -> Result<(), WireError> {
-        if self.sole_voter.load(Ordering::Acquire) {
+        if self.is_sole_voter() {
             return Ok(());
         }
         let (tx, rx) = oneshot::channel();
