@@ -522,6 +522,23 @@ impl Drop for Node {
     }
 }
 
+/// A ranking with one all-time board, no dimensions, summed scores and
+/// earlier-first ties: what most scoring tests need.
+pub fn total_ranking(id: u32, name: &str) -> plaudit_client::proto::rankings::RankDef {
+    use plaudit_client::proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
+    use plaudit_client::proto::window::{Granularity, UtcOffset};
+    RankDef {
+        id,
+        name: name.to_string(),
+        dims: vec![],
+        granularities: vec![Granularity::Total],
+        utc_offset: UtcOffset::UTC,
+        aggregation: Aggregation::Incr,
+        ties: TieMode::EarlierFirst,
+        settings: RankSettings::default(),
+    }
+}
+
 /// A minimal HTTP/1.1 GET (the admin server closes after each reply).
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
     http_request(addr, "GET", path)

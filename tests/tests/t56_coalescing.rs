@@ -4,11 +4,9 @@
 //! twice at once and exactly one of the two is applied, and the scores
 //! equal the sum of the distinct events.
 
-use plaudit_client::proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
 use plaudit_client::proto::scoring::{BoardRef, Outcome, ScoreRequest};
-use plaudit_client::proto::window::{Granularity, UtcOffset};
 use plaudit_client::ClientOptions;
-use plaudit_tests::{metric_sum, Node};
+use plaudit_tests::{metric_sum, total_ranking, Node};
 use std::collections::HashMap;
 
 const WRITERS: u64 = 32;
@@ -19,18 +17,7 @@ const MEMBERS: u64 = 3;
 async fn hot_members_are_coalesced_and_every_event_keeps_its_outcome() {
     let node = Node::builder().shards(1).start();
     let c = node.client_with(ClientOptions { pool_size: 4, ..ClientOptions::default() }).await;
-    c.create_rank(RankDef {
-        id: 1,
-        name: "hot".into(),
-        dims: vec![],
-        granularities: vec![Granularity::Total],
-        utc_offset: UtcOffset::UTC,
-        aggregation: Aggregation::Incr,
-        ties: TieMode::EarlierFirst,
-        settings: RankSettings::default(),
-    })
-    .await
-    .unwrap();
+    c.create_rank(total_ranking(1, "hot")).await.unwrap();
 
     let event = |id: u64| ScoreRequest {
         rank: 1,

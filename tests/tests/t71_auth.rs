@@ -9,13 +9,13 @@
 
 use plaudit_client::proto::auth::{AuthRequest, Role, TokenSecret};
 use plaudit_client::proto::likes::{LikeAction, LikeRequest, StatusRequest};
-use plaudit_client::proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
+use plaudit_client::proto::rankings::RankDef;
 use plaudit_client::proto::scoring::{BoardRef, ScoreRequest};
-use plaudit_client::proto::window::{Granularity, UtcOffset};
+use plaudit_client::proto::window::Granularity;
 use plaudit_client::proto::{BizConfig, ErrorCode, Request, Response};
 use plaudit_client::{Client, ClientError, ClientOptions};
 use plaudit_tests::raw::RawConn;
-use plaudit_tests::{metric_sum, node_bin, wait_until, Cluster, Node};
+use plaudit_tests::{metric_sum, node_bin, total_ranking, wait_until, Cluster, Node};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const ADMIN: &str = "t71-admin-token-0123456789";
@@ -33,16 +33,7 @@ async fn client_as(node: &Node, token: &str) -> Client {
 }
 
 fn rank_def(id: u32) -> RankDef {
-    RankDef {
-        id,
-        name: format!("r{id}"),
-        dims: vec![],
-        granularities: vec![Granularity::Total],
-        utc_offset: UtcOffset::UTC,
-        aggregation: Aggregation::Incr,
-        ties: TieMode::EarlierFirst,
-        settings: RankSettings::default(),
-    }
+    total_ranking(id, &format!("r{id}"))
 }
 
 /// The all-time board of a ranking without dimensions.

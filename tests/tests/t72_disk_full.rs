@@ -8,12 +8,11 @@
 //!
 //! Mounting a tmpfs needs root, as CI and the README's test command run.
 
-use plaudit_client::proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
 use plaudit_client::proto::scoring::{BoardRef, ScoreRequest};
-use plaudit_client::proto::window::{Granularity, UtcOffset};
+use plaudit_client::proto::window::Granularity;
 use plaudit_client::proto::{BizConfig, ErrorCode};
 use plaudit_client::{Client, ClientOptions};
-use plaudit_tests::{http_get, metric_sum, wait_until, Node};
+use plaudit_tests::{http_get, metric_sum, total_ranking, wait_until, Node};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -98,18 +97,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_by_itself() {
         .client_with(ClientOptions { timeout: Duration::from_secs(3), ..Default::default() })
         .await;
     let biz = c.create_biz(None, "full", BizConfig::default()).await.unwrap().id;
-    c.create_rank(RankDef {
-        id: 5,
-        name: "full".into(),
-        dims: vec![],
-        granularities: vec![Granularity::Total],
-        utc_offset: UtcOffset::UTC,
-        aggregation: Aggregation::Incr,
-        ties: TieMode::EarlierFirst,
-        settings: RankSettings::default(),
-    })
-    .await
-    .unwrap();
+    c.create_rank(total_ranking(5, "full")).await.unwrap();
     for e in 1..=50 {
         c.like(biz, e, 7, None).await.unwrap();
     }
