@@ -191,18 +191,40 @@ impl Engine {
     }
 
     fn counts_here(&self, shard: u32, r: &CountsRequest) -> Result<Vec<EntityCounts>, WireError> {
-        r.entities
-            .iter()
-            .map(|&entity| {
-                let c = self.store.get_counts(r.biz, shard, entity).map_err(internal)?;
-                Ok(EntityCounts { entity, likes: c.likes, dislikes: c.dislikes })
-            })
-            .collect()
+        r.entities.iter().map(|&entity| self.count_of(r.biz, shard, entity)).collect()
+    }
+
+    fn count_of(&self, biz: BizId, shard: u32, entity: u64) -> Result<EntityCounts, WireError> {
+        let c = self.store.get_counts(biz, shard, entity).map_err(internal)?;
+        Ok(EntityCounts { entity, likes: c.likes, dislikes: c.dislikes })
+    }
+
+    /// Counts read in place when this node is the only voter of every shard
+    /// they live on (a single node): the per-shard path's read barrier is
+    /// a no-op there, and its sub-request and future per shard were a
+    /// quarter of a counts request's CPU. `None`: some shard is replicated.
+    async fn counts_all_here(
+        &self,
+        r: &CountsRequest,
+    ) -> Result<Option<Vec<EntityCounts>>, WireError> {
+        let shards = self.cfg.shards;
+        let sole = |e: &u64| {
+            self.router.group(shard_of(r.biz, *e, shards)).is_some_and(|g| g.is_sole_voter())
+        };
+        if !r.entities.iter().all(sole) {
+            return Ok(None);
+        }
+        self.require_business(r.biz).await?;
+        let out = r.entities.iter().map(|&e| self.count_of(r.biz, shard_of(r.biz, e, shards), e));
+        Ok(Some(out.collect::<Result<Vec<_>, WireError>>()?))
     }
 
     /// Counts of entities on many shards: one sub-request per shard, all at
     /// once, answered in the request's order.
     async fn counts(&self, r: CountsRequest) -> Result<Response, WireError> {
+        if let Some(out) = self.counts_all_here(&r).await? {
+            return Ok(Response::Counts(out));
+        }
         let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for &e in &r.entities {
             by_shard.entry(shard_of(r.biz, e, self.cfg.shards)).or_default().push(e);
