@@ -440,7 +440,13 @@ impl Conn {
             }
         }
         let code = match &d.resp {
-            Response::Error(e) => Some(e.code),
+            Response::Error(e) => {
+                if e.code == ErrorCode::Internal {
+                    // A broken node, not a rejected request: say what broke.
+                    tracing::warn!(op = d.op, error = %e.message, "request failed inside the node");
+                }
+                Some(e.code)
+            }
             _ => None,
         };
         self.observe(d.op, d.started.elapsed(), code);
