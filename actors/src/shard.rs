@@ -25,12 +25,15 @@
 
 mod apply;
 mod delivery;
+mod handle;
 
 pub use delivery::OutboxSignal;
 mod likes;
 mod once;
 mod rankings;
 mod registry;
+
+pub use handle::ShardHandle;
 
 use crate::active::{ActiveSet, Identified};
 use crate::active_boards::ActiveBoards;
@@ -496,108 +499,5 @@ impl ShardActor {
                 Some(tokio::task::spawn_blocking(move || store.checkpoint(shard)));
         }
         Ok(())
-    }
-}
-
-/// What callers outside the actor system hold: never a ractor type.
-#[derive(Clone)]
-pub struct ShardHandle {
-    actor: ActorRef<ShardMsg>,
-    pub gauges: Arc<ShardGauges>,
-    boards: Arc<ActiveBoards>,
-}
-
-impl ShardHandle {
-    /// Spawns the shard actor (unsupervised: the node owns its lifetime).
-    pub async fn spawn(actor: ShardActor) -> Result<ShardHandle, Fatal> {
-        let gauges = actor.gauges.clone();
-        let boards = actor.boards.clone();
-        let (a, _) = Actor::spawn(None, actor, ())
-            .await
-            .map_err(|e| Fatal::Actor(format!("starting the shard actor: {e}")))?;
-        Ok(ShardHandle { actor: a, gauges, boards })
-    }
-
-    async fn ask<T>(
-        &self,
-        build: impl FnOnce(RpcReplyPort<T>) -> ShardMsg,
-    ) -> Result<T, ShardError> {
-        let (tx, rx) = oneshot::channel();
-        self.actor.cast(build(tx.into())).map_err(|_| ShardError::Stopped)?;
-        rx.await.map_err(|_| ShardError::Stopped)
-    }
-
-    /// Applies committed entries. A stopped shard is as broken as a failed
-    /// apply: the entries did not apply here.
-    pub async fn apply(&self, entries: Vec<ApplyEntry>) -> ApplyResult {
-        match self.ask(|r| ShardMsg::Apply(entries, r)).await {
-            Ok(res) => res,
-            Err(e) => Err(Fatal::Actor(format!("applying: {e}"))),
-        }
-    }
-
-    pub async fn user_page(
-        &self,
-        biz: BizId,
-        user: UserId,
-        after: Option<PageCursor>,
-        limit: usize,
-    ) -> PageResult {
-        self.ask(|reply| ShardMsg::UserPage { biz, user, after, limit, reply }).await?
-    }
-
-    pub async fn liker_page(
-        &self,
-        biz: BizId,
-        entity: EntityId,
-        after: Option<PageCursor>,
-        limit: usize,
-    ) -> PageResult {
-        self.ask(|reply| ShardMsg::LikerPage { biz, entity, after, limit, reply }).await?
-    }
-
-    pub async fn board_query(
-        &self,
-        rank: RankId,
-        type_key: Vec<u8>,
-        rules: Rules,
-        query: BoardQuery,
-    ) -> Result<QueryOut, ShardError> {
-        if let Some(e) = self.boards.get(rank, &type_key) {
-            let (tx, rx) = oneshot::channel();
-            if e.actor.cast(BoardMsg::Query(query.clone(), tx.into())).is_ok() {
-                if let Ok(out) = rx.await {
-                    if self.boards.due_touch(&e) {
-                        let _ = self.actor.cast(ShardMsg::TouchBoard { rank, type_key });
-                    }
-                    return out;
-                }
-            }
-            // The board stopped meanwhile: the shard activates it again.
-        }
-        self.ask(|reply| ShardMsg::BoardQuery { rank, type_key, rules, query, reply }).await?
-    }
-
-    /// What applying `event` for `item` on the sub-board would give now,
-    /// without applying it (see `BoardMsg::Check`).
-    pub async fn board_check(
-        &self,
-        rank: RankId,
-        type_key: Vec<u8>,
-        rules: Rules,
-        item: ItemId,
-        event: ScoreEvent,
-    ) -> Result<EventResult, ShardError> {
-        self.ask(|reply| ShardMsg::BoardCheck { rank, type_key, rules, item, event, reply }).await?
-    }
-
-    pub async fn reset(&self) -> Result<(), ShardError> {
-        self.ask(ShardMsg::Reset).await
-    }
-
-    /// Stops the shard actor and its children and waits until they are gone,
-    /// so nothing holds the store afterwards.
-    pub async fn stop(&self) {
-        let _ = self.actor.stop_and_wait(None, Some(Duration::from_secs(10))).await;
     }
 }

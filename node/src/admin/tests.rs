@@ -1,0 +1,254 @@
+//! The admin endpoint against hostile and ordinary HTTP clients.
+
+use super::*;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+struct TestSource {
+    ready: AtomicBool,
+}
+
+impl AdminSource for TestSource {
+    fn ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+    fn metrics_text(&self) -> String {
+        "# HELP up Whether up.\n# TYPE up gauge\nup 1\n".to_string()
+    }
+    fn status_json(&self) -> BoxFuture<'_, String> {
+        Box::pin(async { "{}".to_string() })
+    }
+    fn set_links(&self, cut: &str) -> Option<Result<String, String>> {
+        Some(Ok(cut.to_string()))
+    }
+    fn digests_json(&self) -> Option<String> {
+        None
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    source: Arc<TestSource>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<io::Result<()>>,
+}
+
+async fn start_with(limits: Limits) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let source = Arc::new(TestSource { ready: AtomicBool::new(false) });
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async move {
+        let _ = stopped.await;
+    };
+    let task = tokio::spawn(serve_with(listener, source.clone(), shutdown, limits));
+    Server { addr, source, stop: Some(stop), task }
+}
+
+async fn start() -> Server {
+    start_with(DEFAULT_LIMITS).await
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends `raw` and reads the whole reply (the server closes after it).
+async fn exchange(addr: SocketAddr, raw: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(raw).await.unwrap();
+    let mut bytes = Vec::new();
+    let read = stream.read_to_end(&mut bytes);
+    tokio::time::timeout(Duration::from_secs(10), read).await.unwrap().unwrap();
+    parse_reply(&bytes)
+}
+
+fn parse_reply(bytes: &[u8]) -> Reply {
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("reply has a head");
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap();
+    let mut parts = status_line.splitn(3, ' ');
+    assert_eq!(parts.next(), Some("HTTP/1.1"));
+    let status = parts.next().unwrap().parse().unwrap();
+    let headers = lines
+        .map(|l| {
+            let (n, v) = l.split_once(": ").unwrap();
+            (n.to_string(), v.to_string())
+        })
+        .collect();
+    let reply = Reply { status, headers, body: body.to_string() };
+    assert_eq!(reply.header("Connection"), Some("close"));
+    let length: usize = reply.header("Content-Length").unwrap().parse().unwrap();
+    assert_eq!(length, reply.body.len(), "Content-Length matches the body");
+    reply
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Reply {
+    let raw = format!("GET {path} HTTP/1.1\r\nHost: test\r\nUser-Agent: t/1\r\n\r\n");
+    exchange(addr, raw.as_bytes()).await
+}
+
+#[tokio::test]
+async fn idle_connections_at_the_cap_do_not_keep_readyz_from_answering() {
+    // Idle connections would time out only after a minute here: the
+    // probe gets in because a newcomer evicts one, not because they left.
+    let limits = Limits { read_timeout: Duration::from_secs(60), ..DEFAULT_LIMITS };
+    let server = start_with(limits).await;
+    server.source.ready.store(true, Ordering::SeqCst);
+    let mut idle = Vec::new();
+    for _ in 0..MAX_CONNECTIONS + 16 {
+        idle.push(TcpStream::connect(server.addr).await.unwrap());
+    }
+    let probe = async {
+        loop {
+            let mut stream = TcpStream::connect(server.addr).await.unwrap();
+            let raw = b"GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n";
+            if stream.write_all(raw).await.is_ok() {
+                let mut bytes = Vec::new();
+                if stream.read_to_end(&mut bytes).await.is_ok() && !bytes.is_empty() {
+                    return parse_reply(&bytes);
+                }
+            }
+            // Over the cap before any idle one was evictable: try again.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let reply = tokio::time::timeout(Duration::from_secs(20), probe).await.expect("answered");
+    assert_eq!((reply.status, reply.body.as_str()), (200, "ready\n"));
+    drop(idle);
+}
+
+#[tokio::test]
+async fn healthz_answers_ok() {
+    let server = start().await;
+    let reply = get(server.addr, "/healthz").await;
+    assert_eq!((reply.status, reply.body.as_str()), (200, "ok\n"));
+}
+
+#[tokio::test]
+async fn readyz_follows_the_source() {
+    let server = start().await;
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!((reply.status, reply.body.as_str()), (503, "not ready\n"));
+    server.source.ready.store(true, Ordering::SeqCst);
+    let reply = get(server.addr, "/readyz").await;
+    assert_eq!((reply.status, reply.body.as_str()), (200, "ready\n"));
+    server.source.ready.store(false, Ordering::SeqCst);
+    assert_eq!(get(server.addr, "/readyz").await.status, 503);
+}
+
+#[tokio::test]
+async fn metrics_serves_the_exposition_format() {
+    let server = start().await;
+    let reply = get(server.addr, "/metrics?name[]=up").await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.header("Content-Type").unwrap().starts_with("text/plain; version=0.0.4"));
+    assert_eq!(reply.body, server.source.metrics_text());
+}
+
+#[tokio::test]
+async fn unknown_path_is_404() {
+    let server = start().await;
+    assert_eq!(get(server.addr, "/").await.status, 404);
+    assert_eq!(get(server.addr, "/metricsx").await.status, 404);
+}
+
+#[tokio::test]
+async fn other_methods_are_405_even_with_an_unread_body() {
+    let server = start().await;
+    let body = vec![b'x'; 200_000];
+    let mut raw =
+        format!("POST /metrics HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    raw.extend_from_slice(&body);
+    let reply = exchange(server.addr, &raw).await;
+    assert_eq!(reply.status, 405);
+    assert_eq!(reply.header("Allow"), Some("GET, HEAD"));
+}
+
+#[tokio::test]
+async fn head_sends_headers_without_a_body() {
+    let server = start().await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream.write_all(b"HEAD /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).await.unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.contains("Content-Length: 3\r\n") && text.ends_with("\r\n\r\n"), "{text}");
+}
+
+#[tokio::test]
+async fn garbage_is_400() {
+    let server = start().await;
+    assert_eq!(exchange(server.addr, b"hello there\r\n\r\n").await.status, 400);
+    assert_eq!(exchange(server.addr, b"GET /healthz\r\n\r\n").await.status, 400);
+    assert_eq!(exchange(server.addr, b"GET healthz HTTP/1.1\r\n\r\n").await.status, 400);
+    let bad_header = b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n";
+    assert_eq!(exchange(server.addr, bad_header).await.status, 400);
+    assert_eq!(exchange(server.addr, b"\xff\xfe\r\n\r\n").await.status, 400);
+}
+
+#[tokio::test]
+async fn a_head_cut_short_by_eof_is_400() {
+    let server = start().await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x").await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).await.unwrap();
+    assert_eq!(parse_reply(&bytes).status, 400);
+}
+
+#[tokio::test]
+async fn an_oversized_head_is_431() {
+    let server = start().await;
+    let raw = format!("GET /healthz HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES));
+    assert_eq!(exchange(server.addr, raw.as_bytes()).await.status, 431);
+}
+
+#[tokio::test]
+async fn a_slow_client_gets_408() {
+    let limits = Limits { read_timeout: Duration::from_millis(100), ..DEFAULT_LIMITS };
+    let server = start_with(limits).await;
+    // Half a request line, then nothing.
+    assert_eq!(exchange(server.addr, b"GET /hea").await.status, 408);
+}
+
+#[tokio::test]
+async fn bare_newlines_and_http_1_0_are_accepted() {
+    let server = start().await;
+    assert_eq!(exchange(server.addr, b"GET /healthz HTTP/1.0\n\n").await.status, 200);
+}
+
+#[tokio::test]
+async fn shutdown_stops_accepting() {
+    let mut server = start().await;
+    assert_eq!(get(server.addr, "/healthz").await.status, 200);
+    server.stop.take().unwrap().send(()).unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(5), server.task).await;
+    result.expect("serve returns after shutdown").unwrap().unwrap();
+    // The listener is gone with `serve`, so the port refuses connections.
+    assert!(TcpStream::connect(server.addr).await.is_err());
+}
+
+#[test]
+fn request_line_parsing() {
+    let parsed = parse_request(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_eq!(parsed, Some(Request { method: "GET", path: "/metrics", query: "x=1" }));
+    assert_eq!(parse_request(b"GET  /metrics HTTP/1.1\r\n\r\n"), None);
+    assert_eq!(parse_request(b"get /metrics HTTP/1.1\r\n\r\n"), None);
+    assert_eq!(parse_request(b"GET /metrics HTTP/2\r\n\r\n"), None);
+    assert_eq!(parse_request(b"GET /metrics HTTP/1.1\r\n : x\r\n\r\n"), None);
+}
