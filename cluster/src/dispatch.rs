@@ -207,15 +207,16 @@ impl Engine {
         &self,
         r: &CountsRequest,
     ) -> Result<Option<Vec<EntityCounts>>, WireError> {
-        let shards = self.cfg.shards;
-        let sole = |e: &u64| {
-            self.router.group(shard_of(r.biz, *e, shards)).is_some_and(|g| g.is_sole_voter())
-        };
-        if !r.entities.iter().all(sole) {
-            return Ok(None);
+        let mut shards = Vec::with_capacity(r.entities.len());
+        for &e in &r.entities {
+            let shard = shard_of(r.biz, e, self.cfg.shards);
+            if !self.router.group(shard).is_some_and(|g| g.is_sole_voter()) {
+                return Ok(None);
+            }
+            shards.push(shard);
         }
         self.require_business(r.biz).await?;
-        let out = r.entities.iter().map(|&e| self.count_of(r.biz, shard_of(r.biz, e, shards), e));
+        let out = r.entities.iter().zip(shards).map(|(&e, shard)| self.count_of(r.biz, shard, e));
         Ok(Some(out.collect::<Result<Vec<_>, WireError>>()?))
     }
 

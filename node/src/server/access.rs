@@ -50,12 +50,14 @@ impl Access {
                 "authenticate first: send Auth with a token before {}",
                 req.op()
             ))),
-            Access::Granted { role: Role::Admin, .. } => Ok(()),
-            Access::Granted { role: role @ Role::Biz { .. }, revision } => {
-                let Role::Biz { token, .. } = role else { unreachable!("matched above") };
+            Access::Granted { role, revision } => {
+                let token = match role {
+                    Role::Admin => return Ok(()),
+                    Role::Biz { token, .. } => *token,
+                };
                 let now = engine.tokens_revision();
                 if now != *revision {
-                    if !engine.token_live(*token) {
+                    if !engine.token_live(token) {
                         *self = Access::Anonymous;
                         // What an anonymous connection may send still goes
                         // through: the error below tells it to authenticate.
