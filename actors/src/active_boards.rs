@@ -1,29 +1,29 @@
-//! The board actors a shard has active, readable without the shard actor,
-//! so a board query goes straight to its board: one mailbox, not two.
+//! The boards a shard has active, readable without any actor: a board
+//! query reads the board's state under its read lock, on the asker's task,
+//! with no mailbox and no reply channel.
 //!
 //! ```text
-//! query ─> ActiveBoards::get ─found──> board actor ─> reply
+//! query ─> ActiveBoards::get ─found──> read the board's view ─> reply
 //!                             └missing─> shard actor (activates) ─> board actor ─> reply
 //! ```
 //!
-//! Why a query may skip the shard and still read what every acknowledged
-//! write wrote: the shard's apply waits for each board's `Apply` reply
-//! before the Raft apply completes, and a board handles its mailbox in
-//! order, so a query sent after its read barrier finds the board with
-//! every write the barrier covers. The shard inserts an actor when it
-//! activates one (replacing any older actor of the same board) and removes
-//! boards synchronously when their state goes away (a dropped board, a
-//! snapshot that replaces the shard's state); a passivated actor removes
-//! itself when it stops, only if it is still the one listed. A query that
-//! reaches an actor that stopped meanwhile loses its reply port and asks
-//! the shard instead.
+//! Why a query may read the view and still see what every acknowledged
+//! write wrote: a board's actor applies a batch under the view's write
+//! lock before it answers `Apply`, and the shard's apply waits for that
+//! answer before the Raft apply completes, so a query made after its read
+//! barrier finds every write the barrier covers. The shard inserts a board
+//! when it activates it (replacing any older actor of the same board, whose
+//! view stopped changing when it was passivated) and removes boards
+//! synchronously when their state goes away (a dropped board, a snapshot
+//! that replaces the shard's state); a passivated actor removes itself when
+//! it stops, only if it is still the one listed.
 //!
 //! Direct reads do not pass through the shard, so they do not mark the
 //! board used there; [`Entry::due_touch`] lets a reader tell the shard at
 //! most once per second, so a board that is only read is not passivated
 //! as idle.
 
-use crate::board_actor::BoardMsg;
+use crate::board_actor::{BoardMsg, BoardView};
 use plaudit_proto::rankings::RankId;
 use ractor::{ActorId, ActorRef};
 use std::collections::HashMap;
@@ -36,6 +36,8 @@ const TOUCH_EVERY_MS: u64 = 1000;
 
 pub struct Entry {
     pub actor: ActorRef<BoardMsg>,
+    /// The board's state, for queries answered without its mailbox.
+    pub view: BoardView,
     /// Milliseconds since `ActiveBoards::epoch` of the last touch sent.
     touched_ms: AtomicU64,
 }
@@ -60,9 +62,15 @@ impl ActiveBoards {
         boards.get(&rank)?.get(type_key).cloned()
     }
 
-    pub fn insert(&self, rank: RankId, type_key: Vec<u8>, actor: ActorRef<BoardMsg>) {
+    pub fn insert(
+        &self,
+        rank: RankId,
+        type_key: Vec<u8>,
+        actor: ActorRef<BoardMsg>,
+        view: BoardView,
+    ) {
         let now = self.now_ms();
-        let entry = Arc::new(Entry { actor, touched_ms: AtomicU64::new(now) });
+        let entry = Arc::new(Entry { actor, view, touched_ms: AtomicU64::new(now) });
         let mut boards = self.boards.write().unwrap_or_else(|e| e.into_inner());
         boards.entry(rank).or_default().insert(type_key, entry);
     }
@@ -122,6 +130,8 @@ impl ActiveBoards {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rankings::board::Rules;
+    use plaudit_proto::rankings::{Aggregation, TieMode};
     use ractor::{Actor, ActorProcessingErr};
 
     /// An actor that takes board messages and does nothing.
@@ -136,6 +146,14 @@ mod tests {
         }
     }
 
+    fn view() -> BoardView {
+        crate::board_actor::new_view(Rules {
+            aggregation: Aggregation::Incr,
+            ties: TieMode::EarlierFirst,
+            cap: 10,
+        })
+    }
+
     async fn sink() -> ActorRef<BoardMsg> {
         Actor::spawn(None, Sink, ()).await.unwrap().0
     }
@@ -144,17 +162,17 @@ mod tests {
     async fn a_stopped_actor_removes_itself_but_never_its_successor() {
         let boards = ActiveBoards::default();
         let (old, new) = (sink().await, sink().await);
-        boards.insert(7, b"day".to_vec(), old.clone());
+        boards.insert(7, b"day".to_vec(), old.clone(), view());
         assert_eq!(boards.get(7, b"day").unwrap().actor.get_id(), old.get_id());
         assert!(boards.get(7, b"week").is_none() && boards.get(8, b"day").is_none());
         // The board is activated again before the old actor's stop lands.
-        boards.insert(7, b"day".to_vec(), new.clone());
+        boards.insert(7, b"day".to_vec(), new.clone(), view());
         boards.remove_actor(7, b"day", old.get_id());
         assert_eq!(boards.get(7, b"day").unwrap().actor.get_id(), new.get_id());
         boards.remove_actor(7, b"day", new.get_id());
         assert!(boards.is_empty());
-        boards.insert(7, b"day".to_vec(), new.clone());
-        boards.insert(9, b"total".to_vec(), old.clone());
+        boards.insert(7, b"day".to_vec(), new.clone(), view());
+        boards.insert(9, b"total".to_vec(), old.clone(), view());
         boards.remove(7, b"day");
         assert_eq!(boards.len(), 1);
         boards.clear();
@@ -167,7 +185,7 @@ mod tests {
     async fn readers_touch_the_shard_at_most_once_a_second() {
         let boards = ActiveBoards::default();
         let a = sink().await;
-        boards.insert(1, vec![1], a.clone());
+        boards.insert(1, vec![1], a.clone(), view());
         let e = boards.get(1, &[1]).unwrap();
         assert!(!boards.due_touch(&e), "just inserted counts as used");
         e.touched_ms.store(0, Ordering::Relaxed);

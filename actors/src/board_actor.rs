@@ -14,7 +14,7 @@ use plaudit_proto::WireError;
 use plaudit_storage::{BoardMeta, StateStore};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Event ids a sub-board remembers. A retry arriving after this many newer
 /// events on the same board is applied again; 10k covers seconds of a hot
@@ -76,6 +76,54 @@ pub struct BoardArgs {
     pub type_key: Vec<u8>,
     pub shard: u32,
     pub rules: Rules,
+    /// Where the loaded board goes: the shard lists it for readers once
+    /// the actor has started (`active_boards.rs`).
+    pub view: BoardView,
+}
+
+/// A board as readers outside its actor see it. The actor holds the write
+/// lock for a whole batch, so a reader sees all of a batch or none of it;
+/// and the shard's apply waits for the batch, so a write acknowledged to a
+/// client is in the view before the acknowledgement leaves.
+pub type BoardView = Arc<RwLock<Board>>;
+
+/// A fresh view for a board about to be activated (empty until loaded).
+pub fn new_view(rules: Rules) -> BoardView {
+    Arc::new(RwLock::new(Board::new(rules)))
+}
+
+/// The board to read, or `None` if an apply panicked while writing it
+/// (its state may be half a batch: ask the shard, which knows the actor
+/// failed).
+pub fn read_view(view: &RwLock<Board>) -> Option<RwLockReadGuard<'_, Board>> {
+    view.read().ok()
+}
+
+// The actor's own access: only it writes, and a panic while writing stops
+// it, so it never meets a poisoned lock it did not poison itself.
+fn write_view(view: &RwLock<Board>) -> RwLockWriteGuard<'_, Board> {
+    view.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read_own(view: &RwLock<Board>) -> RwLockReadGuard<'_, Board> {
+    view.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Answers a query from the board's state.
+pub fn answer(b: &Board, q: &BoardQuery) -> QueryOut {
+    match q {
+        BoardQuery::Top { offset, limit } => {
+            QueryOut::Items(b.top(*offset as usize, *limit as usize).into_iter().map(row).collect())
+        }
+        BoardQuery::RankOf { item } => QueryOut::RankOf(b.rank_of(*item).map(row)),
+        BoardQuery::Around { item, k } => {
+            QueryOut::Items(b.around(*item, *k as usize).into_iter().map(row).collect())
+        }
+        BoardQuery::Scores { items } => {
+            QueryOut::Scores(items.iter().map(|&i| (i, b.score(i))).collect())
+        }
+        BoardQuery::Size => QueryOut::Size(b.len() as u64),
+    }
 }
 
 pub struct BoardActor {
@@ -88,7 +136,7 @@ pub struct BoardActor {
 }
 
 pub struct BoardState {
-    core: Board,
+    core: BoardView,
     events: EventMemory,
     /// How the remembered ids are stored.
     records: EventRecords,
@@ -115,46 +163,70 @@ impl BoardActor {
     }
 }
 
+/// One member's events, in order: a repeated event id is a duplicate (and
+/// changes nothing), an overflow fails that event alone.
+fn apply_run(
+    core: &mut Board,
+    events: &mut EventMemory,
+    c: &ScoreCmd,
+    applied_ids: &mut Vec<u64>,
+) -> Vec<EventResult> {
+    let mut run = core.run(c.item);
+    c.events
+        .iter()
+        .map(|e| {
+            if events.contains(e.event_id) {
+                return Ok((Outcome::Duplicate, run.score()));
+            }
+            let score =
+                run.apply(e.score, e.sub).map_err(|e| WireError::bad_request(e.to_string()))?;
+            events.insert(e.event_id);
+            applied_ids.push(e.event_id);
+            Ok((Outcome::Applied, score))
+        })
+        .collect()
+}
+
 impl BoardState {
-    /// One member's events, in order: a repeated event id is a duplicate
-    /// (and changes nothing), an overflow fails that event alone.
-    fn apply_run(&mut self, c: &ScoreCmd, applied_ids: &mut Vec<u64>) -> Vec<EventResult> {
-        let mut run = self.core.run(c.item);
-        c.events
-            .iter()
-            .map(|e| {
-                if self.events.contains(e.event_id) {
-                    return Ok((Outcome::Duplicate, run.score()));
-                }
-                let score =
-                    run.apply(e.score, e.sub).map_err(|e| WireError::bad_request(e.to_string()))?;
-                self.events.insert(e.event_id);
-                applied_ids.push(e.event_id);
-                Ok((Outcome::Applied, score))
-            })
-            .collect()
+    /// Applies a batch of commands in order, under one write lock.
+    fn apply(&mut self, cmds: &[ScoreCmd]) -> ApplyReply {
+        let mut core = write_view(&self.core);
+        let mut results = Vec::with_capacity(cmds.len());
+        let mut applied_ids = Vec::new();
+        for c in cmds {
+            if c.cap as usize != core.rules().cap {
+                core.set_cap(c.cap as usize);
+            }
+            results.push(apply_run(&mut core, &mut self.events, c, &mut applied_ids));
+        }
+        let stored = self.records.add(applied_ids);
+        let w = BoardWrites {
+            members: core.take_dirty(),
+            meta: BoardMeta {
+                size: core.len() as u64,
+                next_stamp: core.next_stamp(),
+                next_events: self.records.next_seq(),
+                cap: core.rules().cap as u64,
+            },
+            events: stored.put,
+            drop_events: stored.drop,
+        };
+        (results, w)
     }
 
-    /// What `apply_run` would answer for this one event, without applying it.
+    /// What `apply` would answer for this one event, without applying it.
     fn check(&self, item: ItemId, e: &ScoreEvent) -> EventResult {
+        let core = read_own(&self.core);
         if self.events.contains(e.event_id) {
-            return Ok((Outcome::Duplicate, self.core.score(item)));
+            return Ok((Outcome::Duplicate, core.score(item)));
         }
-        self.core.check(item, e.score).map_err(|e| WireError::bad_request(e.to_string()))?;
-        Ok((Outcome::Applied, self.core.score(item)))
+        core.check(item, e.score).map_err(|e| WireError::bad_request(e.to_string()))?;
+        Ok((Outcome::Applied, core.score(item)))
     }
 
     fn size(&self) -> (usize, usize) {
-        (self.core.len(), self.core.heap_bytes())
-    }
-
-    fn meta(&self) -> BoardMeta {
-        BoardMeta {
-            size: self.core.len() as u64,
-            next_stamp: self.core.next_stamp(),
-            next_events: self.records.next_seq(),
-            cap: self.core.rules().cap as u64,
-        }
+        let core = read_own(&self.core);
+        (core.len(), core.heap_bytes())
     }
 }
 
@@ -179,13 +251,13 @@ impl Actor for BoardActor {
         if meta.cap > 0 {
             rules.cap = meta.cap as usize;
         }
-        let core = Board::from_loaded(rules, members, meta.next_stamp);
+        *write_view(&args.view) = Board::from_loaded(rules, members, meta.next_stamp);
         let stored = self.store.board_events(args.rank, args.shard, &args.type_key)?;
         let records = EventRecords::from_loaded(&stored, meta.next_events, EVENT_MEMORY);
         let events =
             EventMemory::from_loaded(stored.into_iter().flat_map(|(_, ids)| ids), EVENT_MEMORY);
         let mut state = BoardState {
-            core,
+            core: args.view,
             events,
             records,
             reported: (0, 0),
@@ -215,41 +287,12 @@ impl Actor for BoardActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             BoardMsg::Apply { cmds, reply } => {
-                let mut results = Vec::with_capacity(cmds.len());
-                let mut applied_ids = Vec::new();
-                for c in &cmds {
-                    if c.cap as usize != state.core.rules().cap {
-                        state.core.set_cap(c.cap as usize);
-                    }
-                    results.push(state.apply_run(c, &mut applied_ids));
-                }
-                let stored = state.records.add(applied_ids);
-                let mut w = BoardWrites {
-                    events: stored.put,
-                    drop_events: stored.drop,
-                    ..Default::default()
-                };
-                w.members = state.core.take_dirty();
-                w.meta = state.meta();
-                let _ = reply.send((results, w));
+                let _ = reply.send(state.apply(&cmds));
                 let size = state.size();
                 self.report(state, size);
             }
             BoardMsg::Query(q, reply) => {
-                let b = &state.core;
-                let out = match q {
-                    BoardQuery::Top { offset, limit } => QueryOut::Items(
-                        b.top(offset as usize, limit as usize).into_iter().map(row).collect(),
-                    ),
-                    BoardQuery::RankOf { item } => QueryOut::RankOf(b.rank_of(item).map(row)),
-                    BoardQuery::Around { item, k } => {
-                        QueryOut::Items(b.around(item, k as usize).into_iter().map(row).collect())
-                    }
-                    BoardQuery::Scores { items } => {
-                        QueryOut::Scores(items.iter().map(|&i| (i, b.score(i))).collect())
-                    }
-                    BoardQuery::Size => QueryOut::Size(b.len() as u64),
-                };
+                let out = answer(&read_own(&state.core), &q);
                 let _ = reply.send(Ok(out));
             }
             BoardMsg::Check { item, event, reply } => {

@@ -409,7 +409,14 @@ impl ShardActor {
         if let Some(a) = state.boards.touch(&key, now) {
             return Ok(a);
         }
-        let args = BoardArgs { rank, type_key: key.1.clone(), shard: self.cfg.shard, rules };
+        let view = crate::board_actor::new_view(rules);
+        let args = BoardArgs {
+            rank,
+            type_key: key.1.clone(),
+            shard: self.cfg.shard,
+            rules,
+            view: view.clone(),
+        };
         let actor = BoardActor {
             store: self.store.clone(),
             gauges: self.gauges.clone(),
@@ -418,7 +425,7 @@ impl ShardActor {
         let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
             .await
             .map_err(|e| Fatal::Actor(format!("activating a board of ranking {rank}: {e}")))?;
-        self.boards.insert(rank, key.1.clone(), a.clone());
+        self.boards.insert(rank, key.1.clone(), a.clone(), view);
         state.boards.insert(key, a.clone(), now);
         Ok(a)
     }

@@ -14,6 +14,18 @@ pub enum Target {
     Redis,
 }
 
+/// How the Plaudit driver sends its requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sdk {
+    /// Each connection sends its `--pipeline` requests in one
+    /// `Client::pipeline` call and waits for them all, as the Redis driver
+    /// pipelines its commands.
+    Batch,
+    /// `--pipeline` concurrent loops per connection, each awaiting its own
+    /// call (`Client::score`, `Client::status`, ...).
+    Calls,
+}
+
 /// Flags shared by every workload.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
@@ -31,6 +43,10 @@ pub struct Common {
     /// Requests in flight per connection.
     #[arg(long, short = 'P', default_value_t = 16)]
     pub pipeline: usize,
+    /// How the Plaudit driver sends requests: in batches of `--pipeline`
+    /// (like the Redis driver) or as concurrent single calls.
+    #[arg(long, value_enum, default_value = "batch")]
+    pub sdk: Sdk,
     /// Measured time, e.g. 20s, 500ms, 2m.
     #[arg(long, short = 'd', default_value = "20s", value_parser = duration::parse_duration)]
     pub duration: Duration,

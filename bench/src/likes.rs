@@ -1,7 +1,7 @@
 //! The like workload shared by both targets: its ops and the per-worker
 //! generator (users, Zipf-skewed entities, toggle knowledge).
 
-use crate::args::{LikesArgs, Target};
+use crate::args::{LikesArgs, Sdk, Target};
 use crate::load::{measure, Mix, Phase};
 use crate::report::{self, RunInfo};
 use crate::rng::FastRng;
@@ -228,14 +228,24 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                 workers = w;
                 preload = Some(p);
             }
-            let tasks: Vec<_> = workers
-                .into_iter()
-                .enumerate()
-                .map(|(i, worker)| {
-                    let client = clients[i / c.pipeline].clone();
-                    tokio::spawn(likes_plaudit::run_loop(client, wl.clone(), worker, phase.clone()))
-                })
-                .collect();
+            let mut workers = workers.into_iter();
+            let tasks: Vec<_> = match c.sdk {
+                Sdk::Batch => clients
+                    .iter()
+                    .map(|client| {
+                        let mine = workers.by_ref().take(c.pipeline).collect();
+                        let (client, wl, phase) = (client.clone(), wl.clone(), phase.clone());
+                        tokio::spawn(likes_plaudit::run_batches(client, wl, mine, phase))
+                    })
+                    .collect(),
+                Sdk::Calls => workers
+                    .enumerate()
+                    .map(|(i, worker)| {
+                        let (client, wl) = (clients[i / c.pipeline].clone(), wl.clone());
+                        tokio::spawn(likes_plaudit::run_loop(client, wl, worker, phase.clone()))
+                    })
+                    .collect(),
+            };
             let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.addr.clone(), "plaudit", preload, stats, window)
         }

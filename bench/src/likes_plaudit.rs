@@ -1,7 +1,8 @@
 //! The like workload against a Plaudit node through the SDK. `connections`
-//! separate `Client`s (pool size 1 each); `pipeline` concurrent loops per
-//! client, each awaiting its own call, so N requests are in flight per
-//! connection.
+//! separate `Client`s (pool size 1 each), with `pipeline` requests in
+//! flight on each: one batch of them per `Client::pipeline` call
+//! (`--sdk batch`, as the Redis driver pipelines), or as many concurrent
+//! loops of single calls (`--sdk calls`).
 
 use crate::likes::{Op, Worker, Workload};
 use crate::load::{Phase, Stats, MEASURE, STOP};
@@ -9,8 +10,8 @@ use crate::plaudit::{error_name, retry_setup, Backoff};
 use crate::report::Preload;
 use anyhow::Context;
 use plaudit_client::{Client, ClientError};
-use plaudit_proto::likes::LikeReply;
-use plaudit_proto::{BizConfig, ErrorCode, LikeAction, LikeState};
+use plaudit_proto::likes::{CountsRequest, LikeReply, LikeRequest, StatusRequest};
+use plaudit_proto::{BizConfig, ErrorCode, LikeAction, LikeState, Request, Response};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -113,6 +114,81 @@ async fn run_op(
         }
         Op::Status { user, entities } => client.status(wl.biz, *user, entities).await.map(drop),
         Op::Counts { entities } => client.counts(wl.biz, entities).await.map(drop),
+    }
+}
+
+/// The request of one op, for a pipeline.
+fn request_of(wl: &Workload, op: &Op) -> Request {
+    match op {
+        Op::Toggle { user, entity, unlike } => Request::Like(LikeRequest {
+            biz: wl.biz,
+            entity: *entity,
+            user: *user,
+            owner: wl.owners.then(|| wl.owner_of(*entity)),
+            action: if *unlike { LikeAction::Unlike } else { LikeAction::Like },
+        }),
+        Op::Status { user, entities } => {
+            Request::Status(StatusRequest { biz: wl.biz, user: *user, entities: entities.clone() })
+        }
+        Op::Counts { entities } => {
+            Request::Counts(CountsRequest { biz: wl.biz, entities: entities.clone() })
+        }
+    }
+}
+
+/// Whether a pipelined op's answer is what `run_op` accepts (and what the
+/// worker learns from a like's).
+fn judge(
+    worker: &mut Worker,
+    op: &Op,
+    r: Result<Response, ClientError>,
+) -> Result<(), ClientError> {
+    match (op, r?) {
+        (Op::Toggle { user, entity, .. }, Response::Like(reply)) => {
+            worker.learn(*user, *entity, reply.now == LikeState::Like);
+            Ok(())
+        }
+        (Op::Status { .. }, Response::Status(_)) | (Op::Counts { .. }, Response::Counts(_)) => {
+            Ok(())
+        }
+        (_, other) => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
+    }
+}
+
+/// One measured loop per connection (`--sdk batch`): one op from each of
+/// `workers` per batch, sent with `Client::pipeline`, each op timed from
+/// the send, until `STOP`.
+pub async fn run_batches(
+    client: Client,
+    wl: Arc<Workload>,
+    mut workers: Vec<Worker>,
+    phase: Phase,
+) -> Stats {
+    let mut stats = Stats::new(wl.mix.ops());
+    let mut backoff = Backoff::default();
+    loop {
+        let p = phase.get();
+        if p == STOP {
+            return stats;
+        }
+        let ops: Vec<Op> = workers.iter_mut().map(|w| w.next_op(&wl)).collect();
+        let reqs = ops.iter().map(|op| request_of(&wl, op)).collect();
+        let started = Instant::now();
+        let answers = client.pipeline(reqs).await;
+        let mut failed = Ok(());
+        for ((worker, op), answer) in workers.iter_mut().zip(&ops).zip(answers) {
+            let r = judge(worker, op, answer);
+            if p == MEASURE {
+                match &r {
+                    Ok(()) => stats.ok(op.kind().index(), started),
+                    Err(e) => stats.error(op.kind().index(), error_name(e)),
+                }
+            }
+            if r.is_err() {
+                failed = r;
+            }
+        }
+        backoff.after(&failed).await;
     }
 }
 

@@ -7,7 +7,7 @@
 //! (type id `total:0_{board}`), so every event touches exactly one sub-board,
 //! as one `ZINCRBY` touches one sorted set on Redis.
 
-use crate::args::{RankingsArgs, Target};
+use crate::args::{RankingsArgs, Sdk, Target};
 use crate::load::{measure, Mix, Phase};
 use crate::report::{self, Preload, RunInfo};
 use crate::rng::FastRng;
@@ -200,14 +200,24 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                 preload =
                     Some(rankings_plaudit::preload(&clients, c.pipeline, &wl, plan, seed).await?);
             }
-            let tasks: Vec<_> = rngs(loops)
-                .into_iter()
-                .enumerate()
-                .map(|(i, rng)| {
-                    let client = clients[i / c.pipeline].clone();
-                    tokio::spawn(rankings_plaudit::run_loop(client, wl.clone(), rng, phase.clone()))
-                })
-                .collect();
+            let mut rngs = rngs(loops).into_iter();
+            let tasks: Vec<_> = match c.sdk {
+                Sdk::Batch => clients
+                    .iter()
+                    .map(|client| {
+                        let mine = rngs.by_ref().take(c.pipeline).collect();
+                        let (client, wl, phase) = (client.clone(), wl.clone(), phase.clone());
+                        tokio::spawn(rankings_plaudit::run_batches(client, wl, mine, phase))
+                    })
+                    .collect(),
+                Sdk::Calls => rngs
+                    .enumerate()
+                    .map(|(i, rng)| {
+                        let (client, wl) = (clients[i / c.pipeline].clone(), wl.clone());
+                        tokio::spawn(rankings_plaudit::run_loop(client, wl, rng, phase.clone()))
+                    })
+                    .collect(),
+            };
             let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.addr.clone(), "plaudit", preload, stats, window)
         }

@@ -10,9 +10,9 @@ use crate::rng::FastRng;
 use anyhow::{bail, Context};
 use plaudit_client::{Client, ClientError};
 use plaudit_proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
-use plaudit_proto::scoring::{BoardRef, Outcome, ScoreRequest};
+use plaudit_proto::scoring::{BoardQuery, BoardRef, Outcome, QueryRequest, ScoreRequest};
 use plaudit_proto::window::{Granularity, UtcOffset};
-use plaudit_proto::ErrorCode;
+use plaudit_proto::{ErrorCode, Request, Response};
 use rand::RngCore;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -119,6 +119,84 @@ async fn back_off(backoff: &mut Backoff, r: &Result<(), Failure>) {
         Ok(()) => backoff.after_error(None).await,
         Err(Failure::Client(e)) => backoff.after_error(Some(e)).await,
         Err(Failure::Outcome(_)) => {}
+    }
+}
+
+/// The request of one op, for a pipeline.
+fn request_of(wl: &Workload, op: Op) -> Request {
+    let board = |b| BoardRef::TypeId(Workload::type_id(b));
+    match op {
+        Op::Score { board: b, member, score, event_id } => Request::Score(ScoreRequest {
+            rank: wl.rank,
+            item: member,
+            score,
+            sub: None,
+            dims: vec![(DIM.into(), b)],
+            ts: now_secs(),
+            event_id,
+        }),
+        Op::Top { board: b } => Request::Query(QueryRequest {
+            rank: wl.rank,
+            board: board(b),
+            query: BoardQuery::Top { offset: 0, limit: TOP_N },
+        }),
+        Op::Rank { board: b, member } => Request::Query(QueryRequest {
+            rank: wl.rank,
+            board: board(b),
+            query: BoardQuery::RankOf { item: member },
+        }),
+    }
+}
+
+/// Whether a pipelined op's answer is what `run_op` would accept.
+fn judge(op: Op, r: Result<Response, ClientError>) -> Result<(), Failure> {
+    match (op, r.map_err(Failure::Client)?) {
+        (Op::Score { .. }, Response::Score(reply)) => match reply.boards.as_slice() {
+            [b] if b.outcome == Outcome::Applied => Ok(()),
+            [b] => Err(Failure::Outcome(b.outcome.as_str())),
+            _ => Err(Failure::Outcome("boards")),
+        },
+        (Op::Top { .. } | Op::Rank { .. }, Response::Query(_)) => Ok(()),
+        _ => Err(Failure::Outcome("unexpected_reply")),
+    }
+}
+
+/// One measured loop per connection (`--sdk batch`): a batch of one op per
+/// rng, sent with `Client::pipeline`, each op timed from the send, until
+/// `STOP`.
+pub async fn run_batches(
+    client: Client,
+    wl: Arc<Workload>,
+    mut rngs: Vec<FastRng>,
+    phase: Phase,
+) -> Stats {
+    let mut stats = Stats::new(wl.mix.ops());
+    let mut backoff = Backoff::default();
+    loop {
+        let p = phase.get();
+        if p == STOP {
+            return stats;
+        }
+        let ops: Vec<Op> = rngs.iter_mut().map(|rng| wl.next_op(rng)).collect();
+        let reqs = ops.iter().map(|&op| request_of(&wl, op)).collect();
+        let started = Instant::now();
+        let answers = client.pipeline(reqs).await;
+        let mut overloaded = Ok(());
+        for (&op, answer) in ops.iter().zip(answers) {
+            let r = judge(op, answer);
+            if p == MEASURE {
+                let k = op.kind().index();
+                match &r {
+                    Ok(()) => stats.ok(k, started),
+                    Err(Failure::Client(e)) => stats.error(k, error_name(e)),
+                    Err(Failure::Outcome(o)) => stats.error(k, o),
+                }
+            }
+            if matches!(r, Err(Failure::Client(_))) {
+                overloaded = r;
+            }
+        }
+        back_off(&mut backoff, &overloaded).await;
     }
 }
 

@@ -21,6 +21,7 @@
 //! drops the cluster, which stops the refresher and closes every connection.
 
 mod call;
+mod pipeline;
 
 use crate::api::unexpected;
 use crate::error::ClientError;

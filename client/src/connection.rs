@@ -64,9 +64,55 @@ struct Shared {
 }
 
 struct State {
-    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    pending: HashMap<u64, Waiter>,
     /// Why the connection died. Set once; afterwards nothing registers.
     dead: Option<Death>,
+}
+
+/// Who waits for a reply: one call, or one request of a batch.
+enum Waiter {
+    One(oneshot::Sender<Reply>),
+    Batch(Arc<Batch>, usize),
+}
+
+/// A batch's replies as they arrive; the caller is woken once, when the
+/// last one is in (not once per reply).
+struct Batch {
+    state: Mutex<BatchState>,
+}
+
+struct BatchState {
+    replies: Vec<Option<Reply>>,
+    left: usize,
+    done: Option<oneshot::Sender<Vec<Option<Reply>>>>,
+}
+
+impl Batch {
+    fn fill(&self, i: usize, reply: Reply) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.replies[i].is_none() {
+            st.replies[i] = Some(reply);
+            st.left -= 1;
+        }
+        if st.left == 0 {
+            let replies = std::mem::take(&mut st.replies);
+            if let Some(done) = st.done.take() {
+                let _ = done.send(replies);
+            }
+        }
+    }
+}
+
+impl Waiter {
+    fn complete(self, reply: Reply) {
+        match self {
+            // A caller that has gone away is normal (it timed out).
+            Waiter::One(tx) => {
+                let _ = tx.send(reply);
+            }
+            Waiter::Batch(b, i) => b.fill(i, reply),
+        }
+    }
 }
 
 /// Why a connection stopped; turned into a fresh `ClientError` for every
@@ -130,8 +176,8 @@ impl Connection {
         })?;
 
         let (tx, rx) = oneshot::channel();
-        self.shared.register(req_id, tx)?;
-        let mut guard = Unregister { shared: &self.shared, req_id, armed: true };
+        self.shared.register(req_id, Waiter::One(tx))?;
+        let mut guard = Unregister { shared: &self.shared, ids: req_id..req_id + 1, armed: true };
 
         if self.frames.send(bytes).await.is_err() {
             // The writer is gone, so the connection is dead (or being dropped).
@@ -141,6 +187,57 @@ impl Connection {
         // The reader removed the entry when it completed the call.
         guard.armed = false;
         reply.unwrap_or(Err(ClientError::Closed))
+    }
+}
+
+impl Connection {
+    /// Sends `reqs` in one write, under consecutive ids, and waits for every
+    /// reply: what a pipelining caller pays once per batch, not once per
+    /// request (one frame buffer, one queued write, one wake-up). Replies
+    /// come back in `reqs`' order, each as `call` would give it; a request
+    /// that cannot be encoded fails alone.
+    pub(crate) async fn call_many(&self, reqs: &[&Request]) -> Vec<Reply> {
+        let n = reqs.len() as u64;
+        let first = self.next_id.fetch_add(n, Ordering::Relaxed);
+        let mut bytes = Vec::new();
+        let mut out: Vec<Option<Reply>> = Vec::with_capacity(reqs.len());
+        for (i, req) in reqs.iter().enumerate() {
+            let env = Envelope { req_id: first + i as u64, body: *req };
+            let at = bytes.len();
+            match frame::encode_frame(&env, &mut bytes) {
+                Ok(()) => out.push(None),
+                Err(e) => {
+                    bytes.truncate(at);
+                    let msg = format!("cannot encode {} request: {e}", req.op());
+                    out.push(Some(Err(ClientError::Protocol(msg))));
+                }
+            }
+        }
+        let waiting: Vec<usize> =
+            out.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| i).collect();
+        if waiting.is_empty() {
+            return out.into_iter().flatten().collect();
+        }
+        let (tx, rx) = oneshot::channel();
+        let left = waiting.len();
+        let batch = Arc::new(Batch {
+            state: Mutex::new(BatchState { replies: out, left, done: Some(tx) }),
+        });
+        let ws = waiting.into_iter().map(|i| (first + i as u64, Waiter::Batch(batch.clone(), i)));
+        if let Err(e) = self.shared.register_all(ws) {
+            return reqs.iter().map(|_| Err(e.duplicate())).collect();
+        }
+        let mut guard = Unregister { shared: &self.shared, ids: first..first + n, armed: true };
+        if self.frames.send(bytes).await.is_err() {
+            let e = self.shared.death_error();
+            return reqs.iter().map(|_| Err(e.duplicate())).collect();
+        }
+        let replies = rx.await;
+        guard.armed = false;
+        match replies {
+            Ok(r) => r.into_iter().map(|r| r.unwrap_or(Err(ClientError::Closed))).collect(),
+            Err(_) => reqs.iter().map(|_| Err(ClientError::Closed)).collect(),
+        }
     }
 }
 
@@ -161,18 +258,21 @@ impl Drop for Connection {
     }
 }
 
-/// Removes a call's pending entry when the call is dropped before its reply
-/// arrives (timeout or cancellation), so late replies are discarded.
+/// Removes a call's pending entries when the call is dropped before its
+/// replies arrive (timeout or cancellation), so late replies are discarded.
 struct Unregister<'a> {
     shared: &'a Shared,
-    req_id: u64,
+    ids: std::ops::Range<u64>,
     armed: bool,
 }
 
 impl Drop for Unregister<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.shared.lock().pending.remove(&self.req_id);
+            let mut st = self.shared.lock();
+            for id in self.ids.clone() {
+                st.pending.remove(&id);
+            }
         }
     }
 }
@@ -184,22 +284,23 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn register(&self, req_id: u64, tx: oneshot::Sender<Reply>) -> Result<(), ClientError> {
+    fn register(&self, req_id: u64, w: Waiter) -> Result<(), ClientError> {
+        self.register_all(std::iter::once((req_id, w)))
+    }
+
+    fn register_all(&self, ws: impl Iterator<Item = (u64, Waiter)>) -> Result<(), ClientError> {
         let mut st = self.lock();
         if let Some(death) = &st.dead {
             return Err(death.to_error(&self.addr));
         }
-        st.pending.insert(req_id, tx);
+        st.pending.extend(ws);
         Ok(())
     }
 
     fn complete(&self, req_id: u64, reply: Reply) {
-        let tx = self.lock().pending.remove(&req_id);
-        match tx {
-            // A caller that has gone away is normal (it timed out).
-            Some(tx) => {
-                let _ = tx.send(reply);
-            }
+        let waiter = self.lock().pending.remove(&req_id);
+        match waiter {
+            Some(w) => w.complete(reply),
             None => match reply {
                 Ok(Response::Error(e)) if req_id == 0 => {
                     tracing::warn!(addr = %self.addr, error = %e, "node could not decode a request")
@@ -226,8 +327,8 @@ impl Shared {
         } else {
             tracing::debug!(addr = %self.addr, ?death, "connection closed");
         }
-        for (_, tx) in pending {
-            let _ = tx.send(Err(death.to_error(&self.addr)));
+        for (_, w) in pending {
+            w.complete(Err(death.to_error(&self.addr)));
         }
     }
 

@@ -47,6 +47,20 @@ impl ClientError {
     }
 }
 
+impl ClientError {
+    /// The same error again, for each of several calls it fails
+    /// (`io::Error` is not `Clone`: its kind and message are kept).
+    pub(crate) fn duplicate(&self) -> ClientError {
+        match self {
+            ClientError::Server(e) => ClientError::Server(e.clone()),
+            ClientError::Timeout => ClientError::Timeout,
+            ClientError::Io(e) => ClientError::Io(std::io::Error::new(e.kind(), e.to_string())),
+            ClientError::Closed => ClientError::Closed,
+            ClientError::Protocol(m) => ClientError::Protocol(m.clone()),
+        }
+    }
+}
+
 impl From<WireError> for ClientError {
     fn from(e: WireError) -> Self {
         ClientError::Server(e)

@@ -18,9 +18,7 @@ use crate::group::Group;
 use crate::router::Hop;
 use plaudit_actors::{CmdResult, Command, ShardError};
 use plaudit_proto::cluster::Routing;
-use plaudit_proto::likes::{
-    CountsRequest, EntityCounts, EntityState, Page, PageCursor, ReceivedReply,
-};
+use plaudit_proto::likes::{CountsRequest, EntityCounts, Page, PageCursor, ReceivedReply};
 use plaudit_proto::routing::shard_of;
 use plaudit_proto::{BizId, Request, Response, WireError};
 use std::collections::BTreeMap;
@@ -141,15 +139,7 @@ impl Engine {
             Request::Status(r) => {
                 self.require_business(r.biz).await?;
                 barrier().await?;
-                let mut out = Vec::with_capacity(r.entities.len());
-                for &entity in &r.entities {
-                    let (state, mtime) = self
-                        .store
-                        .get_state(r.biz, g.id, r.user, entity)
-                        .map_err(internal)?
-                        .unwrap_or_default();
-                    out.push(EntityState { entity, state, mtime });
-                }
+                let out = self.states_here(g.id, &r)?;
                 Ok(Response::Status(out))
             }
             Request::Counts(r) => {
@@ -194,7 +184,12 @@ impl Engine {
         r.entities.iter().map(|&entity| self.count_of(r.biz, shard, entity)).collect()
     }
 
-    fn count_of(&self, biz: BizId, shard: u32, entity: u64) -> Result<EntityCounts, WireError> {
+    pub(crate) fn count_of(
+        &self,
+        biz: BizId,
+        shard: u32,
+        entity: u64,
+    ) -> Result<EntityCounts, WireError> {
         let c = self.store.get_counts(biz, shard, entity).map_err(internal)?;
         Ok(EntityCounts { entity, likes: c.likes, dislikes: c.dislikes })
     }

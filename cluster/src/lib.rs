@@ -22,6 +22,7 @@ mod dispatch;
 pub mod engine;
 mod failover;
 pub mod group;
+mod inline;
 pub mod outbox;
 pub mod peer;
 mod peer_service;

@@ -8,7 +8,7 @@
 //!            ─> incr on 2+ boards? check each on its leader (all would apply, or fail: nothing written)
 //!            ─┬─ board 1: its shard's leader ─> propose
 //!             └─ board 2: ...   (concurrently, here or there)
-//! Query ─> board_of(ref) ─> the board shard's leader ─> read barrier ─> board actor
+//! Query ─> board_of(ref) ─> the board shard's leader ─> read barrier ─> the board's view (or its actor, activated)
 //! Boards ─> every shard's leader ─> its page of headers ─> merged in type-id order
 //! ```
 
@@ -17,7 +17,6 @@ use crate::engine::{internal, Engine};
 use crate::group::Group;
 use crate::peer::wire::{PeerRequest, PeerResponse};
 use crate::router::Hop;
-use plaudit_actors::board_actor::QueryOut;
 use plaudit_actors::command::{EventResult, ScoreCmd, ScoreEvent};
 use plaudit_actors::rankings::all_or_nothing;
 use plaudit_actors::rankings::board::Rules;
@@ -26,8 +25,8 @@ use plaudit_actors::{CmdResult, Command, ShardError};
 use plaudit_proto::rankings::MAX_PRIORITY;
 use plaudit_proto::routing::board_shard;
 use plaudit_proto::scoring::{
-    BoardInfo, BoardOutcome, BoardQuery, BoardsPage, BoardsRequest, Outcome, QueryReply,
-    QueryRequest, ScoreReply, ScoreRequest,
+    BoardInfo, BoardOutcome, BoardsPage, BoardsRequest, Outcome, QueryRequest, ScoreReply,
+    ScoreRequest,
 };
 use plaudit_proto::window::TypeId;
 use plaudit_proto::{Request, Response, WireError};
@@ -257,24 +256,14 @@ impl Engine {
         if fresh {
             g.read_barrier().await?;
         }
-        let item = match q.query {
-            BoardQuery::RankOf { item } => item,
-            _ => 0,
-        };
         let rules =
             Rules { aggregation: def.aggregation, ties: def.ties, cap: def.settings.cap as usize };
         let out = g
             .handle
-            .board_query(q.rank, t.to_key(), rules, q.query)
+            .board_query(q.rank, t.to_key(), rules, q.query.clone())
             .await
             .map_err(ShardError::into_wire)?;
-        let type_id = t.format();
-        Ok(Response::Query(match out {
-            QueryOut::Items(items) => QueryReply::Items { type_id, items },
-            QueryOut::RankOf(row) => QueryReply::RankOf { item, row },
-            QueryOut::Scores(s) => QueryReply::Scores(s),
-            QueryOut::Size(n) => QueryReply::Size(n),
-        }))
+        Ok(Response::Query(crate::inline::query_reply(&t, &q.query, out)))
     }
 
     /// One shard's page of a ranking's sub-boards, on this node, which

@@ -1,6 +1,6 @@
 //! The handle the rest of the node holds on a shard: applies, reads and
-//! board queries, each a message to the shard actor (or, for a board
-//! query, straight to an active board: `active_boards.rs`).
+//! board queries, each a message to the shard actor (or, for a query of
+//! an active board, read from the board's view: `active_boards.rs`).
 
 use super::*;
 
@@ -61,6 +61,23 @@ impl ShardHandle {
         self.ask(|reply| ShardMsg::LikerPage { biz, entity, after, limit, reply }).await?
     }
 
+    /// A query on an active board, answered here from its view
+    /// (`active_boards.rs`); `None` when the board is not active (the shard
+    /// must load it: `board_query`).
+    pub fn board_query_now(
+        &self,
+        rank: RankId,
+        type_key: &[u8],
+        query: &BoardQuery,
+    ) -> Option<QueryOut> {
+        let e = self.boards.get(rank, type_key)?;
+        let out = crate::board_actor::answer(&*crate::board_actor::read_view(&e.view)?, query);
+        if self.boards.due_touch(&e) {
+            let _ = self.actor.cast(ShardMsg::TouchBoard { rank, type_key: type_key.to_vec() });
+        }
+        Some(out)
+    }
+
     pub async fn board_query(
         &self,
         rank: RankId,
@@ -68,17 +85,8 @@ impl ShardHandle {
         rules: Rules,
         query: BoardQuery,
     ) -> Result<QueryOut, ShardError> {
-        if let Some(e) = self.boards.get(rank, &type_key) {
-            let (tx, rx) = oneshot::channel();
-            if e.actor.cast(BoardMsg::Query(query.clone(), tx.into())).is_ok() {
-                if let Ok(out) = rx.await {
-                    if self.boards.due_touch(&e) {
-                        let _ = self.actor.cast(ShardMsg::TouchBoard { rank, type_key });
-                    }
-                    return out;
-                }
-            }
-            // The board stopped meanwhile: the shard activates it again.
+        if let Some(out) = self.board_query_now(rank, &type_key, &query) {
+            return Ok(out);
         }
         self.ask(|reply| ShardMsg::BoardQuery { rank, type_key, rules, query, reply }).await?
     }

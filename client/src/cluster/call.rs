@@ -57,9 +57,18 @@ impl Cluster {
     /// has an answer or the timeout passes. A node's error reply comes back
     /// as `Err(ClientError::Server)`.
     pub(crate) async fn call(&self, req: Request) -> Result<Response, ClientError> {
+        self.call_until(req, Instant::now() + self.timeout).await
+    }
+
+    /// `call`, with the deadline given.
+    pub(crate) async fn call_until(
+        &self,
+        req: Request,
+        deadline: Instant,
+    ) -> Result<Response, ClientError> {
         let req = retry::once(req, retry::random_u64());
         let mut call = Call {
-            deadline: Instant::now() + self.timeout,
+            deadline,
             attempts: Attempts::default(),
             last: None,
             maybe_applied: false,
@@ -161,7 +170,7 @@ impl Cluster {
         call.attempts.node_down(elsewhere)
     }
 
-    fn pick(&self, target: Target) -> Option<Dest> {
+    pub(super) fn pick(&self, target: Target) -> Option<Dest> {
         let spin = self.spin.fetch_add(1, Ordering::Relaxed);
         lock(&self.view).pick(target, Instant::now().into_std(), spin)
     }

@@ -27,9 +27,11 @@
 //! An `Auth` is checked by a future like any request, and no frame after it
 //! is handled until it ends, so the requests behind it run with its result.
 //!
-//! Requests run as futures polled by this task (no task, channel or
-//! separate writer per request): the connection's work stays on the thread
-//! that reads it.
+//! Reads the node can answer at once (`Engine::answer_now`: a single
+//! node's board queries, counts and states) are answered inline, in frame
+//! order. Other requests run as futures polled by this task (no task,
+//! channel or separate writer per request): the connection's work stays on
+//! the thread that reads it.
 
 use super::access::Access;
 use super::inbuf::{InBuf, FREE_ROOM};
@@ -379,6 +381,14 @@ impl Conn {
                 self.push_reply(req_id, Response::Error(err));
             }
             body => {
+                if let Some(resp) = self.server.engine.answer_now(&body) {
+                    // A read this node answers at once (`cluster/inline.rs`):
+                    // no future, timer or slot to hold.
+                    let code = error_code(body.op(), &resp);
+                    self.observe(body.op(), now.elapsed(), code);
+                    self.push_reply(req_id, resp);
+                    return;
+                }
                 // The node-wide cap bounds the results all connections hold
                 // at once; released when this request's reply is taken.
                 let Ok(slot) = self.server.requests.clone().try_acquire_owned() else {
@@ -439,16 +449,7 @@ impl Conn {
                 }
             }
         }
-        let code = match &d.resp {
-            Response::Error(e) => {
-                if e.code == ErrorCode::Internal {
-                    // A broken node, not a rejected request: say what broke.
-                    tracing::warn!(op = d.op, error = %e.message, "request failed inside the node");
-                }
-                Some(e.code)
-            }
-            _ => None,
-        };
+        let code = error_code(d.op, &d.resp);
         self.observe(d.op, d.started.elapsed(), code);
         self.push_reply(d.req_id, d.resp);
     }
@@ -532,6 +533,16 @@ impl Conn {
         }
         None
     }
+}
+
+/// The error code of a reply, if it is an error; logs an `Internal` one.
+fn error_code(op: &str, resp: &Response) -> Option<ErrorCode> {
+    let Response::Error(e) = resp else { return None };
+    if e.code == ErrorCode::Internal {
+        // A broken node, not a rejected request: say what broke.
+        tracing::warn!(op, error = %e.message, "request failed inside the node");
+    }
+    Some(e.code)
 }
 
 /// Waits for `n` bytes of the node-wide frame budget.

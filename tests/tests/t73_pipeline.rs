@@ -1,0 +1,218 @@
+//! `Client::pipeline` and the reads a node answers inline, on real nodes:
+//! answers come back in request order, each as the single call would give
+//! it (errors included, and an `Auth` refused in its place); board queries,
+//! counts and states read in place on a single node give what the future
+//! path gives, through passivation and re-activation of the boards; and a
+//! pipeline over a three-node cluster reaches every shard's leader.
+
+use plaudit_client::proto::auth::{AuthRequest, TokenSecret};
+use plaudit_client::proto::likes::{CountsRequest, LikeRequest, StatusRequest};
+use plaudit_client::proto::rankings::RankDef;
+use plaudit_client::proto::scoring::{
+    BoardQuery, BoardRef, QueryReply, QueryRequest, RankedItem, ScoreRequest,
+};
+use plaudit_client::proto::window::Granularity;
+use plaudit_client::proto::{BizConfig, ErrorCode, LikeAction, LikeState, Request, Response};
+use plaudit_client::{Client, ClientError};
+use plaudit_tests::{total_ranking, wait_until, Cluster, Node};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+fn like(biz: u32, user: u64, entity: u64) -> Request {
+    Request::Like(LikeRequest { biz, entity, user, owner: None, action: LikeAction::Like })
+}
+
+/// A ranking with one dimension, so that it has many boards.
+fn ranking(id: u32) -> RankDef {
+    RankDef { dims: vec!["room".into()], ..total_ranking(id, &format!("r{id}")) }
+}
+
+fn board(room: u64) -> BoardRef {
+    BoardRef::At { dims: vec![("room".into(), room)], granularity: Granularity::Total, ts: now() }
+}
+
+fn score(rank: u32, room: u64, item: u64, score: i64, event_id: u64) -> Request {
+    Request::Score(ScoreRequest {
+        rank,
+        item,
+        score,
+        sub: None,
+        dims: vec![("room".into(), room)],
+        ts: now(),
+        event_id,
+    })
+}
+
+fn query(rank: u32, room: u64, query: BoardQuery) -> Request {
+    Request::Query(QueryRequest { rank, board: board(room), query })
+}
+
+fn items(r: &Result<Response, ClientError>) -> Vec<(u64, i64)> {
+    match r {
+        Ok(Response::Query(QueryReply::Items { items, .. })) => {
+            items.iter().map(|i| (i.item, i.score)).collect()
+        }
+        other => panic!("expected items, got {other:?}"),
+    }
+}
+
+fn rank_row(r: &Result<Response, ClientError>) -> Option<RankedItem> {
+    match r {
+        Ok(Response::Query(QueryReply::RankOf { row, .. })) => *row,
+        other => panic!("expected a rank, got {other:?}"),
+    }
+}
+
+fn code(r: &Result<Response, ClientError>) -> Option<ErrorCode> {
+    r.as_ref().err().and_then(ClientError::code)
+}
+
+/// Waits until each of `entities` counts `likes`.
+async fn delivered(client: &Client, biz: u32, entities: &[u64], likes: u64) {
+    wait_until(Duration::from_secs(20), "likes are counted", || async {
+        let counts = client.counts(biz, entities).await.unwrap();
+        counts.iter().all(|c| c.likes == likes)
+    })
+    .await;
+}
+
+async fn setup(client: &Client, biz: u32, rank: u32) {
+    client.create_biz(Some(biz), "pipe", BizConfig::default()).await.unwrap();
+    client.create_rank(ranking(rank)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_answers_in_order_each_as_its_single_call_would() {
+    let node = Node::start();
+    let client = node.client().await;
+    let (biz, rank) = (3, 31);
+    setup(&client, biz, rank).await;
+
+    let likes: Vec<Request> = (0..200).map(|i| like(biz, 1000 + i % 20, 50 + i / 20)).collect();
+    for (i, a) in client.pipeline(likes).await.iter().enumerate() {
+        assert!(matches!(a, Ok(Response::Like(r)) if r.now == LikeState::Like), "like {i}: {a:?}");
+    }
+    // Room r gets members 1..=5, member m scoring 10 * m + r.
+    let mut events = Vec::new();
+    for room in 0..4u64 {
+        for m in 1..=5u64 {
+            events.push(score(rank, room, m, (10 * m + room) as i64, room * 100 + m));
+        }
+    }
+    for a in client.pipeline(events).await {
+        assert!(matches!(a, Ok(Response::Score(_))), "{a:?}");
+    }
+    // Counts follow a like by delivery between shards: wait until they are in.
+    delivered(&client, biz, &[50, 59], 20).await;
+
+    let too_many = (0..10_000).collect::<Vec<u64>>();
+    let answers = client
+        .pipeline(vec![
+            Request::Counts(CountsRequest { biz, entities: vec![50, 59, 60] }),
+            Request::Auth(AuthRequest { token: TokenSecret("not here".into()) }),
+            query(rank, 2, BoardQuery::Top { offset: 0, limit: 3 }),
+            Request::Status(StatusRequest { biz, user: 1000, entities: vec![50, 51, 60] }),
+            Request::Status(StatusRequest { biz, user: 1, entities: too_many }),
+            query(rank, 3, BoardQuery::RankOf { item: 4 }),
+            query(999, 0, BoardQuery::Size),
+            Request::Counts(CountsRequest { biz: 77, entities: vec![1] }),
+            Request::Ping,
+        ])
+        .await;
+    assert_eq!(answers.len(), 9);
+    match &answers[0] {
+        Ok(Response::Counts(c)) => {
+            let likes: Vec<(u64, u64)> = c.iter().map(|c| (c.entity, c.likes)).collect();
+            assert_eq!(likes, [(50, 20), (59, 20), (60, 0)]);
+        }
+        other => panic!("counts: {other:?}"),
+    }
+    assert!(matches!(&answers[1], Err(ClientError::Protocol(_))), "{:?}", answers[1]);
+    assert_eq!(items(&answers[2]), [(5, 52), (4, 42), (3, 32)]);
+    match &answers[3] {
+        Ok(Response::Status(s)) => {
+            let states: Vec<LikeState> = s.iter().map(|s| s.state).collect();
+            assert_eq!(states, [LikeState::Like, LikeState::Like, LikeState::None]);
+        }
+        other => panic!("status: {other:?}"),
+    }
+    assert_eq!(code(&answers[4]), Some(ErrorCode::BadRequest), "{:?}", answers[4]);
+    let row = rank_row(&answers[5]).expect("member 4 is on room 3's board");
+    assert_eq!((row.rank, row.item, row.score), (2, 4, 43));
+    assert_eq!(code(&answers[6]), Some(ErrorCode::NotFound), "{:?}", answers[6]);
+    assert_eq!(code(&answers[7]), Some(ErrorCode::NotFound), "{:?}", answers[7]);
+    assert!(matches!(answers[8], Ok(Response::Pong)));
+}
+
+/// With one active actor per shard, every board query evicts the board
+/// read before it: the reads alternate between boards being activated
+/// (the shard's path) and boards found active (read in place), and a write
+/// must be visible to the next read whichever way it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_in_place_follow_writes_through_passivation() {
+    let node = Node::builder().shards(2).env("PLAUDIT_ACTOR_BUDGET_PER_SHARD", 1).start();
+    let client = node.client().await;
+    let rank = 41;
+    setup(&client, 4, rank).await;
+    let mut expected = [0i64; 6];
+    let mut event = 0;
+    for round in 1..=30i64 {
+        for room in 0..6u64 {
+            event += 1;
+            let s = round * (room as i64 + 1);
+            let a = client.request(score(rank, room, 9, s, event)).await.unwrap();
+            assert!(matches!(a, Response::Score(_)), "{a:?}");
+            expected[room as usize] += s;
+            let r = client.request(query(rank, room, BoardQuery::RankOf { item: 9 })).await;
+            let row = rank_row(&r).expect("member 9 is on the board");
+            assert_eq!(row.score, expected[room as usize], "room {room}, round {round}");
+            let top = client.request(query(rank, (room + 3) % 6, BoardQuery::Size)).await;
+            let size = match top {
+                Ok(Response::Query(QueryReply::Size(n))) => n,
+                other => panic!("size: {other:?}"),
+            };
+            let seen = if round > 1 || (room + 3) % 6 < room { 1 } else { 0 };
+            assert_eq!(size, seen, "room {}, round {round}", (room + 3) % 6);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipeline_reaches_every_leader_of_a_cluster() {
+    let cluster = Cluster::builder(3).shards(6).start();
+    cluster.wait_converged().await;
+    let client = cluster.client().await;
+    let (biz, rank) = (5, 51);
+    setup(&client, biz, rank).await;
+    // 300 users spread over every shard, each liking entity 7 and 8.
+    let likes: Vec<Request> =
+        (0..300u64).flat_map(|u| [like(biz, 10_000 + u, 7), like(biz, 10_000 + u, 8)]).collect();
+    for (i, a) in client.pipeline(likes).await.iter().enumerate() {
+        assert!(matches!(a, Ok(Response::Like(_))), "like {i}: {a:?}");
+    }
+    delivered(&client, biz, &[7, 8], 300).await;
+    let events: Vec<Request> = (1..=40u64).map(|m| score(rank, m % 4, m, m as i64, m)).collect();
+    for a in client.pipeline(events).await {
+        assert!(matches!(a, Ok(Response::Score(_))), "{a:?}");
+    }
+    let answers = client
+        .pipeline(vec![
+            Request::Counts(CountsRequest { biz, entities: vec![7, 8, 9] }),
+            query(rank, 0, BoardQuery::Top { offset: 0, limit: 2 }),
+            query(rank, 1, BoardQuery::RankOf { item: 37 }),
+        ])
+        .await;
+    match &answers[0] {
+        Ok(Response::Counts(c)) => {
+            let likes: Vec<u64> = c.iter().map(|c| c.likes).collect();
+            assert_eq!(likes, [300, 300, 0]);
+        }
+        other => panic!("counts: {other:?}"),
+    }
+    assert_eq!(items(&answers[1]), [(40, 40), (36, 36)]);
+    let row = rank_row(&answers[2]).expect("member 37 is in room 1");
+    assert_eq!((row.rank, row.score), (1, 37));
+}
