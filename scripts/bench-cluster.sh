@@ -16,6 +16,9 @@
 # Environment (defaults in brackets):
 #   DURATION [10s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]  SHARDS [16]
 #   TARGETS ["single cluster"]  BASE_PORT [7600]  KEEP [0]  SKIP_BUILD [0]
+#   SDK [batch: each connection's PIPELINE requests as one Client::pipeline;
+#        calls: PIPELINE concurrent single calls per connection, the shape
+#        of the figures measured before step 4's third session]
 set -euo pipefail
 
 DURATION=${DURATION:-10s}
@@ -27,6 +30,7 @@ TARGETS=${TARGETS:-single cluster}
 BASE_PORT=${BASE_PORT:-7600}
 KEEP=${KEEP:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
+SDK=${SDK:-batch}
 
 NAME=bench-cluster
 # shellcheck source=scripts/lib/bench.sh
@@ -34,10 +38,10 @@ source "$(dirname "$0")/lib/bench.sh"
 bench_init
 bench_build
 
-likes=(likes --connections "$CONNECTIONS" --pipeline "$PIPELINE" --duration "$DURATION"
+likes=(likes --connections "$CONNECTIONS" --pipeline "$PIPELINE" --sdk "$SDK" --duration "$DURATION"
     --warmup "$WARMUP" --users 100000 --entities 100000 --zipf 0.99
     --mix like=10,status=45,counts=45 --biz 1 --json)
-rankings=(rankings --connections "$CONNECTIONS" --pipeline "$PIPELINE" --duration "$DURATION"
+rankings=(rankings --connections "$CONNECTIONS" --pipeline "$PIPELINE" --sdk "$SDK" --duration "$DURATION"
     --warmup "$WARMUP" --rank 904 --boards 1000 --members 10000 --hot-share 0.2 --json)
 
 # The sum of plaudit_raft_term over every running node (elections raise it).
@@ -98,7 +102,7 @@ if [[ " $TARGETS " == *" cluster "* ]]; then
 fi
 
 echo
-echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE duration=$DURATION warmup=$WARMUP shards=$SHARDS"
+echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE sdk=$SDK duration=$DURATION warmup=$WARMUP shards=$SHARDS"
 for t in $TARGETS; do
     echo "$t likes: $(cat "$WORK/$t-likes.json")"
     echo "$t rankings: $(cat "$WORK/$t-rankings.json")"

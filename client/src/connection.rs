@@ -405,3 +405,50 @@ async fn write_loop(
     // Every handle is gone: say goodbye politely.
     let _ = wr.shutdown().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(n: usize) -> (Arc<Batch>, oneshot::Receiver<Vec<Option<Reply>>>) {
+        let (tx, rx) = oneshot::channel();
+        let replies = (0..n).map(|_| None).collect();
+        let state = Mutex::new(BatchState { replies, left: n, done: Some(tx) });
+        (Arc::new(Batch { state }), rx)
+    }
+
+    #[test]
+    fn a_batch_wakes_its_caller_once_every_reply_is_in_whatever_their_order() {
+        let (b, mut rx) = batch(3);
+        Waiter::Batch(b.clone(), 2).complete(Ok(Response::Pong));
+        Waiter::Batch(b.clone(), 0).complete(Err(ClientError::Closed));
+        assert!(rx.try_recv().is_err(), "one reply is still missing");
+        // A second answer for the same slot (a death racing a reply) is ignored.
+        Waiter::Batch(b.clone(), 0).complete(Ok(Response::Pong));
+        assert!(rx.try_recv().is_err());
+        Waiter::Batch(b, 1).complete(Ok(Response::Hello));
+        let replies = rx.try_recv().expect("complete");
+        assert!(matches!(replies[0], Some(Err(ClientError::Closed))));
+        assert!(matches!(replies[1], Some(Ok(Response::Hello))));
+        assert!(matches!(replies[2], Some(Ok(Response::Pong))));
+    }
+
+    #[test]
+    fn a_dead_connection_fails_every_request_of_a_waiting_batch() {
+        let shared = Shared {
+            addr: "127.0.0.1:1".into(),
+            state: Mutex::new(State { pending: HashMap::new(), dead: None }),
+        };
+        let (b, mut rx) = batch(2);
+        let ws = (0..2).map(|i| (10 + i as u64, Waiter::Batch(b.clone(), i)));
+        shared.register_all(ws).unwrap();
+        shared.complete(11, Ok(Response::Pong));
+        shared.kill(Death::Closed);
+        let replies = rx.try_recv().expect("complete");
+        assert!(matches!(replies[0], Some(Err(ClientError::Closed))));
+        assert!(matches!(replies[1], Some(Ok(Response::Pong))));
+        // Nothing registers on a dead connection.
+        let (tx, _rx) = oneshot::channel();
+        assert!(shared.register(12, Waiter::One(tx)).is_err());
+    }
+}

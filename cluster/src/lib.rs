@@ -7,12 +7,12 @@
 //!   ├─ write ─> Group (proposer: many commands -> one Raft entry) ─> openraft
 //!   │             ─> ShardStateMachine::apply ─> ShardActor (actors crate) ─> sled
 //!   └─ read  ─> Group (reader: many reads -> one read-index check) ─> stored state
+//! Engine::answer_now(Request): a single node's reads, in place, no future (`inline.rs`)
 //! Delivery (per shard): outbox ─> Deliver on the target shard ─> Ack on the source
 //! ```
 //!
-//! This step runs every group with this node as its only member; the Raft
-//! transport between nodes, the shard map and membership changes come with
-//! the cluster step and slot in behind `network` and `engine`.
+//! Groups replicate over the peer transport (`raft_net`, `peer`); the
+//! shard map and membership changes are in `placement` and `control`.
 
 mod auth;
 mod bootstrap;

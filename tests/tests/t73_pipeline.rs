@@ -107,6 +107,13 @@ async fn a_pipeline_answers_in_order_each_as_its_single_call_would() {
     }
     // Counts follow a like by delivery between shards: wait until they are in.
     delivered(&client, biz, &[50, 59], 20).await;
+    // More writes than a connection may have in flight (256): the SDK
+    // sends them in chunks, and none is refused.
+    let many: Vec<Request> = (0..600).map(|u| like(biz, 5000 + u, 99)).collect();
+    for (i, a) in client.pipeline(many).await.iter().enumerate() {
+        assert!(matches!(a, Ok(Response::Like(_))), "like {i}: {a:?}");
+    }
+    delivered(&client, biz, &[99], 600).await;
 
     let too_many = (0..10_000).collect::<Vec<u64>>();
     let answers = client

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! pipeline(reqs) ─ retry::once each ─► route::target ─► View::pick ─► grouped by node
-//!     each node's group: pool(addr).get ─► Connection::call_many (one frame buffer, one write)
+//!     each node's group, CHUNK at a time: pool(addr).get ─► Connection::call_many (one write)
 //!     each reply ─► retry::outcome ─┬─ Done: the answer
 //!                                   └─ otherwise: call_until(req, same deadline)
 //! ```
@@ -23,6 +23,11 @@ use plaudit_proto::{Request, Response};
 use tokio::time::Instant;
 
 type Answer = Result<Response, ClientError>;
+
+/// Requests per write at most. A node answers `Overloaded` past its
+/// `max_in_flight_per_connection` (256 by default), so a long pipeline goes
+/// to each node in chunks that stay well under it, one chunk at a time.
+pub(crate) const CHUNK: usize = 128;
 
 impl Cluster {
     /// Sends every request and returns their answers in the same order,
@@ -84,23 +89,34 @@ impl Cluster {
         answers.into_iter().map(|a| a.unwrap_or(Err(ClientError::Timeout))).collect()
     }
 
-    /// One node's share, in one write. Per request: `None` if the deadline
-    /// passed while it was in flight; a failed dial is each request's
-    /// connection error (retried by `call_until`, which marks the node).
+    /// One node's share, in writes of at most [`CHUNK`] requests, one after
+    /// another. Per request: `None` if the deadline passed while it was in
+    /// flight; a failed dial is each request's connection error (retried by
+    /// `call_until`, which marks the node).
     async fn send_batch(
         &self,
         dest: &Dest,
         batch: Vec<&Request>,
         deadline: Instant,
     ) -> Vec<Option<Answer>> {
-        let conn = match tokio::time::timeout_at(deadline, self.pool(&dest.addr).get()).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return batch.iter().map(|_| Some(Err(e.duplicate()))).collect(),
-            Err(_) => return batch.iter().map(|_| Some(Err(ClientError::Closed))).collect(),
-        };
-        match tokio::time::timeout_at(deadline, conn.call_many(&batch)).await {
-            Ok(replies) => replies.into_iter().map(Some).collect(),
-            Err(_) => batch.iter().map(|_| None).collect(),
+        let mut out = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(CHUNK) {
+            let conn = match tokio::time::timeout_at(deadline, self.pool(&dest.addr).get()).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => {
+                    out.extend(chunk.iter().map(|_| Some(Err(e.duplicate()))));
+                    continue;
+                }
+                Err(_) => {
+                    out.extend(chunk.iter().map(|_| Some(Err(ClientError::Closed))));
+                    continue;
+                }
+            };
+            match tokio::time::timeout_at(deadline, conn.call_many(chunk)).await {
+                Ok(replies) => out.extend(replies.into_iter().map(Some)),
+                Err(_) => out.extend(chunk.iter().map(|_| None)),
+            }
         }
+        out
     }
 }
