@@ -6,7 +6,7 @@ use crate::load::{measure, Mix, Phase};
 use crate::report::{self, RunInfo};
 use crate::rng::FastRng;
 use crate::zipf::Zipf;
-use crate::{likes_plaudit, likes_redis, plaudit, redis, redis_loop};
+use crate::{likes_plaudit, likes_redis, plaudit, plaudit_loop, redis, redis_loop};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -233,9 +233,10 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                 Sdk::Batch => clients
                     .iter()
                     .map(|client| {
-                        let mine = workers.by_ref().take(c.pipeline).collect();
-                        let (client, wl, phase) = (client.clone(), wl.clone(), phase.clone());
-                        tokio::spawn(likes_plaudit::run_batches(client, wl, mine, phase))
+                        let workers = workers.by_ref().take(c.pipeline).collect();
+                        let work = likes_plaudit::LikeBatches { wl: wl.clone(), workers };
+                        let (client, phase) = (client.clone(), phase.clone());
+                        tokio::spawn(plaudit_loop::run(client, work, c.pipeline, phase))
                     })
                     .collect(),
                 Sdk::Calls => workers

@@ -7,6 +7,7 @@
 use crate::likes::{Op, Worker, Workload};
 use crate::load::{Phase, Stats, MEASURE, STOP};
 use crate::plaudit::{error_name, retry_setup, Backoff};
+use crate::plaudit_loop::{BatchOps, Failure};
 use crate::report::Preload;
 use anyhow::Context;
 use plaudit_client::{Client, ClientError};
@@ -117,78 +118,62 @@ async fn run_op(
     }
 }
 
-/// The request of one op, for a pipeline.
-fn request_of(wl: &Workload, op: &Op) -> Request {
-    match op {
-        Op::Toggle { user, entity, unlike } => Request::Like(LikeRequest {
-            biz: wl.biz,
-            entity: *entity,
-            user: *user,
-            owner: wl.owners.then(|| wl.owner_of(*entity)),
-            action: if *unlike { LikeAction::Unlike } else { LikeAction::Like },
-        }),
-        Op::Status { user, entities } => {
-            Request::Status(StatusRequest { biz: wl.biz, user: *user, entities: entities.clone() })
-        }
-        Op::Counts { entities } => {
-            Request::Counts(CountsRequest { biz: wl.biz, entities: entities.clone() })
-        }
-    }
+/// The like workload as batches (`plaudit_loop.rs`): slot `i` is worker `i`.
+pub struct LikeBatches {
+    pub wl: Arc<Workload>,
+    pub workers: Vec<Worker>,
 }
 
-/// Whether a pipelined op's answer is what `run_op` accepts (and what the
-/// worker learns from a like's).
-fn judge(
-    worker: &mut Worker,
-    op: &Op,
-    r: Result<Response, ClientError>,
-) -> Result<(), ClientError> {
-    match (op, r?) {
-        (Op::Toggle { user, entity, .. }, Response::Like(reply)) => {
-            worker.learn(*user, *entity, reply.now == LikeState::Like);
-            Ok(())
-        }
-        (Op::Status { .. }, Response::Status(_)) | (Op::Counts { .. }, Response::Counts(_)) => {
-            Ok(())
-        }
-        (_, other) => Err(ClientError::Protocol(format!("unexpected reply {other:?}"))),
-    }
-}
+impl BatchOps for LikeBatches {
+    type Op = Op;
 
-/// One measured loop per connection (`--sdk batch`): one op from each of
-/// `workers` per batch, sent with `Client::pipeline`, each op timed from
-/// the send, until `STOP`.
-pub async fn run_batches(
-    client: Client,
-    wl: Arc<Workload>,
-    mut workers: Vec<Worker>,
-    phase: Phase,
-) -> Stats {
-    let mut stats = Stats::new(wl.mix.ops());
-    let mut backoff = Backoff::default();
-    loop {
-        let p = phase.get();
-        if p == STOP {
-            return stats;
-        }
-        let ops: Vec<Op> = workers.iter_mut().map(|w| w.next_op(&wl)).collect();
-        let reqs = ops.iter().map(|op| request_of(&wl, op)).collect();
-        let started = Instant::now();
-        let answers = client.pipeline(reqs).await;
-        let mut failed = Ok(());
-        for ((worker, op), answer) in workers.iter_mut().zip(&ops).zip(answers) {
-            let r = judge(worker, op, answer);
-            if p == MEASURE {
-                match &r {
-                    Ok(()) => stats.ok(op.kind().index(), started),
-                    Err(e) => stats.error(op.kind().index(), error_name(e)),
-                }
+    fn ops(&self) -> usize {
+        self.wl.mix.ops()
+    }
+
+    fn next_op(&mut self, slot: usize) -> Op {
+        self.workers[slot].next_op(&self.wl)
+    }
+
+    fn kind(op: &Op) -> usize {
+        op.kind().index()
+    }
+
+    fn request(&self, op: &Op) -> Request {
+        let biz = self.wl.biz;
+        match op {
+            Op::Toggle { user, entity, unlike } => Request::Like(LikeRequest {
+                biz,
+                entity: *entity,
+                user: *user,
+                owner: self.wl.owners.then(|| self.wl.owner_of(*entity)),
+                action: if *unlike { LikeAction::Unlike } else { LikeAction::Like },
+            }),
+            Op::Status { user, entities } => {
+                Request::Status(StatusRequest { biz, user: *user, entities: entities.clone() })
             }
-            if r.is_err() {
-                failed = r;
+            Op::Counts { entities } => {
+                Request::Counts(CountsRequest { biz, entities: entities.clone() })
             }
         }
-        backoff.after(&failed).await;
+    }
+
+    fn judge(
+        &mut self,
+        slot: usize,
+        op: &Op,
+        answer: Result<Response, ClientError>,
+    ) -> Result<(), Failure> {
+        match (op, answer.map_err(Failure::Client)?) {
+            (Op::Toggle { user, entity, .. }, Response::Like(reply)) => {
+                self.workers[slot].learn(*user, *entity, reply.now == LikeState::Like);
+                Ok(())
+            }
+            (Op::Status { .. }, Response::Status(_)) | (Op::Counts { .. }, Response::Counts(_)) => {
+                Ok(())
+            }
+            _ => Err(Failure::Outcome("unexpected_reply")),
+        }
     }
 }
 

@@ -23,6 +23,7 @@ mod likes_plaudit;
 mod likes_redis;
 mod load;
 mod plaudit;
+mod plaudit_loop;
 mod rankings;
 mod rankings_plaudit;
 mod rankings_redis;

@@ -12,7 +12,7 @@ use crate::load::{measure, Mix, Phase};
 use crate::report::{self, Preload, RunInfo};
 use crate::rng::FastRng;
 use crate::zipf::Zipf;
-use crate::{plaudit, rankings_plaudit, rankings_redis};
+use crate::{plaudit, plaudit_loop, rankings_plaudit, rankings_redis};
 use rand::RngCore;
 use std::sync::Arc;
 use std::time::Instant;
@@ -205,9 +205,10 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                 Sdk::Batch => clients
                     .iter()
                     .map(|client| {
-                        let mine = rngs.by_ref().take(c.pipeline).collect();
-                        let (client, wl, phase) = (client.clone(), wl.clone(), phase.clone());
-                        tokio::spawn(rankings_plaudit::run_batches(client, wl, mine, phase))
+                        let rngs = rngs.by_ref().take(c.pipeline).collect();
+                        let work = rankings_plaudit::RankBatches { wl: wl.clone(), rngs };
+                        let (client, phase) = (client.clone(), phase.clone());
+                        tokio::spawn(plaudit_loop::run(client, work, c.pipeline, phase))
                     })
                     .collect(),
                 Sdk::Calls => rngs

@@ -4,13 +4,16 @@
 
 use crate::load::{Phase, Stats, MEASURE, STOP};
 use crate::plaudit::{error_name, retry_setup, Backoff};
+use crate::plaudit_loop::{BatchOps, Failure};
 use crate::rankings::{preload_report, Op, PreloadPlan, Workload, TOP_N};
 use crate::report::Preload;
 use crate::rng::FastRng;
 use anyhow::{bail, Context};
 use plaudit_client::{Client, ClientError};
 use plaudit_proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
-use plaudit_proto::scoring::{BoardQuery, BoardRef, Outcome, QueryRequest, ScoreRequest};
+use plaudit_proto::scoring::{
+    BoardQuery, BoardRef, Outcome, QueryRequest, ScoreReply, ScoreRequest,
+};
 use plaudit_proto::window::{Granularity, UtcOffset};
 use plaudit_proto::{ErrorCode, Request, Response};
 use rand::RngCore;
@@ -66,10 +69,25 @@ fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
-/// Why a call "failed": a client error, or an event that was not applied.
-enum Failure {
-    Client(ClientError),
-    Outcome(&'static str),
+fn event(rank: u32, board: u64, member: u64, score: i64, event_id: u64) -> ScoreRequest {
+    ScoreRequest {
+        rank,
+        item: member,
+        score,
+        sub: None,
+        dims: vec![(DIM.into(), board)],
+        ts: now_secs(),
+        event_id,
+    }
+}
+
+/// An event's answer is accepted only if it applied on its one board.
+fn applied(reply: &ScoreReply) -> Result<(), Failure> {
+    match reply.boards.as_slice() {
+        [b] if b.outcome == Outcome::Applied => Ok(()),
+        [b] => Err(Failure::Outcome(b.outcome.as_str())),
+        _ => Err(Failure::Outcome("boards")),
+    }
 }
 
 async fn score(
@@ -80,21 +98,8 @@ async fn score(
     score: i64,
     event_id: u64,
 ) -> Result<(), Failure> {
-    let ev = ScoreRequest {
-        rank,
-        item: member,
-        score,
-        sub: None,
-        dims: vec![(DIM.into(), board)],
-        ts: now_secs(),
-        event_id,
-    };
-    let reply = client.score(ev).await.map_err(Failure::Client)?;
-    match reply.boards.as_slice() {
-        [b] if b.outcome == Outcome::Applied => Ok(()),
-        [b] => Err(Failure::Outcome(b.outcome.as_str())),
-        _ => Err(Failure::Outcome("boards")),
-    }
+    let ev = event(rank, board, member, score, event_id);
+    applied(&client.score(ev).await.map_err(Failure::Client)?)
 }
 
 async fn run_op(client: &Client, wl: &Workload, op: Op) -> Result<(), Failure> {
@@ -122,81 +127,58 @@ async fn back_off(backoff: &mut Backoff, r: &Result<(), Failure>) {
     }
 }
 
-/// The request of one op, for a pipeline.
-fn request_of(wl: &Workload, op: Op) -> Request {
-    let board = |b| BoardRef::TypeId(Workload::type_id(b));
-    match op {
-        Op::Score { board: b, member, score, event_id } => Request::Score(ScoreRequest {
-            rank: wl.rank,
-            item: member,
-            score,
-            sub: None,
-            dims: vec![(DIM.into(), b)],
-            ts: now_secs(),
-            event_id,
-        }),
-        Op::Top { board: b } => Request::Query(QueryRequest {
-            rank: wl.rank,
-            board: board(b),
-            query: BoardQuery::Top { offset: 0, limit: TOP_N },
-        }),
-        Op::Rank { board: b, member } => Request::Query(QueryRequest {
-            rank: wl.rank,
-            board: board(b),
-            query: BoardQuery::RankOf { item: member },
-        }),
-    }
+/// The rankings workload as batches (`plaudit_loop.rs`): slot `i` draws
+/// its ops from `rngs[i]`.
+pub struct RankBatches {
+    pub wl: Arc<Workload>,
+    pub rngs: Vec<FastRng>,
 }
 
-/// Whether a pipelined op's answer is what `run_op` would accept.
-fn judge(op: Op, r: Result<Response, ClientError>) -> Result<(), Failure> {
-    match (op, r.map_err(Failure::Client)?) {
-        (Op::Score { .. }, Response::Score(reply)) => match reply.boards.as_slice() {
-            [b] if b.outcome == Outcome::Applied => Ok(()),
-            [b] => Err(Failure::Outcome(b.outcome.as_str())),
-            _ => Err(Failure::Outcome("boards")),
-        },
-        (Op::Top { .. } | Op::Rank { .. }, Response::Query(_)) => Ok(()),
-        _ => Err(Failure::Outcome("unexpected_reply")),
-    }
-}
+impl BatchOps for RankBatches {
+    type Op = Op;
 
-/// One measured loop per connection (`--sdk batch`): a batch of one op per
-/// rng, sent with `Client::pipeline`, each op timed from the send, until
-/// `STOP`.
-pub async fn run_batches(
-    client: Client,
-    wl: Arc<Workload>,
-    mut rngs: Vec<FastRng>,
-    phase: Phase,
-) -> Stats {
-    let mut stats = Stats::new(wl.mix.ops());
-    let mut backoff = Backoff::default();
-    loop {
-        let p = phase.get();
-        if p == STOP {
-            return stats;
-        }
-        let ops: Vec<Op> = rngs.iter_mut().map(|rng| wl.next_op(rng)).collect();
-        let reqs = ops.iter().map(|&op| request_of(&wl, op)).collect();
-        let started = Instant::now();
-        let answers = client.pipeline(reqs).await;
-        let mut overloaded = Ok(());
-        for (&op, answer) in ops.iter().zip(answers) {
-            let r = judge(op, answer);
-            if p == MEASURE {
-                let k = op.kind().index();
-                match &r {
-                    Ok(()) => stats.ok(k, started),
-                    Err(Failure::Client(e)) => stats.error(k, error_name(e)),
-                    Err(Failure::Outcome(o)) => stats.error(k, o),
-                }
+    fn ops(&self) -> usize {
+        self.wl.mix.ops()
+    }
+
+    fn next_op(&mut self, slot: usize) -> Op {
+        self.wl.next_op(&mut self.rngs[slot])
+    }
+
+    fn kind(op: &Op) -> usize {
+        op.kind().index()
+    }
+
+    fn request(&self, op: &Op) -> Request {
+        let (rank, board) = (self.wl.rank, |b| BoardRef::TypeId(Workload::type_id(b)));
+        match *op {
+            Op::Score { board: b, member, score, event_id } => {
+                Request::Score(event(rank, b, member, score, event_id))
             }
-            if matches!(r, Err(Failure::Client(_))) {
-                overloaded = r;
-            }
+            Op::Top { board: b } => Request::Query(QueryRequest {
+                rank,
+                board: board(b),
+                query: BoardQuery::Top { offset: 0, limit: TOP_N },
+            }),
+            Op::Rank { board: b, member } => Request::Query(QueryRequest {
+                rank,
+                board: board(b),
+                query: BoardQuery::RankOf { item: member },
+            }),
         }
-        back_off(&mut backoff, &overloaded).await;
+    }
+
+    fn judge(
+        &mut self,
+        _slot: usize,
+        op: &Op,
+        answer: Result<Response, ClientError>,
+    ) -> Result<(), Failure> {
+        match (op, answer.map_err(Failure::Client)?) {
+            (Op::Score { .. }, Response::Score(reply)) => applied(&reply),
+            (Op::Top { .. } | Op::Rank { .. }, Response::Query(_)) => Ok(()),
+            _ => Err(Failure::Outcome("unexpected_reply")),
+        }
     }
 }
 

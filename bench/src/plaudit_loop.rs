@@ -1,0 +1,69 @@
+//! The measured loop of every Plaudit driver with `--sdk batch`: one op
+//! per slot, sent together with `Client::pipeline`, each op timed from the
+//! send, its answer judged by the workload; until the run stops. The same
+//! shape as the Redis drivers' loop (`redis_loop.rs`): a workload says only
+//! how to make an op, its request, and what its answer means
+//! (`BatchOps`).
+
+use crate::load::{Phase, Stats, MEASURE, STOP};
+use crate::plaudit::{error_name, Backoff};
+use plaudit_client::{Client, ClientError};
+use plaudit_proto::{Request, Response};
+use std::time::Instant;
+
+/// Why an op "failed": a client error, or an answer the workload does not
+/// accept (counted under its name).
+pub enum Failure {
+    Client(ClientError),
+    Outcome(&'static str),
+}
+
+pub trait BatchOps {
+    type Op;
+    /// How many op kinds the stats track.
+    fn ops(&self) -> usize;
+    /// The next op of slot `slot` (each slot has one op in every batch).
+    fn next_op(&mut self, slot: usize) -> Self::Op;
+    /// The op's index in the stats.
+    fn kind(op: &Self::Op) -> usize;
+    fn request(&self, op: &Self::Op) -> Request;
+    /// Whether the answer is what the op expects (and whatever the slot
+    /// learns from it).
+    fn judge(
+        &mut self,
+        slot: usize,
+        op: &Self::Op,
+        answer: Result<Response, ClientError>,
+    ) -> Result<(), Failure>;
+}
+
+/// Runs batches of `slots` ops on `client` until the phase is `STOP`.
+pub async fn run<W: BatchOps>(client: Client, mut work: W, slots: usize, phase: Phase) -> Stats {
+    let mut stats = Stats::new(work.ops());
+    let mut backoff = Backoff::default();
+    loop {
+        let p = phase.get();
+        if p == STOP {
+            return stats;
+        }
+        let ops: Vec<W::Op> = (0..slots).map(|slot| work.next_op(slot)).collect();
+        let reqs = ops.iter().map(|op| work.request(op)).collect();
+        let started = Instant::now();
+        let answers = client.pipeline(reqs).await;
+        let mut failed = None;
+        for (slot, (op, answer)) in ops.iter().zip(answers).enumerate() {
+            let r = work.judge(slot, op, answer);
+            if p == MEASURE {
+                match &r {
+                    Ok(()) => stats.ok(W::kind(op), started),
+                    Err(Failure::Client(e)) => stats.error(W::kind(op), error_name(e)),
+                    Err(Failure::Outcome(o)) => stats.error(W::kind(op), o),
+                }
+            }
+            if let Err(Failure::Client(e)) = r {
+                failed = Some(e);
+            }
+        }
+        backoff.after_error(failed.as_ref()).await;
+    }
+}
