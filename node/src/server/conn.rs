@@ -346,6 +346,14 @@ impl Conn {
             self.push_reply(req_id, Response::Error(e));
             return;
         }
+        if let Some(resp) = self.server.engine.answer_now(&body) {
+            // A read this node answers at once (`cluster/inline.rs`): no
+            // future, timer or slot to hold, so no in-flight cap applies.
+            let code = error_code(body.op(), &resp);
+            self.observe(body.op(), now.elapsed(), code);
+            self.push_reply(req_id, resp);
+            return;
+        }
         match body {
             Request::Hello(h) => {
                 // Here, in order, so it applies to every later request.
@@ -381,14 +389,6 @@ impl Conn {
                 self.push_reply(req_id, Response::Error(err));
             }
             body => {
-                if let Some(resp) = self.server.engine.answer_now(&body) {
-                    // A read this node answers at once (`cluster/inline.rs`):
-                    // no future, timer or slot to hold.
-                    let code = error_code(body.op(), &resp);
-                    self.observe(body.op(), now.elapsed(), code);
-                    self.push_reply(req_id, resp);
-                    return;
-                }
                 // The node-wide cap bounds the results all connections hold
                 // at once; released when this request's reply is taken.
                 let Ok(slot) = self.server.requests.clone().try_acquire_owned() else {
