@@ -81,3 +81,18 @@ impl Actor for EntityActor {
         Ok(())
     }
 }
+
+/// An entity's deltas applied without its actor (it is not active): the
+/// same counts and effects from the stored counts, with no actor to start
+/// and no likers to load (the actor's recent likers are only a cache for
+/// pages).
+pub fn apply_without_actor(
+    store: &StateStore,
+    (biz, shard, entity): (BizId, u32, EntityId),
+    deltas: &[EntityDelta],
+) -> Result<(CountsRec, Vec<DeltaEffects>), plaudit_storage::StateError> {
+    let counts = store.get_counts(biz, shard, entity)?;
+    let mut core = EntityLikes::new(counts, Recent::from_loaded(Vec::new(), 0));
+    let fx = deltas.iter().map(|d| core.apply(d)).collect();
+    Ok((core.counts(), fx))
+}

@@ -104,22 +104,48 @@ impl UserActor {
         ops: Vec<UserOp>,
     ) -> Result<Vec<UserOut>, plaudit_storage::StateError> {
         let a = &state.args;
-        let mut out = Vec::with_capacity(ops.len());
-        for op in ops {
-            match op {
-                UserOp::Like { entity, owner, action, now } => {
-                    let prev = match state.core.cached(entity) {
-                        Some(s) => s,
-                        None => self
-                            .store
-                            .get_state(a.biz, a.shard, a.user, entity)?
-                            .unwrap_or_default(),
-                    };
-                    out.push(UserOut::Like(state.core.apply(entity, owner, action, now, prev)));
-                }
-                UserOp::Received(d) => out.push(UserOut::Received(state.core.add_received(d))),
-            }
-        }
-        Ok(out)
+        apply_ops(&self.store, (a.biz, a.shard, a.user), &mut state.core, ops)
     }
+}
+
+/// Applies a user's ops in order to `core`, reading a state it has not
+/// cached from the store (staged writes included).
+fn apply_ops(
+    store: &StateStore,
+    (biz, shard, user): (BizId, u32, UserId),
+    core: &mut UserLikes,
+    ops: Vec<UserOp>,
+) -> Result<Vec<UserOut>, plaudit_storage::StateError> {
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        match op {
+            UserOp::Like { entity, owner, action, now } => {
+                let prev = match core.cached(entity) {
+                    Some(s) => s,
+                    None => store.get_state(biz, shard, user, entity)?.unwrap_or_default(),
+                };
+                out.push(UserOut::Like(core.apply(entity, owner, action, now, prev)));
+            }
+            UserOp::Received(d) => out.push(UserOut::Received(core.add_received(d))),
+        }
+    }
+    Ok(out)
+}
+
+/// A user's ops applied without its actor (it is not active): the same
+/// decisions from the stored state, with no actor to start, no list to
+/// load and none to evict. The actor's recent window is only a cache for
+/// pages; whoever activates it later loads the list these ops changed.
+pub fn apply_without_actor(
+    store: &StateStore,
+    (biz, shard, user): (BizId, u32, UserId),
+    ops: Vec<UserOp>,
+) -> Result<Vec<UserOut>, plaudit_storage::StateError> {
+    let received = match ops.iter().any(|o| matches!(o, UserOp::Received(_))) {
+        true => store.get_received(biz, shard, user)?,
+        // Not read unless an op adds to it.
+        false => 0,
+    };
+    let mut core = UserLikes::new(biz, user, Recent::from_loaded(Vec::new(), 0), received);
+    apply_ops(store, (biz, shard, user), &mut core, ops)
 }

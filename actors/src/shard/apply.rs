@@ -204,7 +204,7 @@ impl ShardActor {
 
         // Cast every group first so all actors work concurrently, then
         // collect in order of first appearance.
-        let likes = self.cast_likes(myself, state, likes).await?;
+        let likes = self.cast_likes(state, likes)?;
         let (boards, drops) = self.cast_boards(myself, state, boards).await?;
         likes.collect(&mut out, self.cfg.shard_count).await?;
         boards.collect(&mut out).await?;

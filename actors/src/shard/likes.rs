@@ -3,9 +3,14 @@
 //! to an owner's shard (received totals).
 //!
 //! ```text
-//! Like ──────────────> UserActor (biz, mid): transition ─> state, user list, entity delta ─> outbox
-//! Deliver: Entity ───> EntityActor (biz, entity): counts, likers, owner delta ─> outbox
-//!          Received ─> UserActor (biz, owner): received total
+//! Like ──────────────> UserActor (biz, mid) if active, else the same decision here:
+//!                      transition ─> state, user list, entity delta ─> outbox
+//! Deliver: Entity ───> EntityActor (biz, entity) if active, else here: counts, likers, owner delta ─> outbox
+//!          Received ─> UserActor (biz, owner) if active, else here: received total
+//!
+//! An actor is started only to serve a page (it caches the recent window);
+//! writes for an inactive user or entity are decided here from the stored
+//! state, which is what the actor would load.
 //! ```
 //!
 //! The user side decides (`likes/user.rs`), this module turns the decisions
@@ -13,17 +18,17 @@
 //! encodes them.
 
 use super::apply::{Applied, Grouped, Slot};
-use super::{ShardActor, ShardMsg, ShardState};
+use super::{ShardActor, ShardState};
 use crate::command::{CmdResult, Delta, EntityDelta};
-use crate::entity_actor::EntityMsg;
+use crate::entity_actor::{self, EntityMsg};
 use crate::error::Fatal;
 use crate::likes::entity::{DeltaEffects, LikerChange};
-use crate::user_actor::{UserMsg, UserOp, UserOut};
+use crate::user_actor::{apply_without_actor, UserMsg, UserOp, UserOut};
 use plaudit_proto::likes::LikeRequest;
 use plaudit_proto::routing::shard_of;
 use plaudit_proto::{BizId, EntityId, Millis, UserId};
 use plaudit_storage::CountsRec;
-use ractor::ActorRef;
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 type UserKey = (BizId, UserId);
@@ -90,26 +95,40 @@ pub(super) struct LikesInFlight {
 }
 
 impl ShardActor {
-    pub(super) async fn cast_likes(
+    pub(super) fn cast_likes(
         &self,
-        myself: &ActorRef<ShardMsg>,
         state: &mut ShardState,
         plan: LikesPlan,
     ) -> Result<LikesInFlight, Fatal> {
         let mut users = Vec::with_capacity(plan.users.groups.len());
         for (key, ops, slots) in plan.users.groups {
-            let actor = self.user(myself, state, key.0, key.1).await?;
             let (tx, rx) = oneshot::channel();
-            actor.cast(UserMsg::Apply(ops, tx.into())).map_err(|e| lost("user", key.1, e))?;
+            match state.users.touch(&key, Instant::now()) {
+                // An active user's actor holds its cached states and window.
+                Some(actor) => actor
+                    .cast(UserMsg::Apply(ops, tx.into()))
+                    .map_err(|e| lost("user", key.1, e))?,
+                // Starting an actor per like (and evicting another) was a
+                // third of a like's CPU with many users (docs/benchmarks.md).
+                None => {
+                    let at = (key.0, self.cfg.shard, key.1);
+                    let _ = tx.send(apply_without_actor(&self.store, at, ops).map_err(Fatal::from));
+                }
+            }
             users.push((key, slots, rx));
         }
         let mut ents = Vec::with_capacity(plan.ents.groups.len());
         for (key, deltas, slots) in plan.ents.groups {
-            let actor = self.entity(myself, state, key.0, key.1).await?;
             let (tx, rx) = oneshot::channel();
-            actor
-                .cast(EntityMsg::Apply(deltas, tx.into()))
-                .map_err(|e| lost("entity", key.1, e))?;
+            match state.entities.touch(&key, Instant::now()) {
+                Some(actor) => actor
+                    .cast(EntityMsg::Apply(deltas, tx.into()))
+                    .map_err(|e| lost("entity", key.1, e))?,
+                None => {
+                    let at = (key.0, self.cfg.shard, key.1);
+                    let _ = tx.send(entity_actor::apply_without_actor(&self.store, at, &deltas)?);
+                }
+            }
             ents.push((key, slots, rx));
         }
         Ok(LikesInFlight { users, ents })
