@@ -98,17 +98,14 @@ impl Engine {
         shard: u32,
         r: &StatusRequest,
     ) -> Result<Vec<EntityState>, WireError> {
-        r.entities
-            .iter()
-            .map(|&entity| {
-                let (state, mtime) = self
-                    .store
-                    .get_state(r.biz, shard, r.user, entity)
-                    .map_err(internal)?
-                    .unwrap_or_default();
-                Ok(EntityState { entity, state, mtime })
+        let states = self.store.get_states(r.biz, shard, r.user, &r.entities).map_err(internal)?;
+        let each = r.entities.iter().zip(states);
+        Ok(each
+            .map(|(&entity, s)| {
+                let (state, mtime) = s.unwrap_or_default();
+                EntityState { entity, state, mtime }
             })
-            .collect()
+            .collect())
     }
 }
 

@@ -49,6 +49,11 @@ pub fn state(shard: u32, mid: UserId, entity: EntityId) -> Vec<u8> {
     Key::new(shard, KIND_STATE).u64(mid).u64(entity).into_vec()
 }
 
+/// The prefix of every state of one user (then the entity, big-endian).
+pub fn state_prefix(shard: u32, mid: UserId) -> Vec<u8> {
+    Key::new(shard, KIND_STATE).u64(mid).into_vec()
+}
+
 pub fn user_item(shard: u32, mid: UserId, mtime: Millis, entity: EntityId) -> Vec<u8> {
     Key::new(shard, KIND_USER_LIST).u64(mid).u64(mtime).u64(entity).into_vec()
 }
