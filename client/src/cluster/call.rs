@@ -57,21 +57,23 @@ impl Cluster {
     /// has an answer or the timeout passes. A node's error reply comes back
     /// as `Err(ClientError::Server)`.
     pub(crate) async fn call(&self, req: Request) -> Result<Response, ClientError> {
-        self.call_until(req, Instant::now() + self.timeout).await
+        self.call_until(req, Instant::now() + self.timeout, false).await
     }
 
-    /// `call`, with the deadline given.
+    /// `call`, with the deadline given, and whether an earlier attempt
+    /// (a pipeline's) may already have applied it.
     pub(crate) async fn call_until(
         &self,
         req: Request,
         deadline: Instant,
+        maybe_applied: bool,
     ) -> Result<Response, ClientError> {
         let req = retry::once(req, retry::random_u64());
         let mut call = Call {
             deadline,
             attempts: Attempts::default(),
             last: None,
-            maybe_applied: false,
+            maybe_applied,
             hinted: None,
         };
         loop {
@@ -216,7 +218,16 @@ async fn answer_or_silence(
     req: &Request,
     addr: &str,
 ) -> Result<Response, ClientError> {
-    let call = conn.call(req);
+    probing(conn, conn.call(req), addr).await
+}
+
+/// Waits for `call` on `conn`; while it is silent, checks every
+/// `PROBE_AFTER` that the node still answers a ping on the same connection.
+pub(super) async fn probing<T>(
+    conn: &Connection,
+    call: impl std::future::Future<Output = Result<T, ClientError>>,
+    addr: &str,
+) -> Result<T, ClientError> {
     tokio::pin!(call);
     loop {
         tokio::select! {

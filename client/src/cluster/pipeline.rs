@@ -7,19 +7,23 @@
 //! pipeline(reqs) ─ retry::once each ─► route::target ─► View::pick ─► grouped by node
 //!     each node's group, CHUNK at a time: pool(addr).get ─► Connection::call_many (one write)
 //!     each reply ─► retry::outcome ─┬─ Done: the answer
-//!                                   └─ otherwise: call_until(req, same deadline)
+//!                                   └─ otherwise: call_until(req, same deadline, maybe applied?)
 //! ```
 //!
 //! Every call keeps the guarantees of `call`: it is wrapped to be safe to
-//! repeat, routed to its shard's leader, and bounded by one deadline for
-//! the whole pipeline (a batch still in flight at the deadline answers
-//! `Timeout` for each of its calls: their outcome is unknown).
+//! repeat, routed to its shard's leader, bounded by one deadline for the
+//! whole pipeline (a batch still in flight at the deadline answers
+//! `Timeout` for each of its calls: their outcome is unknown), watched for
+//! a silent node with pings, and a retry that follows an attempt that may
+//! have applied (sent, then the connection failed; or the node's
+//! `Timeout`) is not reported as if nothing happened.
 
+use super::call::probing;
 use super::{lock, Cluster};
 use crate::error::ClientError;
 use crate::retry::{self, Outcome};
 use crate::route::{self, Dest};
-use plaudit_proto::{Request, Response};
+use plaudit_proto::{ErrorCode, Request, Response};
 use tokio::time::Instant;
 
 type Answer = Result<Response, ClientError>;
@@ -52,9 +56,12 @@ impl Cluster {
         }))
         .await;
         let mut answers: Vec<Option<Answer>> = (0..reqs.len()).map(|_| None).collect();
+        // Whether a request's first attempt may have applied it, so that a
+        // retry that is then refused does not read as "not applied".
+        let mut maybe_applied = vec![false; reqs.len()];
         for ((dest, of_dest), replies) in groups.iter().zip(sent) {
             let mut answered = false;
-            for (&i, reply) in of_dest.iter().zip(replies) {
+            for (&i, (reply, was_sent)) in of_dest.iter().zip(replies) {
                 answers[i] = match reply {
                     // Sent, and the deadline passed before the answer.
                     None => Some(Err(ClientError::Timeout)),
@@ -68,8 +75,15 @@ impl Cluster {
                             lock(&self.view).learn(&hint, Instant::now().into_std());
                             None
                         }
-                        // The retry loop knows what each of these needs.
-                        _ => None,
+                        Outcome::NotLeader(None, _) => None,
+                        Outcome::NodeDown(_) => {
+                            maybe_applied[i] = was_sent;
+                            None
+                        }
+                        Outcome::Busy(e) => {
+                            maybe_applied[i] = e.code() == Some(ErrorCode::Timeout);
+                            None
+                        }
                     },
                 };
             }
@@ -77,10 +91,10 @@ impl Cluster {
                 lock(&self.view).mark_up(&dest.addr);
             }
         }
-        let retried = answers.iter().enumerate().filter(|(_, a)| a.is_none()).map(|(i, _)| i);
-        let retried: Vec<usize> = retried.collect();
+        let retried: Vec<usize> =
+            answers.iter().enumerate().filter(|(_, a)| a.is_none()).map(|(i, _)| i).collect();
         let again = futures::future::join_all(
-            retried.iter().map(|&i| self.call_until(reqs[i].clone(), deadline)),
+            retried.iter().map(|&i| self.call_until(reqs[i].clone(), deadline, maybe_applied[i])),
         )
         .await;
         for (i, a) in retried.into_iter().zip(again) {
@@ -90,33 +104,51 @@ impl Cluster {
     }
 
     /// One node's share, in writes of at most [`CHUNK`] requests, one after
-    /// another. Per request: `None` if the deadline passed while it was in
-    /// flight; a failed dial is each request's connection error (retried by
-    /// `call_until`, which marks the node).
+    /// another, each watched for silence as a single call is (`probing`).
+    /// Per request: its answer (`None` if the deadline passed while it was
+    /// in flight) and whether it was sent. A node that refuses the
+    /// connection with an answer (`Overloaded` at its connection limit)
+    /// answers each request so, as `attempt` sorts it: a busy node is
+    /// backed off from and retried, not marked down.
     async fn send_batch(
         &self,
         dest: &Dest,
         batch: Vec<&Request>,
         deadline: Instant,
-    ) -> Vec<Option<Answer>> {
+    ) -> Vec<(Option<Answer>, bool)> {
         let mut out = Vec::with_capacity(batch.len());
         for chunk in batch.chunks(CHUNK) {
+            let unsent = |a: Answer| chunk.iter().map(move |_| (Some(dup(&a)), false));
             let conn = match tokio::time::timeout_at(deadline, self.pool(&dest.addr).get()).await {
                 Ok(Ok(conn)) => conn,
+                Ok(Err(ClientError::Server(e))) => {
+                    out.extend(unsent(Ok(Response::Error(e))));
+                    continue;
+                }
                 Ok(Err(e)) => {
-                    out.extend(chunk.iter().map(|_| Some(Err(e.duplicate()))));
+                    out.extend(unsent(Err(e)));
                     continue;
                 }
                 Err(_) => {
-                    out.extend(chunk.iter().map(|_| Some(Err(ClientError::Closed))));
+                    out.extend(unsent(Err(ClientError::Closed)));
                     continue;
                 }
             };
-            match tokio::time::timeout_at(deadline, conn.call_many(chunk)).await {
-                Ok(replies) => out.extend(replies.into_iter().map(Some)),
-                Err(_) => out.extend(chunk.iter().map(|_| None)),
+            let sending = async { Ok(conn.call_many(chunk).await) };
+            match tokio::time::timeout_at(deadline, probing(&conn, sending, &dest.addr)).await {
+                Ok(Ok(replies)) => out.extend(replies.into_iter().map(|r| (Some(r), true))),
+                // The node stopped answering pings: each request's connection failed.
+                Ok(Err(e)) => out.extend(chunk.iter().map(|_| (Some(Err(e.duplicate())), true))),
+                Err(_) => out.extend(chunk.iter().map(|_| (None, true))),
             }
         }
         out
+    }
+}
+
+fn dup(a: &Answer) -> Answer {
+    match a {
+        Ok(r) => Ok(r.clone()),
+        Err(e) => Err(e.duplicate()),
     }
 }
