@@ -6,9 +6,10 @@ use crate::error::{Fatal, ShardError};
 use crate::likes::recent::Recent;
 use crate::likes::user::{Applied, UserLikes};
 use plaudit_proto::likes::{ListItem, PageCursor};
-use plaudit_proto::{BizId, EntityId, LikeAction, Millis, UserId};
+use plaudit_proto::{BizId, EntityId, LikeAction, LikeState, Millis, UserId};
 use plaudit_storage::StateStore;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use std::collections::HashMap;
 
 pub enum UserOp {
     Like { entity: EntityId, owner: Option<UserId>, action: LikeAction, now: Millis },
@@ -117,14 +118,23 @@ fn apply_ops(
     ops: Vec<UserOp>,
 ) -> Result<Vec<UserOut>, plaudit_storage::StateError> {
     let mut out = Vec::with_capacity(ops.len());
+    // States this call decided: not staged until the whole apply call
+    // ends, so they must not be read from the store, and `core`'s cache
+    // may drop them (it is bounded): this map is not.
+    let mut decided: HashMap<EntityId, (LikeState, Millis)> = HashMap::new();
+    let several = ops.len() > 1;
     for op in ops {
         match op {
             UserOp::Like { entity, owner, action, now } => {
-                let prev = match core.cached(entity) {
+                let prev = match decided.get(&entity).copied().or_else(|| core.cached(entity)) {
                     Some(s) => s,
                     None => store.get_state(biz, shard, user, entity)?.unwrap_or_default(),
                 };
-                out.push(UserOut::Like(core.apply(entity, owner, action, now, prev)));
+                let applied = core.apply(entity, owner, action, now, prev);
+                if several {
+                    decided.insert(entity, (applied.reply.now, applied.reply.mtime));
+                }
+                out.push(UserOut::Like(applied));
             }
             UserOp::Received(d) => out.push(UserOut::Received(core.add_received(d))),
         }
@@ -148,4 +158,38 @@ pub fn apply_without_actor(
     };
     let mut core = UserLikes::new(biz, user, Recent::from_loaded(Vec::new(), 0), received);
     apply_ops(store, (biz, shard, user), &mut core, ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn like(entity: EntityId, action: LikeAction) -> UserOp {
+        UserOp::Like { entity, owner: None, action, now: 1_000 + entity }
+    }
+
+    /// One call with more distinct entities than the core's state cache
+    /// holds, then the first entity again: it must see the state this call
+    /// gave it (nothing is staged until the call ends), or a like would be
+    /// counted twice.
+    #[test]
+    fn a_long_call_sees_its_own_earlier_decisions() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let store = StateStore::open(&db).unwrap();
+        let mut ops: Vec<UserOp> = (0..5_000).map(|e| like(e, LikeAction::Like)).collect();
+        ops.push(like(0, LikeAction::Like));
+        ops.push(like(1, LikeAction::Unlike));
+        let out = apply_without_actor(&store, (1, 0, 42), ops).unwrap();
+        let replies: Vec<_> = out
+            .iter()
+            .map(|o| match o {
+                UserOut::Like(a) => (a.reply.prev, a.reply.now, a.reply.changed),
+                UserOut::Received(_) => panic!("no received op was sent"),
+            })
+            .collect();
+        assert_eq!(replies[0], (LikeState::None, LikeState::Like, true));
+        assert_eq!(replies[5_000], (LikeState::Like, LikeState::Like, false), "a repeat");
+        assert_eq!(replies[5_001], (LikeState::Like, LikeState::None, true));
+    }
 }
