@@ -1,7 +1,7 @@
 //! The like workload shared by both targets: its ops and the per-worker
 //! generator (users, Zipf-skewed entities, toggle knowledge).
 
-use crate::args::{LikesArgs, Sdk, Target};
+use crate::args::{LikesArgs, Target};
 use crate::load::{measure, Mix, Phase};
 use crate::report::{self, RunInfo};
 use crate::rng::FastRng;
@@ -228,25 +228,14 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                 workers = w;
                 preload = Some(p);
             }
-            let mut workers = workers.into_iter();
-            let tasks: Vec<_> = match c.sdk {
-                Sdk::Batch => clients
-                    .iter()
-                    .map(|client| {
-                        let workers = workers.by_ref().take(c.pipeline).collect();
-                        let work = likes_plaudit::LikeBatches { wl: wl.clone(), workers };
-                        let (client, phase) = (client.clone(), phase.clone());
-                        tokio::spawn(plaudit_loop::run(client, work, c.pipeline, phase))
-                    })
-                    .collect(),
-                Sdk::Calls => workers
-                    .enumerate()
-                    .map(|(i, worker)| {
-                        let (client, wl) = (clients[i / c.pipeline].clone(), wl.clone());
-                        tokio::spawn(likes_plaudit::run_loop(client, wl, worker, phase.clone()))
-                    })
-                    .collect(),
-            };
+            let tasks = plaudit_loop::spawn(
+                c,
+                &clients,
+                workers,
+                &phase,
+                |workers| likes_plaudit::LikeBatches { wl: wl.clone(), workers },
+                |client, worker, phase| likes_plaudit::run_loop(client, wl.clone(), worker, phase),
+            );
             let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.addr.clone(), "plaudit", preload, stats, window)
         }

@@ -5,11 +5,14 @@
 //! how to make an op, its request, and what its answer means
 //! (`BatchOps`).
 
+use crate::args::{Common, Sdk};
 use crate::load::{Phase, Stats, MEASURE, STOP};
 use crate::plaudit::{error_name, Backoff};
 use plaudit_client::{Client, ClientError};
 use plaudit_proto::{Request, Response};
+use std::future::Future;
 use std::time::Instant;
+use tokio::task::JoinHandle;
 
 /// Why an op "failed": a client error, or an answer the workload does not
 /// accept (counted under its name).
@@ -65,5 +68,40 @@ pub async fn run<W: BatchOps>(client: Client, mut work: W, slots: usize, phase: 
             }
         }
         backoff.after_error(failed.as_ref()).await;
+    }
+}
+
+/// Starts the measured loops of a Plaudit driver: `slots` (one per loop,
+/// `pipeline` per client, client-major) go `pipeline` at a time into one
+/// batch loop per client (`--sdk batch`, `batch` makes its work), or one
+/// single-call loop each (`--sdk calls`, `call` runs it).
+pub fn spawn<S, W, F>(
+    c: &Common,
+    clients: &[Client],
+    slots: Vec<S>,
+    phase: &Phase,
+    batch: impl Fn(Vec<S>) -> W,
+    call: impl Fn(Client, S, Phase) -> F,
+) -> Vec<JoinHandle<Stats>>
+where
+    W: BatchOps + Send + 'static,
+    W::Op: Send,
+    F: Future<Output = Stats> + Send + 'static,
+{
+    let mut slots = slots.into_iter();
+    match c.sdk {
+        Sdk::Batch => clients
+            .iter()
+            .map(|client| {
+                let work = batch(slots.by_ref().take(c.pipeline).collect());
+                tokio::spawn(run(client.clone(), work, c.pipeline, phase.clone()))
+            })
+            .collect(),
+        Sdk::Calls => slots
+            .enumerate()
+            .map(|(i, slot)| {
+                tokio::spawn(call(clients[i / c.pipeline].clone(), slot, phase.clone()))
+            })
+            .collect(),
     }
 }

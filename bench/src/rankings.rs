@@ -7,7 +7,7 @@
 //! (type id `total:0_{board}`), so every event touches exactly one sub-board,
 //! as one `ZINCRBY` touches one sorted set on Redis.
 
-use crate::args::{RankingsArgs, Sdk, Target};
+use crate::args::{RankingsArgs, Target};
 use crate::load::{measure, Mix, Phase};
 use crate::report::{self, Preload, RunInfo};
 use crate::rng::FastRng;
@@ -200,25 +200,14 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
                 preload =
                     Some(rankings_plaudit::preload(&clients, c.pipeline, &wl, plan, seed).await?);
             }
-            let mut rngs = rngs(loops).into_iter();
-            let tasks: Vec<_> = match c.sdk {
-                Sdk::Batch => clients
-                    .iter()
-                    .map(|client| {
-                        let rngs = rngs.by_ref().take(c.pipeline).collect();
-                        let work = rankings_plaudit::RankBatches { wl: wl.clone(), rngs };
-                        let (client, phase) = (client.clone(), phase.clone());
-                        tokio::spawn(plaudit_loop::run(client, work, c.pipeline, phase))
-                    })
-                    .collect(),
-                Sdk::Calls => rngs
-                    .enumerate()
-                    .map(|(i, rng)| {
-                        let (client, wl) = (clients[i / c.pipeline].clone(), wl.clone());
-                        tokio::spawn(rankings_plaudit::run_loop(client, wl, rng, phase.clone()))
-                    })
-                    .collect(),
-            };
+            let tasks = plaudit_loop::spawn(
+                c,
+                &clients,
+                rngs(loops),
+                &phase,
+                |rngs| rankings_plaudit::RankBatches { wl: wl.clone(), rngs },
+                |client, rng, phase| rankings_plaudit::run_loop(client, wl.clone(), rng, phase),
+            );
             let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.addr.clone(), "plaudit", preload, stats, window)
         }
