@@ -39,8 +39,25 @@ async fn replica(is_meta: bool) -> Replica {
     Replica { _dir: dir, db, sm }
 }
 
+/// Opens sled at `path`, waiting for the file lock of an earlier handle in
+/// this process: the last clone of a dropped `Db` (the group-commit thread,
+/// a checkpoint on the blocking pool) may still be letting go of it (seen
+/// once: "could not acquire lock").
+async fn open_db(path: &Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match sled::Config::new().path(path).flush_every_ms(None).open() {
+            Ok(db) => return db,
+            Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("lock") => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("opening sled at {}: {e}", path.display()),
+        }
+    }
+}
+
 async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
-    let db = sled::Config::new().path(dir.join("sled")).flush_every_ms(None).open().unwrap();
+    let db = open_db(&dir.join("sled")).await;
     let commit = GroupCommit::start(db.clone(), &dir.join("sled")).unwrap();
     let store = StateStore::open(&db).unwrap();
     let directory = Directory::load(&store).unwrap();
