@@ -27,13 +27,13 @@ pub struct ActiveSet<K, V: Identified> {
     tick: u64,
 }
 
-impl<K: Hash + Eq + Clone, V: Clone + Identified> Default for ActiveSet<K, V> {
+impl<K: Hash + Eq + Clone, V: Identified> Default for ActiveSet<K, V> {
     fn default() -> Self {
         ActiveSet { map: HashMap::new(), lru: BTreeMap::new(), ids: HashMap::new(), tick: 0 }
     }
 }
 
-impl<K: Hash + Eq + Clone, V: Clone + Identified> ActiveSet<K, V> {
+impl<K: Hash + Eq + Clone, V: Identified> ActiveSet<K, V> {
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -43,7 +43,16 @@ impl<K: Hash + Eq + Clone, V: Clone + Identified> ActiveSet<K, V> {
     }
 
     /// The value for `k`, marking it most recently used.
-    pub fn touch(&mut self, k: &K, now: Instant) -> Option<V> {
+    pub fn touch(&mut self, k: &K, now: Instant) -> Option<V>
+    where
+        V: Clone,
+    {
+        self.touch_mut(k, now).map(|v| v.clone())
+    }
+
+    /// [`touch`](Self::touch) for a value the set owns outright (a board
+    /// held by its shard), lent rather than cloned.
+    pub fn touch_mut(&mut self, k: &K, now: Instant) -> Option<&mut V> {
         self.tick += 1;
         let tick = self.tick;
         let (v, t, at) = self.map.get_mut(k)?;
@@ -51,7 +60,7 @@ impl<K: Hash + Eq + Clone, V: Clone + Identified> ActiveSet<K, V> {
         *t = tick;
         *at = now;
         self.lru.insert(tick, k.clone());
-        Some(v.clone())
+        Some(v)
     }
 
     pub fn insert(&mut self, k: K, v: V, now: Instant) {

@@ -4,28 +4,24 @@
 //!
 //! ```text
 //! query ─> ActiveBoards::get ─found──> read the board's view ─> reply
-//!                             └missing─> shard actor (activates) ─> board actor ─> reply
+//!                             └missing─> shard actor (loads the board) ─> reply
 //! ```
 //!
 //! Why a query may read the view and still see what every acknowledged
-//! write wrote: a board's actor applies a batch under the view's write
-//! lock before it answers `Apply`, and the shard's apply waits for that
-//! answer before the Raft apply completes, so a query made after its read
-//! barrier finds every write the barrier covers. The shard inserts a board
-//! when it activates it (replacing any older actor of the same board, whose
-//! view stopped changing when it was passivated) and removes boards
-//! synchronously when their state goes away (a dropped board, a snapshot
-//! that replaces the shard's state); a passivated actor removes itself when
-//! it stops, only if it is still the one listed.
+//! write wrote: the shard's apply runs a batch on a board under the view's
+//! write lock before the Raft apply completes, so a query made after its
+//! read barrier finds every write the barrier covers. The shard inserts a
+//! board when it loads it and removes it, on its own task, whenever it lets
+//! the board go (passivated, dropped, or replaced by a snapshot), so the
+//! list always names exactly the boards the shard holds.
 //!
 //! Direct reads do not pass through the shard, so they do not mark the
 //! board used there; [`Entry::due_touch`] lets a reader tell the shard at
 //! most once per second, so a board that is only read is not passivated
 //! as idle.
 
-use crate::board_actor::{BoardMsg, BoardView};
+use crate::board_host::BoardView;
 use plaudit_proto::rankings::RankId;
-use ractor::{ActorId, ActorRef};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -35,8 +31,7 @@ use std::time::Instant;
 const TOUCH_EVERY_MS: u64 = 1000;
 
 pub struct Entry {
-    pub actor: ActorRef<BoardMsg>,
-    /// The board's state, for queries answered without its mailbox.
+    /// The board's state, for queries answered without the shard.
     pub view: BoardView,
     /// Milliseconds since `ActiveBoards::epoch` of the last touch sent.
     touched_ms: AtomicU64,
@@ -62,38 +57,19 @@ impl ActiveBoards {
         boards.get(&rank)?.get(type_key).cloned()
     }
 
-    pub fn insert(
-        &self,
-        rank: RankId,
-        type_key: Vec<u8>,
-        actor: ActorRef<BoardMsg>,
-        view: BoardView,
-    ) {
+    pub fn insert(&self, rank: RankId, type_key: Vec<u8>, view: BoardView) {
         let now = self.now_ms();
-        let entry = Arc::new(Entry { actor, view, touched_ms: AtomicU64::new(now) });
+        let entry = Arc::new(Entry { view, touched_ms: AtomicU64::new(now) });
         let mut boards = self.boards.write().unwrap_or_else(|e| e.into_inner());
         boards.entry(rank).or_default().insert(type_key, entry);
     }
 
-    /// Removes the board, whichever actor is listed.
     pub fn remove(&self, rank: RankId, type_key: &[u8]) {
-        self.remove_where(rank, type_key, |_| true);
-    }
-
-    /// Removes the board if `actor` is the one listed (an actor that
-    /// stopped must not remove its successor).
-    pub fn remove_actor(&self, rank: RankId, type_key: &[u8], actor: ActorId) {
-        self.remove_where(rank, type_key, |e| e.actor.get_id() == actor);
-    }
-
-    fn remove_where(&self, rank: RankId, type_key: &[u8], pred: impl Fn(&Entry) -> bool) {
         let mut boards = self.boards.write().unwrap_or_else(|e| e.into_inner());
         let Some(of_rank) = boards.get_mut(&rank) else { return };
-        if of_rank.get(type_key).is_some_and(|e| pred(e)) {
-            of_rank.remove(type_key);
-            if of_rank.is_empty() {
-                boards.remove(&rank);
-            }
+        of_rank.remove(type_key);
+        if of_rank.is_empty() {
+            boards.remove(&rank);
         }
     }
 
@@ -132,60 +108,40 @@ mod tests {
     use super::*;
     use crate::rankings::board::Rules;
     use plaudit_proto::rankings::{Aggregation, TieMode};
-    use ractor::{Actor, ActorProcessingErr};
-
-    /// An actor that takes board messages and does nothing.
-    struct Sink;
-
-    impl Actor for Sink {
-        type Msg = BoardMsg;
-        type State = ();
-        type Arguments = ();
-        async fn pre_start(&self, _: ActorRef<BoardMsg>, _: ()) -> Result<(), ActorProcessingErr> {
-            Ok(())
-        }
-    }
 
     fn view() -> BoardView {
-        crate::board_actor::new_view(Rules {
+        crate::board_host::new_view(Rules {
             aggregation: Aggregation::Incr,
             ties: TieMode::EarlierFirst,
             cap: 10,
         })
     }
 
-    async fn sink() -> ActorRef<BoardMsg> {
-        Actor::spawn(None, Sink, ()).await.unwrap().0
-    }
-
-    #[tokio::test]
-    async fn a_stopped_actor_removes_itself_but_never_its_successor() {
+    #[test]
+    fn a_board_loaded_again_replaces_its_old_view() {
         let boards = ActiveBoards::default();
-        let (old, new) = (sink().await, sink().await);
-        boards.insert(7, b"day".to_vec(), old.clone(), view());
-        assert_eq!(boards.get(7, b"day").unwrap().actor.get_id(), old.get_id());
+        let (old, new) = (view(), view());
+        boards.insert(7, b"day".to_vec(), old.clone());
+        assert!(Arc::ptr_eq(&boards.get(7, b"day").unwrap().view, &old));
         assert!(boards.get(7, b"week").is_none() && boards.get(8, b"day").is_none());
-        // The board is activated again before the old actor's stop lands.
-        boards.insert(7, b"day".to_vec(), new.clone(), view());
-        boards.remove_actor(7, b"day", old.get_id());
-        assert_eq!(boards.get(7, b"day").unwrap().actor.get_id(), new.get_id());
-        boards.remove_actor(7, b"day", new.get_id());
+        boards.insert(7, b"day".to_vec(), new.clone());
+        assert!(Arc::ptr_eq(&boards.get(7, b"day").unwrap().view, &new));
+        assert_eq!(boards.len(), 1);
+        boards.remove(7, b"day");
         assert!(boards.is_empty());
-        boards.insert(7, b"day".to_vec(), new.clone(), view());
-        boards.insert(9, b"total".to_vec(), old.clone(), view());
+        boards.remove(7, b"day");
+        boards.insert(7, b"day".to_vec(), new);
+        boards.insert(9, b"total".to_vec(), old);
         boards.remove(7, b"day");
         assert_eq!(boards.len(), 1);
         boards.clear();
         assert!(boards.is_empty());
-        old.stop(None);
-        new.stop(None);
     }
 
-    #[tokio::test]
-    async fn readers_touch_the_shard_at_most_once_a_second() {
+    #[test]
+    fn readers_touch_the_shard_at_most_once_a_second() {
         let boards = ActiveBoards::default();
-        let a = sink().await;
-        boards.insert(1, vec![1], a.clone(), view());
+        boards.insert(1, vec![1], view());
         let e = boards.get(1, &[1]).unwrap();
         assert!(!boards.due_touch(&e), "just inserted counts as used");
         e.touched_ms.store(0, Ordering::Relaxed);
@@ -195,6 +151,5 @@ mod tests {
         };
         assert!(later.due_touch(&e), "five seconds on, a touch is due");
         assert!(!later.due_touch(&e), "and only one");
-        a.stop(None);
     }
 }

@@ -4,7 +4,8 @@
 //! ShardActor (one per shard replica; hosts the Raft state machine's apply)
 //!  ├── UserActor   (biz, mid)       like state (the truth), user list, received total
 //!  ├── EntityActor (biz, entity)    counts, owner, likers (derived from deltas)
-//!  └── BoardActor  (rank, type_key) one sub-board: rank order, scores, event-id memory
+//!  └── BoardHost   (rank, type_key) one sub-board: rank order, scores, event-id memory
+//!                                   (not an actor: held and applied by the shard itself)
 //! ```
 //!
 //! The cores in `likes` and `rankings` are plain structs (no IO, no async)
@@ -17,13 +18,13 @@
 //! Modules: `command` (what the Raft log carries), `coalesce` (a leader's
 //! batch, merged per board member before proposing), `likes` and `rankings`
 //! (cores), `directory` (business and ranking registry), `active` (LRU
-//! active set), `user_actor`, `entity_actor`, `board_actor`, `shard` (the
+//! active set), `user_actor`, `entity_actor`, `board_host`, `shard` (the
 //! scheduler, with one apply module per command family), `error` (a
 //! rejected request vs a broken replica).
 
 pub mod active;
 pub mod active_boards;
-pub mod board_actor;
+pub mod board_host;
 pub mod coalesce;
 pub mod command;
 pub mod directory;

@@ -2,13 +2,15 @@
 //! committed Raft entries by handing each command to the virtual actor that
 //! owns its key, waits for the whole batch, and stages every change together
 //! with the applied log id (the store checkpoints staged writes into sled
-//! when they are due). It also routes reads that need an actor (list pages,
-//! board queries) and passivates idle actors.
+//! when they are due). It also routes reads that need an actor (list pages),
+//! answers board queries for boards not loaded yet, and passivates idle
+//! actors and boards.
 //!
 //! ```text
 //! Apply([entries]) ─ plan ─┬─> UserActor (biz, mid)      ─┐ concurrent across actors,
-//!   (one module per        ├─> EntityActor (biz, entity) ─┤ serial per actor,
-//!    command family)       └─> BoardActor (rank, board)  ─┘ one message per actor per batch
+//!   (one module per        ├─> EntityActor (biz, entity) ─┘ serial per actor,
+//!    command family)       │                                one message per actor per batch
+//!                          └─> BoardHost (rank, board): applied here, on this task
 //!        collect, in log order ─> WriteSet + outbox records + applied id + time floor ─> staged
 //!        (visible to reads at once; written to sled by a checkpoint when due) ─> evict over budget
 //! ```
@@ -37,7 +39,7 @@ pub use handle::ShardHandle;
 
 use crate::active::{ActiveSet, Identified};
 use crate::active_boards::ActiveBoards;
-use crate::board_actor::{BoardActor, BoardArgs, BoardMsg, QueryOut};
+use crate::board_host::{BoardArgs, BoardHost, QueryOut};
 use crate::command::{Batch, CmdResult, EventResult, ScoreEvent};
 use crate::directory::Directory;
 use crate::entity_actor::{EntityActor, EntityArgs, EntityMsg};
@@ -154,7 +156,7 @@ pub struct ShardActor {
     /// Told after a batch that added outbox records, and for which targets.
     pub outbox: Arc<OutboxSignal>,
     pub gauges: Arc<ShardGauges>,
-    /// The active board actors, for queries that skip this actor
+    /// The loaded boards' views, for queries that skip this actor
     /// (`active_boards.rs`).
     pub boards: Arc<ActiveBoards>,
 }
@@ -162,7 +164,9 @@ pub struct ShardActor {
 pub struct ShardState {
     users: ActiveSet<(BizId, UserId), ActorRef<UserMsg>>,
     entities: ActiveSet<(BizId, EntityId), ActorRef<EntityMsg>>,
-    boards: ActiveSet<BoardKey, ActorRef<BoardMsg>>,
+    boards: ActiveSet<BoardKey, BoardHost>,
+    /// Serial of the next board loaded.
+    board_serial: u64,
     /// Highest applied seq per source shard (loaded lazily).
     inbox: HashMap<ShardId, u64>,
     /// Next outbox seq per target shard (loaded lazily).
@@ -194,6 +198,7 @@ impl Actor for ShardActor {
             users: ActiveSet::default(),
             entities: ActiveSet::default(),
             boards: ActiveSet::default(),
+            board_serial: 0,
             inbox: HashMap::new(),
             outbox_next: HashMap::new(),
             floor: None,
@@ -209,7 +214,7 @@ impl Actor for ShardActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ShardMsg::Apply(entries, reply) => {
-                let res = self.apply(&myself, state, entries).await;
+                let res = self.apply(state, entries).await;
                 if res.is_err() {
                     // Children may hold changes that never reached storage.
                     self.reset(state);
@@ -237,26 +242,12 @@ impl Actor for ShardActor {
                 }
             }
             ShardMsg::BoardQuery { rank, type_key, rules, query, reply } => {
-                match self.board(&myself, state, rank, type_key, rules).await {
-                    Ok(a) => {
-                        // The board answers the asker itself. If it stopped
-                        // meanwhile, the dropped reply port tells the asker.
-                        let _ = a.cast(BoardMsg::Query(query, reply));
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e.into()));
-                    }
-                }
+                let out = self.board(state, rank, type_key, rules).map(|b| b.answer(&query));
+                let _ = reply.send(out.map_err(Into::into));
             }
             ShardMsg::BoardCheck { rank, type_key, rules, item, event, reply } => {
-                match self.board(&myself, state, rank, type_key, rules).await {
-                    Ok(a) => {
-                        let _ = a.cast(BoardMsg::Check { item, event, reply });
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e.into()));
-                    }
-                }
+                let out = self.board(state, rank, type_key, rules).map(|b| b.check(item, &event));
+                let _ = reply.send(out.map_err(Into::into));
             }
             ShardMsg::CheckpointTick => {
                 if let Err(e) = self.checkpoint_if_due(state).await {
@@ -272,14 +263,13 @@ impl Actor for ShardActor {
                     for a in state.entities.evict_idle(cutoff) {
                         let _ = a.cast(EntityMsg::Passivate);
                     }
-                    for a in state.boards.evict_idle(cutoff) {
-                        let _ = a.cast(BoardMsg::Passivate);
-                    }
+                    let idle = state.boards.evict_idle(cutoff);
+                    self.unload_boards(idle);
                 }
                 self.publish(state);
             }
             ShardMsg::TouchBoard { rank, type_key } => {
-                state.boards.touch(&(rank, type_key), Instant::now());
+                state.boards.touch_mut(&(rank, type_key), Instant::now());
             }
             ShardMsg::Reset(reply) => {
                 self.reset(state);
@@ -322,11 +312,8 @@ impl Actor for ShardActor {
             _ => None,
         };
         if let Some(id) = who {
-            if state.users.remove_id(&id).is_none() && state.entities.remove_id(&id).is_none() {
-                if let Some((rank, type_key)) = state.boards.remove_id(&id) {
-                    // A board that failed did not unlist itself.
-                    self.boards.remove_actor(rank, &type_key, id);
-                }
+            if state.users.remove_id(&id).is_none() {
+                state.entities.remove_id(&id);
             }
         }
         Ok(())
@@ -395,39 +382,37 @@ impl ShardActor {
         Ok(a)
     }
 
-    /// The actor of a sub-board, activated with `rules` if it is not active.
-    async fn board(
+    /// A sub-board, loaded from storage with `rules` if it is not held.
+    fn board<'s>(
         &self,
-        myself: &ActorRef<ShardMsg>,
-        state: &mut ShardState,
+        state: &'s mut ShardState,
         rank: RankId,
         type_key: Vec<u8>,
         rules: Rules,
-    ) -> Result<ActorRef<BoardMsg>, Fatal> {
+    ) -> Result<&'s mut BoardHost, Fatal> {
         let now = Instant::now();
         let key = (rank, type_key);
-        if let Some(a) = state.boards.touch(&key, now) {
-            return Ok(a);
+        if state.boards.touch_mut(&key, now).is_none() {
+            state.board_serial += 1;
+            let args = BoardArgs { rank, type_key: key.1.clone(), shard: self.cfg.shard, rules };
+            let mut host = BoardHost::load(&self.store, args, state.board_serial)?;
+            host.report(&self.gauges, false);
+            self.boards.insert(rank, key.1.clone(), host.view());
+            state.boards.insert(key.clone(), host, now);
         }
-        let view = crate::board_actor::new_view(rules);
-        let args = BoardArgs {
-            rank,
-            type_key: key.1.clone(),
-            shard: self.cfg.shard,
-            rules,
-            view: view.clone(),
-        };
-        let actor = BoardActor {
-            store: self.store.clone(),
-            gauges: self.gauges.clone(),
-            index: self.boards.clone(),
-        };
-        let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
-            .await
-            .map_err(|e| Fatal::Actor(format!("activating a board of ranking {rank}: {e}")))?;
-        self.boards.insert(rank, key.1.clone(), a.clone(), view);
-        state.boards.insert(key, a.clone(), now);
-        Ok(a)
+        state
+            .boards
+            .touch_mut(&key, now)
+            .ok_or_else(|| Fatal::Actor(format!("a board of ranking {rank} vanished on load")))
+    }
+
+    /// Lets boards go: unlisted for readers, their share of the gauges
+    /// returned. Nothing else to do: what they changed is staged.
+    fn unload_boards(&self, hosts: Vec<BoardHost>) {
+        for mut host in hosts {
+            self.boards.remove(host.rank, &host.type_key);
+            host.report(&self.gauges, true);
+        }
     }
 
     /// Passivates the least recently used actors of each kind over budget.
@@ -438,9 +423,8 @@ impl ShardActor {
         for a in state.entities.evict_over(self.cfg.actor_budget) {
             let _ = a.cast(EntityMsg::Passivate);
         }
-        for a in state.boards.evict_over(self.cfg.actor_budget) {
-            let _ = a.cast(BoardMsg::Passivate);
-        }
+        let over = state.boards.evict_over(self.cfg.actor_budget);
+        self.unload_boards(over);
     }
 
     fn reset(&self, state: &mut ShardState) {
@@ -453,9 +437,8 @@ impl ShardActor {
         // Before anything else: no query may reach a board whose state the
         // snapshot replaced.
         self.boards.clear();
-        for a in state.boards.drain() {
-            a.stop(None);
-        }
+        let all = state.boards.drain();
+        self.unload_boards(all);
         state.inbox.clear();
         state.outbox_next.clear();
         state.floor = None;

@@ -104,7 +104,7 @@ async fn a_data_shard_scores_without_knowing_the_ranking() {
     };
     let q = s.board_query(7, vec![9, 9], rules, BoardQuery::Scores { items: vec![42] }).await;
     match q.unwrap() {
-        plaudit_actors::board_actor::QueryOut::Scores(v) => assert_eq!(v, vec![(42, Some(5))]),
+        plaudit_actors::board_host::QueryOut::Scores(v) => assert_eq!(v, vec![(42, Some(5))]),
         other => panic!("{other:?}"),
     }
     s.stop().await;

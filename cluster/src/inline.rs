@@ -14,7 +14,7 @@
 //! only voter is this node (a single node) the read barrier is a no-op,
 //! and what is read here is what the future path would read a moment
 //! later: the store's staged-and-stored state, or a board's view, which
-//! holds every batch its shard has applied (`actors/active_boards.rs`).
+//! holds every batch its shard has applied (`actors/src/active_boards.rs`).
 //! Replicated groups take the future path: their reads need a read-index
 //! check, which waits.
 //!
@@ -24,7 +24,7 @@
 
 use crate::engine::{internal, Engine};
 use crate::group::Group;
-use plaudit_actors::board_actor::QueryOut;
+use plaudit_actors::board_host::QueryOut;
 use plaudit_actors::rankings::route;
 use plaudit_proto::likes::{CountsRequest, EntityState, StatusRequest};
 use plaudit_proto::routing::{board_shard, shard_of};

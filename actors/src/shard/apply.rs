@@ -14,12 +14,11 @@
 use super::delivery::OutboxDraft;
 use super::likes::LikesPlan;
 use super::rankings::BoardsPlan;
-use super::{registry, ApplyEntry, ApplyResult, ShardActor, ShardMsg, ShardState};
+use super::{registry, ApplyEntry, ApplyResult, ShardActor, ShardState};
 use crate::command::{CmdResult, Command};
 use crate::error::Fatal;
 use plaudit_proto::{Millis, ShardId};
 use plaudit_storage::WriteSet;
-use ractor::ActorRef;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
@@ -85,7 +84,6 @@ impl ShardActor {
     /// in a call of its own, since its drops run after its other commands.
     pub(super) async fn apply(
         &self,
-        myself: &ActorRef<ShardMsg>,
         state: &mut ShardState,
         entries: Vec<ApplyEntry>,
     ) -> ApplyResult {
@@ -95,32 +93,27 @@ impl ShardActor {
                 .is_some_and(|b| b.cmds.iter().any(|c| matches!(c, Command::DropBoard { .. })))
         };
         if !entries.iter().any(drops) {
-            return self.apply_run(myself, state, entries).await;
+            return self.apply_run(state, entries).await;
         }
         let mut results = Vec::with_capacity(entries.len());
         let mut run = Vec::new();
         for e in entries {
             if drops(&e) {
                 if !run.is_empty() {
-                    results.extend(self.apply_run(myself, state, std::mem::take(&mut run)).await?);
+                    results.extend(self.apply_run(state, std::mem::take(&mut run)).await?);
                 }
-                results.extend(self.apply_run(myself, state, vec![e]).await?);
+                results.extend(self.apply_run(state, vec![e]).await?);
             } else {
                 run.push(e);
             }
         }
         if !run.is_empty() {
-            results.extend(self.apply_run(myself, state, run).await?);
+            results.extend(self.apply_run(state, run).await?);
         }
         Ok(results)
     }
 
-    async fn apply_run(
-        &self,
-        myself: &ActorRef<ShardMsg>,
-        state: &mut ShardState,
-        entries: Vec<ApplyEntry>,
-    ) -> ApplyResult {
+    async fn apply_run(&self, state: &mut ShardState, entries: Vec<ApplyEntry>) -> ApplyResult {
         let shard = self.cfg.shard;
         let mut out = Applied {
             results: Vec::with_capacity(entries.len()),
@@ -202,12 +195,12 @@ impl ShardActor {
             out.results.push(results);
         }
 
-        // Cast every group first so all actors work concurrently, then
-        // collect in order of first appearance.
+        // Cast every likes group first so those actors work while the boards
+        // apply here, then collect in order of first appearance.
         let likes = self.cast_likes(state, likes)?;
-        let (boards, drops) = self.cast_boards(myself, state, boards).await?;
+        let (boards, drops) = self.apply_boards(state, boards)?;
         likes.collect(&mut out, self.cfg.shard_count).await?;
-        boards.collect(&mut out).await?;
+        boards.collect(&mut out);
         // Deletions go last, after any write of this batch (a board is only
         // dropped once its window expired, and the edge refuses new events
         // for it, so the two meet only in a race that the next sweep cleans).

@@ -71,7 +71,7 @@ impl ShardHandle {
         query: &BoardQuery,
     ) -> Option<QueryOut> {
         let e = self.boards.get(rank, type_key)?;
-        let out = crate::board_actor::answer(&*crate::board_actor::read_view(&e.view)?, query);
+        let out = crate::board_host::answer(&*crate::board_host::read_view(&e.view)?, query);
         if self.boards.due_touch(&e) {
             let _ = self.actor.cast(ShardMsg::TouchBoard { rank, type_key: type_key.to_vec() });
         }
@@ -92,7 +92,7 @@ impl ShardHandle {
     }
 
     /// What applying `event` for `item` on the sub-board would give now,
-    /// without applying it (see `BoardMsg::Check`).
+    /// without applying it (see `BoardHost::check`).
     pub async fn board_check(
         &self,
         rank: RankId,

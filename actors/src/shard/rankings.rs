@@ -3,9 +3,9 @@
 //! expired).
 //!
 //! ```text
-//! Score ─────> BoardActor (rank, type_key): dedup, aggregate, re-rank ─> dirty members,
-//!                                             header, event-id records ─> WriteSet
-//! DropBoard ─> stop the board's actor, delete its stored keys
+//! Score ─────> BoardHost (rank, type_key): dedup, aggregate, re-rank ─> dirty members,
+//!                                            header, event-id records ─> WriteSet
+//! DropBoard ─> let the board go, delete its stored keys
 //! ```
 //!
 //! Everything apply needs travels in the command (aggregation, ties, cap)
@@ -14,15 +14,14 @@
 //! runs before the registry's) reaches the same state.
 
 use super::apply::{Applied, Grouped, Slot};
-use super::{BoardKey, ShardActor, ShardMsg, ShardState};
-use crate::board_actor::{ApplyReply, BoardMsg};
+use super::{BoardKey, ShardActor, ShardState};
+use crate::board_host::ApplyReply;
 use crate::command::{CmdResult, ScoreCmd};
 use crate::error::Fatal;
 use crate::rankings::board::Rules;
 use plaudit_proto::rankings::RankId;
 use plaudit_storage::WriteSet;
-use ractor::ActorRef;
-use tokio::sync::oneshot;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The rankings work of one apply call: score commands grouped per board,
 /// and the boards to drop.
@@ -45,9 +44,9 @@ impl BoardsPlan {
     }
 }
 
-/// Score commands handed to board actors, waiting to be collected.
-pub(super) struct BoardsInFlight {
-    waits: Vec<(BoardKey, Vec<Slot>, oneshot::Receiver<ApplyReply>)>,
+/// What each board made of its score commands, to be stored in order.
+pub(super) struct BoardsApplied {
+    done: Vec<(BoardKey, Vec<Slot>, ApplyReply)>,
 }
 
 /// The rules a board applies a command under, as the command carries them.
@@ -56,24 +55,27 @@ fn rules_of(c: &ScoreCmd) -> Rules {
 }
 
 impl ShardActor {
-    /// Casts each board's commands to its actor (activated with the rules
-    /// of its first command); returns the boards to drop after collecting.
-    pub(super) async fn cast_boards(
+    /// Runs each board's commands on it (loaded with the rules of its
+    /// first command if it is not held); returns the boards to drop after
+    /// storing. A board whose apply panics fails the batch like a broken
+    /// store would (the caller resets the shard, which drops every board,
+    /// so the half-applied one is loaded again from storage).
+    pub(super) fn apply_boards(
         &self,
-        myself: &ActorRef<ShardMsg>,
         state: &mut ShardState,
         plan: BoardsPlan,
-    ) -> Result<(BoardsInFlight, Vec<BoardKey>), Fatal> {
-        let mut waits = Vec::with_capacity(plan.boards.groups.len());
+    ) -> Result<(BoardsApplied, Vec<BoardKey>), Fatal> {
+        let mut done = Vec::with_capacity(plan.boards.groups.len());
         for (key, cmds, slots) in plan.boards.groups {
             let Some(first) = cmds.first() else { continue };
             let rules = rules_of(first);
-            let actor = self.board(myself, state, key.0, key.1.clone(), rules).await?;
-            let (tx, rx) = oneshot::channel();
-            actor.cast(BoardMsg::Apply { cmds, reply: tx.into() }).map_err(|e| lost(key.0, e))?;
-            waits.push((key, slots, rx));
+            let host = self.board(state, key.0, key.1.clone(), rules)?;
+            let reply = catch_unwind(AssertUnwindSafe(|| host.apply(&cmds)))
+                .map_err(|_| lost(key.0, "its apply panicked"))?;
+            host.report(&self.gauges, false);
+            done.push((key, slots, reply));
         }
-        Ok((BoardsInFlight { waits }, plan.drops))
+        Ok((BoardsApplied { done }, plan.drops))
     }
 
     /// Stops the boards' actors and deletes every stored key of each.
@@ -85,11 +87,11 @@ impl ShardActor {
     ) -> Result<(), Fatal> {
         let shard = self.cfg.shard;
         for (rank, type_key) in drops {
-            // Unlisted first: a query after this drop applies must not
-            // reach the old actor.
+            // Unlisted before anything is deleted: a query after this drop
+            // applies must not find the old board.
             self.boards.remove(rank, &type_key);
-            if let Some(a) = state.boards.remove(&(rank, type_key.clone())) {
-                a.stop(None);
+            if let Some(host) = state.boards.remove(&(rank, type_key.clone())) {
+                self.unload_boards(vec![host]);
             }
             for (item, _, _) in self.store.board_members(rank, shard, &type_key)? {
                 ws.del_board_member(rank, shard, &type_key, item);
@@ -106,16 +108,15 @@ impl ShardActor {
 }
 
 fn lost(rank: RankId, e: impl std::fmt::Display) -> Fatal {
-    Fatal::Actor(format!("a board of ranking {rank} stopped while applying: {e}"))
+    Fatal::Actor(format!("a board of ranking {rank} failed while applying: {e}"))
 }
 
-impl BoardsInFlight {
+impl BoardsApplied {
     /// Each event's outcome, and each board's dirty members, header and
     /// event-id records as writes.
-    pub async fn collect(self, out: &mut Applied) -> Result<(), Fatal> {
+    pub fn collect(self, out: &mut Applied) {
         let shard = out.ws.owner();
-        for ((rank, type_key), slots, rx) in self.waits {
-            let (outs, w) = rx.await.map_err(|e| lost(rank, e))?;
+        for ((rank, type_key), slots, (outs, w)) in self.done {
             for (slot, o) in slots.into_iter().zip(outs) {
                 out.set(slot, CmdResult::Scored(o));
             }
@@ -134,6 +135,5 @@ impl BoardsInFlight {
                 ws.del_board_events(rank, shard, &type_key, seq);
             }
         }
-        Ok(())
     }
 }

@@ -1,0 +1,250 @@
+//! One active sub-board, held by its shard: a `Board` and its
+//! `EventMemory`, loaded from the ranking's tree on activation; the shard's
+//! apply runs a batch's scoring events on it in log order and stores what
+//! it hands back.
+//!
+//! Why not an actor of its own (it was one): apply already runs on the
+//! shard's task and waits for every board of the batch, and queries read
+//! the board's view without any mailbox. A message, a task wake-up and a
+//! reply channel per board per batch bought nothing; with 10,000 cold
+//! boards they were a fifth of a scoring event's CPU (docs/benchmarks.md).
+//! Passivating a board is dropping it: everything it changed was staged
+//! with the batch that changed it.
+
+use crate::command::{EventResult, ScoreCmd, ScoreEvent};
+use crate::rankings::board::{Board, Member, Ranked, Rules};
+use crate::rankings::dedup::EventMemory;
+use crate::rankings::records::EventRecords;
+use crate::shard::ShardGauges;
+use plaudit_proto::rankings::{ItemId, RankId};
+use plaudit_proto::scoring::{BoardQuery, Outcome, RankedItem};
+use plaudit_proto::WireError;
+use plaudit_storage::{BoardMeta, StateError, StateStore};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Event ids a sub-board remembers. A retry arriving after this many newer
+/// events on the same board is applied again; 10k covers seconds of a hot
+/// board and costs ~160 KiB only on boards that busy.
+pub const EVENT_MEMORY: usize = 10_000;
+
+/// What one batch changed, for the shard to store.
+#[derive(Debug, Default)]
+pub struct BoardWrites {
+    pub members: Vec<(ItemId, Option<Member>)>,
+    pub meta: BoardMeta,
+    /// Event-id records `(seq, ids)` to store: those this batch filled and
+    /// the open one it added to.
+    pub events: Vec<(u64, Vec<u64>)>,
+    /// Event-id records no longer needed to cover the memory bound.
+    pub drop_events: Vec<u64>,
+}
+
+/// Per command, per event, and what to store.
+pub type ApplyReply = (Vec<Vec<EventResult>>, BoardWrites);
+
+/// The answer to a query on one board.
+#[derive(Debug, Clone)]
+pub enum QueryOut {
+    Items(Vec<RankedItem>),
+    RankOf(Option<RankedItem>),
+    Scores(Vec<(ItemId, Option<i64>)>),
+    Size(u64),
+}
+
+/// A board as readers outside its shard see it. Apply holds the write lock
+/// for a whole batch, so a reader sees all of a batch or none of it; and
+/// the Raft apply completes only after, so a write acknowledged to a client
+/// is in the view before the acknowledgement leaves.
+pub type BoardView = Arc<RwLock<Board>>;
+
+/// A fresh view for a board about to be activated (empty until loaded).
+pub fn new_view(rules: Rules) -> BoardView {
+    Arc::new(RwLock::new(Board::new(rules)))
+}
+
+/// The board to read, or `None` if an apply panicked while writing it
+/// (its state may be half a batch: ask the shard, which dropped it and
+/// loads it again from storage).
+pub fn read_view(view: &RwLock<Board>) -> Option<RwLockReadGuard<'_, Board>> {
+    view.read().ok()
+}
+
+// The host's own access: only it writes, and a panic while writing makes
+// the shard drop the host, so it never meets a poisoned lock it did not
+// poison itself.
+fn write_view(view: &RwLock<Board>) -> RwLockWriteGuard<'_, Board> {
+    view.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read_own(view: &RwLock<Board>) -> RwLockReadGuard<'_, Board> {
+    view.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Answers a query from the board's state.
+pub fn answer(b: &Board, q: &BoardQuery) -> QueryOut {
+    match q {
+        BoardQuery::Top { offset, limit } => {
+            QueryOut::Items(b.top(*offset as usize, *limit as usize).into_iter().map(row).collect())
+        }
+        BoardQuery::RankOf { item } => QueryOut::RankOf(b.rank_of(*item).map(row)),
+        BoardQuery::Around { item, k } => {
+            QueryOut::Items(b.around(*item, *k as usize).into_iter().map(row).collect())
+        }
+        BoardQuery::Scores { items } => {
+            QueryOut::Scores(items.iter().map(|&i| (i, b.score(i))).collect())
+        }
+        BoardQuery::Size => QueryOut::Size(b.len() as u64),
+    }
+}
+
+/// Which board to load, and the rules of the ranking as the edge knows them.
+pub struct BoardArgs {
+    pub rank: RankId,
+    pub type_key: Vec<u8>,
+    pub shard: u32,
+    pub rules: Rules,
+}
+
+pub struct BoardHost {
+    core: BoardView,
+    events: EventMemory,
+    /// How the remembered ids are stored.
+    records: EventRecords,
+    /// `(members, heap bytes)` last added to the shard's gauges.
+    reported: (usize, usize),
+    /// Tells hosts apart in the shard's active set (a board dropped and
+    /// loaded again is another host).
+    serial: u64,
+    /// Which board this is, to unlist it when the shard lets it go.
+    pub rank: RankId,
+    pub type_key: Vec<u8>,
+}
+
+fn row(r: Ranked) -> RankedItem {
+    RankedItem { rank: r.rank, item: r.item, score: r.score, sub: r.sub }
+}
+
+/// One member's events, in order: a repeated event id is a duplicate (and
+/// changes nothing), an overflow fails that event alone.
+fn apply_run(
+    core: &mut Board,
+    events: &mut EventMemory,
+    c: &ScoreCmd,
+    applied_ids: &mut Vec<u64>,
+) -> Vec<EventResult> {
+    let mut run = core.run(c.item);
+    c.events
+        .iter()
+        .map(|e| {
+            if events.contains(e.event_id) {
+                return Ok((Outcome::Duplicate, run.score()));
+            }
+            let score =
+                run.apply(e.score, e.sub).map_err(|e| WireError::bad_request(e.to_string()))?;
+            events.insert(e.event_id);
+            applied_ids.push(e.event_id);
+            Ok((Outcome::Applied, score))
+        })
+        .collect()
+}
+
+impl BoardHost {
+    /// Loads the board from the ranking's tree (an empty board if nothing
+    /// is stored), with the cap it last applied events under rather than the
+    /// ranking's current one: a lowered cap takes effect with the next event.
+    pub fn load(store: &StateStore, args: BoardArgs, serial: u64) -> Result<BoardHost, StateError> {
+        let BoardArgs { rank, type_key, shard, mut rules } = args;
+        let meta = store.board_meta(rank, shard, &type_key)?.unwrap_or_default();
+        let loaded = store.board_members(rank, shard, &type_key)?;
+        let members =
+            loaded.into_iter().map(|(i, score, tie)| (i, Member { score, tie })).collect();
+        if meta.cap > 0 {
+            rules.cap = meta.cap as usize;
+        }
+        let board = Board::from_loaded(rules, members, meta.next_stamp);
+        let stored = store.board_events(rank, shard, &type_key)?;
+        let records = EventRecords::from_loaded(&stored, meta.next_events, EVENT_MEMORY);
+        let events =
+            EventMemory::from_loaded(stored.into_iter().flat_map(|(_, ids)| ids), EVENT_MEMORY);
+        Ok(BoardHost {
+            core: Arc::new(RwLock::new(board)),
+            events,
+            records,
+            reported: (0, 0),
+            serial,
+            rank,
+            type_key,
+        })
+    }
+
+    /// The view queries read.
+    pub fn view(&self) -> BoardView {
+        self.core.clone()
+    }
+
+    /// Moves the shard's gauges from this board's last report to its size
+    /// now, or to nothing when `gone` (the board is being dropped).
+    pub fn report(&mut self, g: &ShardGauges, gone: bool) {
+        let now = if gone { (0, 0) } else { self.size() };
+        let old = self.reported;
+        g.board_members.fetch_add(now.0, Ordering::Relaxed);
+        g.board_members.fetch_sub(old.0, Ordering::Relaxed);
+        g.board_heap_bytes.fetch_add(now.1, Ordering::Relaxed);
+        g.board_heap_bytes.fetch_sub(old.1, Ordering::Relaxed);
+        self.reported = now;
+    }
+
+    /// Answers a query from the board's state.
+    pub fn answer(&self, q: &BoardQuery) -> QueryOut {
+        answer(&read_own(&self.core), q)
+    }
+
+    /// Applies a batch of commands in order, under one write lock.
+    pub fn apply(&mut self, cmds: &[ScoreCmd]) -> ApplyReply {
+        let mut core = write_view(&self.core);
+        let mut results = Vec::with_capacity(cmds.len());
+        let mut applied_ids = Vec::new();
+        for c in cmds {
+            if c.cap as usize != core.rules().cap {
+                core.set_cap(c.cap as usize);
+            }
+            results.push(apply_run(&mut core, &mut self.events, c, &mut applied_ids));
+        }
+        let stored = self.records.add(applied_ids);
+        let w = BoardWrites {
+            members: core.take_dirty(),
+            meta: BoardMeta {
+                size: core.len() as u64,
+                next_stamp: core.next_stamp(),
+                next_events: self.records.next_seq(),
+                cap: core.rules().cap as u64,
+            },
+            events: stored.put,
+            drop_events: stored.drop,
+        };
+        (results, w)
+    }
+
+    /// What `apply` would answer for this one event, without applying it.
+    pub fn check(&self, item: ItemId, e: &ScoreEvent) -> EventResult {
+        let core = read_own(&self.core);
+        if self.events.contains(e.event_id) {
+            return Ok((Outcome::Duplicate, core.score(item)));
+        }
+        core.check(item, e.score).map_err(|e| WireError::bad_request(e.to_string()))?;
+        Ok((Outcome::Applied, core.score(item)))
+    }
+
+    fn size(&self) -> (usize, usize) {
+        let core = read_own(&self.core);
+        (core.len(), core.heap_bytes())
+    }
+}
+
+impl crate::active::Identified for BoardHost {
+    type Id = u64;
+    fn id(&self) -> u64 {
+        self.serial
+    }
+}
