@@ -42,6 +42,10 @@ impl<K: Hash + Eq + Clone, V: Identified> ActiveSet<K, V> {
         self.map.is_empty()
     }
 
+    pub fn contains(&self, k: &K) -> bool {
+        self.map.contains_key(k)
+    }
+
     /// The value for `k`, marking it most recently used.
     pub fn touch(&mut self, k: &K, now: Instant) -> Option<V>
     where

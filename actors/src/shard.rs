@@ -392,7 +392,7 @@ impl ShardActor {
     ) -> Result<&'s mut BoardHost, Fatal> {
         let now = Instant::now();
         let key = (rank, type_key);
-        if state.boards.touch_mut(&key, now).is_none() {
+        if !state.boards.contains(&key) {
             state.board_serial += 1;
             let args = BoardArgs { rank, type_key: key.1.clone(), shard: self.cfg.shard, rules };
             let mut host = BoardHost::load(&self.store, args, state.board_serial)?;

@@ -22,6 +22,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config as RaftConfig, SnapshotPolicy};
 use plaudit_actors::{coalesce, Batch, CmdResult, Command, ShardHandle};
 use plaudit_proto::WireError;
+use plaudit_storage::file_log::FileLogStore;
 use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::log_store::SledLogStore;
 use plaudit_storage::StateStore;
@@ -70,7 +71,7 @@ pub struct Group {
     pub raft: Raft,
     pub handle: ShardHandle,
     /// The log store (its committed index, for metrics).
-    pub log: SledLogStore<TypeConfig>,
+    pub log: FileLogStore<TypeConfig>,
     /// When this replica last heard from its leader (an AppendEntries),
     /// for failover: the others' leader lease runs from about then.
     last_heard: std::sync::Mutex<Option<std::time::Instant>>,
@@ -102,7 +103,7 @@ impl Group {
         sm_ctx: StateMachineContext,
         network: crate::raft_net::PeerNetwork,
     ) -> anyhow::Result<Group> {
-        let log = SledLogStore::<TypeConfig>::open(db, commit.clone(), name)?;
+        let log = open_log(db, &commit, &sm_ctx.data_dir, name).await?;
         let sm = ShardStateMachine {
             shard: id,
             is_meta: sm_ctx.is_meta,
@@ -454,4 +455,30 @@ async fn read_loop(shard: u32, raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>) {
             let _ = w.send(res.clone());
         }
     }
+}
+
+/// The group's log in `<data dir>/raft/<group>/`, with what an older build
+/// kept in sled's trees `raft/<group>/{log,meta}` moved in first (and the
+/// trees dropped once the copy is durable).
+async fn open_log(
+    db: &sled::Db,
+    commit: &GroupCommit,
+    data_dir: &std::path::Path,
+    name: &str,
+) -> anyhow::Result<FileLogStore<TypeConfig>> {
+    let mut log = FileLogStore::open(&data_dir.join("raft").join(name), commit.clone())?;
+    let trees = [format!("raft/{name}/log"), format!("raft/{name}/meta")];
+    let names = db.tree_names();
+    if trees.iter().any(|t| names.iter().any(|n| n.as_ref() == t.as_bytes())) {
+        let mut old = SledLogStore::<TypeConfig>::open(db, commit.clone(), name)?;
+        if log.import(&mut old).await? {
+            tracing::info!(group = name, "moved the Raft log out of sled's trees");
+        }
+        drop(old);
+        for t in &trees {
+            db.drop_tree(t.as_bytes())?;
+        }
+        commit.flush().await?;
+    }
+    Ok(log)
 }

@@ -1,5 +1,6 @@
 //! Group commit: one flusher thread per `sled::Db` that turns many durability
-//! requests into one `flush` plus one `fdatasync`.
+//! requests into one `flush` plus one `fdatasync`, and many appends to the
+//! Raft logs' own files into one `fdatasync` per file.
 //!
 //! Why it exists: every Raft group on a node appends to the same `Db`, and an
 //! fsync per append caps a node at a few thousand entries per second, while one
@@ -38,6 +39,13 @@ use std::thread::{JoinHandle, ThreadId};
 /// What a durability request runs once its flush has finished (or failed).
 pub type FlushCallback = Box<dyn FnOnce(io::Result<()>) + Send + 'static>;
 
+/// One durability request: sled's `Db` (its buffers written and synced), or
+/// one file of our own (the Raft log's segments) `fdatasync`ed.
+enum Request {
+    Db(FlushCallback),
+    File(Arc<File>, FlushCallback),
+}
+
 /// The name of sled 0.34's single data file inside the `Db` directory
 /// (`Inner::db_path` in sled's `config.rs`).
 const DATA_FILE: &str = "db";
@@ -71,7 +79,7 @@ struct Counters {
 
 struct Inner {
     /// `Some` until `Drop` takes it: closing the channel is what stops the thread.
-    tx: Option<Sender<FlushCallback>>,
+    tx: Option<Sender<Request>>,
     counters: Arc<Counters>,
     thread_id: ThreadId,
     /// Taken and joined by `Drop`.
@@ -114,16 +122,28 @@ impl GroupCommit {
     /// `done` runs on the flusher thread: it must be quick and must not block
     /// on another flush (see [`GroupCommit::flush_blocking`]).
     pub fn submit(&self, done: FlushCallback) {
+        self.send(Request::Db(done));
+    }
+
+    /// Completes `done` after an `fdatasync` of `file` that began after this
+    /// call, sharing the round with every other request queued meanwhile
+    /// (a file named by several requests is synced once). No sled flush
+    /// unless another request in the round asks for one.
+    pub fn submit_file(&self, file: Arc<File>, done: FlushCallback) {
+        self.send(Request::File(file, done));
+    }
+
+    fn send(&self, req: Request) {
         let Some(tx) = self.inner.tx.as_ref() else {
             // Only `Drop` clears `tx`, and it holds the last handle, so no
             // caller can get here; answer rather than lose the callback anyway.
-            done(Err(stopped()));
+            req.into_callback()(Err(stopped()));
             return;
         };
-        if let Err(mpsc::SendError(done)) = tx.send(done) {
+        if let Err(mpsc::SendError(req)) = tx.send(req) {
             // The thread is gone (it contains panics, so this means it could
             // not be kept alive): the request can never become durable through it.
-            done(Err(stopped()));
+            req.into_callback()(Err(stopped()));
         }
     }
 
@@ -190,8 +210,16 @@ impl Drop for Inner {
 }
 
 /// The state owned by the flusher thread.
+impl Request {
+    fn into_callback(self) -> FlushCallback {
+        match self {
+            Request::Db(done) | Request::File(_, done) => done,
+        }
+    }
+}
+
 struct Flusher {
-    rx: Receiver<FlushCallback>,
+    rx: Receiver<Request>,
     db: sled::Db,
     data_file: File,
     blobs: BlobSync,
@@ -202,15 +230,35 @@ impl Flusher {
     fn run(mut self) {
         tracing::debug!("group-commit flusher started");
         let mut batch: Vec<FlushCallback> = Vec::new();
+        let mut files: Vec<Arc<File>> = Vec::new();
         // `recv` fails only once every sender is gone *and* the queue is empty,
         // so callbacks submitted before the last handle dropped are still served.
         while let Ok(first) = self.rx.recv() {
-            batch.push(first);
+            let mut db = false;
             // Everything queued now was submitted before the flush below begins.
-            batch.extend(self.rx.try_iter());
+            for req in std::iter::once(first).chain(self.rx.try_iter()) {
+                match req {
+                    Request::Db(done) => {
+                        db = true;
+                        batch.push(done);
+                    }
+                    Request::File(file, done) => {
+                        if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
+                            files.push(file);
+                        }
+                        batch.push(done);
+                    }
+                }
+            }
             // A panic inside sled must not drop the batch unanswered.
-            let result = catch_unwind(AssertUnwindSafe(|| self.flush_once()))
-                .unwrap_or_else(|_| Err(io::Error::other("sled panicked during flush")));
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                if db {
+                    self.flush_once()?;
+                }
+                files.drain(..).try_for_each(|f| f.sync_data())
+            }))
+            .unwrap_or_else(|_| Err(io::Error::other("sled panicked during flush")));
+            files.clear();
             self.counters.flushes.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = &result {
                 self.counters.flush_errors.fetch_add(1, Ordering::Relaxed);

@@ -1,15 +1,17 @@
-//! Plaudit storage on sled: the Raft log of every shard group, made durable by
-//! one group-commit flusher per node, and the key layouts of the state the
-//! shards apply.
+//! Plaudit storage: the Raft log of every shard group in files of its own,
+//! made durable by one group-commit flusher per node, and the state the
+//! shards apply, in sled.
 //!
 //! ```text
-//! openraft ──append──> SledLogStore ──insert (readable now)──> sled tree raft/<group>/log
-//!                          └──submit(callback)──> GroupCommit thread: drain, flush, fdatasync, complete
+//! openraft ──append──> FileLogStore ──pwrite (readable now)──> raft/<group>/seg-*.log
+//!                          └──submit_file(callback)──> GroupCommit thread: drain, fdatasync each file, complete
 //! ```
 //!
 //! Modules:
 //! - `group_commit`: the flusher thread that turns many `append`s into one fsync;
-//! - `log_store`: openraft `RaftLogStorage` over sled, generic over the type config;
+//! - `file_log`: openraft `RaftLogStorage` over append-only segment files;
+//! - `log_store`: the former log store over sled trees, kept to read (and move
+//!   into `file_log`) the logs of data directories written before;
 //! - `state`: `StateStore` (reads, staging, atomic checkpoints, crash recovery)
 //!   and `WriteSet` (one applied batch's writes across trees);
 //! - `pending`: the per-shard overlay of staged writes not yet in sled;
@@ -26,6 +28,7 @@
 
 pub mod boards;
 mod counts_cache;
+pub mod file_log;
 pub mod group_commit;
 pub mod keys;
 mod likes;
