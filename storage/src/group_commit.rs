@@ -36,6 +36,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
 
+use crate::sync_pool::SyncPool;
+
 /// What a durability request runs once its flush has finished (or failed).
 pub type FlushCallback = Box<dyn FnOnce(io::Result<()>) + Send + 'static>;
 
@@ -107,7 +109,8 @@ impl GroupCommit {
 
         let (tx, rx) = mpsc::channel();
         let counters = Arc::new(Counters::default());
-        let flusher = Flusher { rx, db, data_file, blobs, counters: counters.clone() };
+        let flusher =
+            Flusher { rx, sync: SyncPool::new(), db, data_file, blobs, counters: counters.clone() };
         let handle = std::thread::Builder::new()
             .name("plaudit-flush".into())
             .spawn(move || flusher.run())?;
@@ -220,6 +223,8 @@ impl Request {
 
 struct Flusher {
     rx: Receiver<Request>,
+    /// Syncs the round's log files concurrently.
+    sync: SyncPool,
     db: sled::Db,
     data_file: File,
     blobs: BlobSync,
@@ -255,7 +260,7 @@ impl Flusher {
                 if db {
                     self.flush_once()?;
                 }
-                files.drain(..).try_for_each(|f| f.sync_data())
+                self.sync.sync_all(&files)
             }))
             .unwrap_or_else(|_| Err(io::Error::other("sled panicked during flush")));
             files.clear();

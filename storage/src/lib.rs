@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Modules:
-//! - `group_commit`: the flusher thread that turns many `append`s into one fsync;
+//! - `group_commit`: the flusher thread that turns many `append`s into one fsync
+//!   per file (`sync_pool`: those of one round issued concurrently);
 //! - `file_log`: openraft `RaftLogStorage` over append-only segment files;
 //! - `log_store`: the former log store over sled trees, kept to read (and move
 //!   into `file_log`) the logs of data directories written before;
@@ -39,6 +40,7 @@ mod registry;
 mod shard_meta;
 pub mod snapshot;
 pub mod state;
+mod sync_pool;
 mod trees;
 
 pub use boards::BoardMeta;
