@@ -29,6 +29,7 @@ use plaudit_actors::{Directory, OutboxSignal, ShardActor, ShardConfig, ShardHand
 use plaudit_proto::cluster::{ClusterMap, NodeInfo};
 use plaudit_proto::WireError;
 use plaudit_storage::group_commit::GroupCommit;
+use plaudit_storage::wal::Wal;
 use plaudit_storage::StateStore;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -102,6 +103,8 @@ pub struct Engine {
     pub(crate) cfg: EngineConfig,
     db: sled::Db,
     commit: GroupCommit,
+    /// Every group's Raft log, in one set of files (`storage/src/wal.rs`).
+    wal: Arc<Wal>,
     pub(crate) store: StateStore,
     pub(crate) directory: Directory,
     pub(crate) router: Arc<Router>,
@@ -154,10 +157,13 @@ impl Engine {
         let db = sled::Config::new()
             .path(cfg.data_dir.join("sled"))
             .cache_capacity(cfg.sled_cache_bytes)
-            // sled's own background fsync every 500ms is redundant with group commit.
-            .flush_every_ms(None)
+            // The Raft logs are not in sled: its state becomes durable when
+            // a purge flushes it, or with this background flush, which
+            // bounds what a restart must replay from the logs.
+            .flush_every_ms(Some(1000))
             .open()?;
         let commit = GroupCommit::start(db.clone(), &cfg.data_dir.join("sled"))?;
+        let wal = Wal::open(&cfg.data_dir.join("raft"))?;
         let store = StateStore::open_with(&db, cfg.checkpoint)?;
         let directory = Directory::load(&store)?;
         let me = cfg.cluster.me.id;
@@ -176,6 +182,7 @@ impl Engine {
             cfg,
             db,
             commit,
+            wal,
             store,
             directory,
             router,
@@ -341,6 +348,7 @@ impl Engine {
             &cfg.group,
             &self.db,
             self.commit.clone(),
+            self.wal.clone(),
             self.store.clone(),
             handle.clone(),
             ctx,

@@ -25,6 +25,7 @@ use plaudit_proto::WireError;
 use plaudit_storage::file_log::FileLogStore;
 use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::log_store::SledLogStore;
+use plaudit_storage::wal::Wal;
 use plaudit_storage::StateStore;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -98,12 +99,13 @@ impl Group {
         cfg: &GroupConfig,
         db: &sled::Db,
         commit: GroupCommit,
+        wal: Arc<Wal>,
         store: StateStore,
         handle: ShardHandle,
         sm_ctx: StateMachineContext,
         network: crate::raft_net::PeerNetwork,
     ) -> anyhow::Result<Group> {
-        let log = open_log(db, &commit, &sm_ctx.data_dir, name).await?;
+        let log = open_log(db, &commit, wal, id, name).await?;
         let sm = ShardStateMachine {
             shard: id,
             is_meta: sm_ctx.is_meta,
@@ -129,6 +131,13 @@ impl Group {
             ..Default::default()
         };
         let raft_cfg = Arc::new(raft_cfg.validate()?);
+        // Everything in the log when it opens may have been acknowledged
+        // before a crash: no read skips the check until it is applied.
+        let logged = {
+            use openraft::storage::RaftLogStorage;
+            let state = log.clone().get_log_state().await?;
+            state.last_log_id.map_or(0, |l| l.index)
+        };
         let raft = Raft::new(cfg.node_id, raft_cfg, network, log.clone(), sm).await?;
         let (ptx, prx) = mpsc::channel(cfg.max_pending);
         let (rtx, rrx) = mpsc::channel(cfg.max_pending);
@@ -143,7 +152,7 @@ impl Group {
         ));
         tokio::spawn(read_loop(id, raft.clone(), rrx));
         let sole_voter = Arc::new(AtomicBool::new(false));
-        tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone()));
+        tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone(), logged));
         Ok(Group {
             id,
             raft,
@@ -407,20 +416,25 @@ async fn propose_loop(
 }
 
 /// Tracks whether reads may skip the read-index check: this node leads, is
-/// the only voter, and has applied an entry of its current term. The last
-/// condition matters after a restart: entries acknowledged before a crash
-/// are in the log but not yet re-applied, and the new term's first entry
-/// (the leader's blank entry) is applied only after all of them. A
-/// membership change shows in the metrics as soon as its entry is appended,
-/// before it can take effect, so the flag clears in time.
-async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>) {
+/// the only voter, has applied an entry of its current term, and has applied
+/// everything its log held when it opened (`logged`). The last two matter
+/// after a restart: entries acknowledged before a crash are in the log but
+/// not yet re-applied. A new term's first entry (the leader's blank entry)
+/// is applied only after all of them; but openraft restores a sole voter
+/// that led before the crash as leader *of the same term*, with no new
+/// entry, so the term alone let reads through before the replay (t40 caught
+/// it once the shards' state could lag the log by a second). A membership
+/// change shows in the metrics as soon as its entry is appended, before it
+/// can take effect, so the flag clears in time.
+async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>, logged: u64) {
     let mut metrics = raft.metrics();
     loop {
         let sole = {
             let m = metrics.borrow();
             let mut voters = m.membership_config.membership().voter_ids();
-            let applied_this_term =
-                m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term);
+            let applied_this_term = m
+                .last_applied
+                .is_some_and(|l| l.leader_id.term == m.current_term && l.index >= logged);
             m.current_leader == Some(m.id)
                 && m.state == openraft::ServerState::Leader
                 && applied_this_term
@@ -457,16 +471,17 @@ async fn read_loop(shard: u32, raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>) {
     }
 }
 
-/// The group's log in `<data dir>/raft/<group>/`, with what an older build
-/// kept in sled's trees `raft/<group>/{log,meta}` moved in first (and the
-/// trees dropped once the copy is durable).
+/// The group's log in the node's `wal`, with what an older build kept in
+/// sled's trees `raft/<group>/{log,meta}` moved in first (and the trees
+/// dropped once the copy is durable).
 async fn open_log(
     db: &sled::Db,
     commit: &GroupCommit,
-    data_dir: &std::path::Path,
+    wal: Arc<Wal>,
+    id: u32,
     name: &str,
 ) -> anyhow::Result<FileLogStore<TypeConfig>> {
-    let mut log = FileLogStore::open(&data_dir.join("raft").join(name), commit.clone())?;
+    let mut log = FileLogStore::open(wal, id, commit.clone());
     let trees = [format!("raft/{name}/log"), format!("raft/{name}/meta")];
     let names = db.tree_names();
     if trees.iter().any(|t| names.iter().any(|n| n.as_ref() == t.as_bytes())) {

@@ -3,14 +3,15 @@
 //! shards apply, in sled.
 //!
 //! ```text
-//! openraft ──append──> FileLogStore ──pwrite (readable now)──> raft/<group>/seg-*.log
-//!                          └──submit_file(callback)──> GroupCommit thread: drain, fdatasync each file, complete
+//! openraft ──append──> FileLogStore (one per group) ──pwrite (readable now)──> Wal: raft/wal-*.log (all groups)
+//!                          └──submit_file(callback)──> GroupCommit thread: drain, fdatasync, complete
 //! ```
 //!
 //! Modules:
 //! - `group_commit`: the flusher thread that turns many `append`s into one fsync
-//!   per file (`sync_pool`: those of one round issued concurrently);
-//! - `file_log`: openraft `RaftLogStorage` over append-only segment files;
+//!   (`sync_pool`: several files of one round synced concurrently);
+//! - `wal`: the node's write-ahead log: every group's records in shared segments;
+//! - `file_log`: openraft `RaftLogStorage` for one group over the `Wal`;
 //! - `log_store`: the former log store over sled trees, kept to read (and move
 //!   into `file_log`) the logs of data directories written before;
 //! - `state`: `StateStore` (reads, staging, atomic checkpoints, crash recovery)
@@ -42,6 +43,7 @@ pub mod snapshot;
 pub mod state;
 mod sync_pool;
 mod trees;
+pub mod wal;
 
 pub use boards::BoardMeta;
 pub use state::{CheckpointPolicy, CountsRec, StateError, StateStore, WriteSet};

@@ -1,7 +1,8 @@
-//! `FileLogStore` against openraft's storage conformance suite, plus what
-//! the suite cannot see: what survives closing and opening the directory
-//! again, torn and corrupt tails cut at recovery, segments that rotate and
-//! go with purges, and a log moved over from sled's trees.
+//! `FileLogStore` (a group's handle on the node's `Wal`) against openraft's
+//! storage conformance suite, plus what the suite cannot see: what survives
+//! closing and opening the directory again, groups that share the log,
+//! torn and corrupt tails cut at recovery, segments that rotate and go, and
+//! a log moved over from sled's trees.
 
 mod common;
 
@@ -16,6 +17,7 @@ use openraft::{RaftLogReader, StorageError, StorageIOError, Vote};
 use plaudit_storage::file_log::FileLogStore;
 use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::log_store::SledLogStore;
+use plaudit_storage::wal::Wal;
 use tempfile::TempDir;
 
 type Store = FileLogStore<TestConfig>;
@@ -28,8 +30,8 @@ impl StoreBuilder<TestConfig, Store, MemStateMachine, TempDir> for Builder {
         let db = sled::open(dir.path().join("sled")).map_err(|e| StorageIOError::write(&e))?;
         let commit = GroupCommit::start(db, &dir.path().join("sled"))
             .map_err(|e| StorageIOError::write(&e))?;
-        let store =
-            Store::open(&dir.path().join("log"), commit).map_err(|e| StorageIOError::write(&e))?;
+        let wal = Wal::open(&dir.path().join("log")).map_err(|e| StorageIOError::write(&e))?;
+        let store = Store::open(wal, 7, commit);
         Ok((dir, store, MemStateMachine::default()))
     }
 }
@@ -39,9 +41,10 @@ fn passes_openraft_storage_suite() {
     Suite::test_all(Builder).expect("openraft storage suite");
 }
 
-/// A node's flusher (over a sled `Db` of its own) and one group's log.
+/// A node's flusher (over a sled `Db` of its own), its log and group 1's handle.
 struct Node {
     commit: GroupCommit,
+    wal: std::sync::Arc<Wal>,
     store: Store,
     db: sled::Db,
 }
@@ -53,19 +56,24 @@ fn log_dir(dir: &Path) -> PathBuf {
 fn open_sized(dir: &Path, segment_bytes: u64) -> Node {
     let db = sled::open(dir.join("sled")).expect("open sled");
     let commit = GroupCommit::start(db.clone(), &dir.join("sled")).expect("group commit");
-    let store = Store::open_with_segment_bytes(&log_dir(dir), commit.clone(), segment_bytes)
-        .expect("open log");
-    Node { commit, store, db }
+    let wal = Wal::open_with_segment_bytes(&log_dir(dir), segment_bytes).expect("open log");
+    let store = Store::open(wal.clone(), 1, commit.clone());
+    Node { commit, wal, store, db }
 }
 
 fn open(dir: &Path) -> Node {
-    open_sized(dir, plaudit_storage::file_log::SEGMENT_BYTES)
+    open_sized(dir, plaudit_storage::wal::SEGMENT_BYTES)
 }
 
 impl Node {
+    fn group(&self, id: u32) -> Store {
+        Store::open(self.wal.clone(), id, self.commit.clone())
+    }
+
     fn close(self) {
-        let Node { commit, store, db } = self;
+        let Node { commit, wal, store, db } = self;
         drop(store);
+        drop(wal);
         drop(commit);
         drop(db);
     }
@@ -75,7 +83,7 @@ fn segments(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(log_dir(dir))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with("seg-"))
+        .filter(|n| n.starts_with("wal-"))
         .collect();
     names.sort();
     names
@@ -105,7 +113,7 @@ async fn entries_votes_and_purges_survive_reopen() {
     assert_eq!(state.last_log_id, Some(log_id(2, 10)));
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 3)));
     assert_eq!(node.store.read_vote().await.unwrap(), Some(Vote::new_committed(2, 0)));
-    assert_eq!(node.store.read_committed().await.unwrap(), Some(log_id(2, 8)), "rode on the purge");
+    assert_eq!(node.store.read_committed().await.unwrap(), None, "kept in memory only");
     node.close();
 }
 
@@ -119,7 +127,7 @@ async fn a_torn_or_corrupt_tail_is_cut_and_appends_go_on() {
     let intact = std::fs::metadata(&seg).unwrap().len();
     // Half a record: a header announcing more than follows.
     let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
-    f.write_all(&[200, 0, 0, 0, 1, 2, 3, 4, 5, 0, 0, 0, 0, 0, 0, 0, 9, 9]).unwrap();
+    f.write_all(&[200, 0, 0, 0, 1, 2, 3, 4, 1, 0, 0, 0, 1, 5, 0, 0, 0, 0, 0, 0, 0, 9, 9]).unwrap();
     drop(f);
 
     let mut node = open(dir.path());
@@ -131,10 +139,10 @@ async fn a_torn_or_corrupt_tail_is_cut_and_appends_go_on() {
     // A flipped byte inside record 3: recovery keeps 1 and 2 only.
     let bytes = std::fs::read(&seg).unwrap();
     let third = (0..2).fold(0usize, |off, _| {
-        off + 16 + u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize
+        off + 21 + u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize
     });
     let mut damaged = bytes.clone();
-    damaged[third + 20] ^= 0xFF;
+    damaged[third + 25] ^= 0xFF;
     std::fs::write(&seg, damaged).unwrap();
     let mut node = open(dir.path());
     assert_eq!(indexes(&mut node.store).await, vec![1, 2]);
@@ -144,31 +152,60 @@ async fn a_torn_or_corrupt_tail_is_cut_and_appends_go_on() {
 }
 
 #[tokio::test]
-async fn segments_rotate_are_cut_by_truncate_and_go_with_purges() {
+async fn groups_share_the_log_but_not_their_entries() {
     let dir = tempfile::tempdir().unwrap();
-    // Tiny segments: each append of two entries starts a new one.
+    let node = open(dir.path());
+    let (mut a, mut b) = (node.group(1), node.group(2));
+    a.blocking_append((1..=3).map(|i| normal(1, i, payload(i)))).await.unwrap();
+    b.blocking_append((1..=2).map(|i| normal(5, i, b"b".to_vec()))).await.unwrap();
+    a.truncate(log_id(1, 2)).await.unwrap();
+    b.save_vote(&Vote::new(5, 2)).await.unwrap();
+    assert_eq!(indexes(&mut a).await, vec![1]);
+    assert_eq!(indexes(&mut b).await, vec![1, 2]);
+    assert_eq!(a.read_vote().await.unwrap(), None);
+    drop((a, b));
+    node.close();
+
+    let node = open(dir.path());
+    let (mut a, mut b) = (node.group(1), node.group(2));
+    assert_eq!(indexes(&mut a).await, vec![1], "the truncation was replayed");
+    assert_eq!(b.try_get_log_entries(..).await.unwrap()[1], normal(5, 2, b"b".to_vec()));
+    assert_eq!(b.read_vote().await.unwrap(), Some(Vote::new(5, 2)));
+    drop((a, b));
+    node.close();
+}
+
+#[tokio::test]
+async fn segments_rotate_keep_hard_state_and_go_when_nothing_lives_in_them() {
+    let dir = tempfile::tempdir().unwrap();
+    // Tiny segments: every append starts a new one.
     let mut node = open_sized(dir.path(), 1);
-    for i in (1..=9).step_by(2) {
-        node.store
-            .blocking_append([normal(1, i, payload(i)), normal(1, i + 1, payload(i + 1))])
-            .await
-            .unwrap();
+    let mut idle = node.group(2);
+    idle.blocking_append([normal(1, 1, payload(1))]).await.unwrap();
+    idle.save_vote(&Vote::new(1, 9)).await.unwrap();
+    for i in 1..=20 {
+        node.store.blocking_append([normal(1, i, payload(i))]).await.unwrap();
     }
-    assert_eq!(segments(dir.path()).len(), 5);
-    // Truncating inside the third segment deletes the fourth and fifth.
-    node.store.truncate(log_id(1, 6)).await.unwrap();
-    assert_eq!(segments(dir.path()).len(), 3);
-    node.store.blocking_append([normal(2, 6, payload(6))]).await.unwrap();
-    assert_eq!(indexes(&mut node.store).await, vec![1, 2, 3, 4, 5, 6]);
-    // Purging through 4 deletes the two segments holding 1..=4.
-    node.store.purge(log_id(1, 4)).await.unwrap();
-    assert_eq!(segments(dir.path()).len(), 2);
+    node.store.truncate(log_id(1, 18)).await.unwrap();
+    node.store.purge(log_id(1, 15)).await.unwrap();
+    for i in 18..=22 {
+        node.store.blocking_append([normal(2, i, payload(i))]).await.unwrap();
+    }
+    // The idle group's one entry was moved forward, so old segments went.
+    assert!(node.wal.segment_count() <= 9, "{} segments", node.wal.segment_count());
+    drop(idle);
     node.close();
 
     let mut node = open_sized(dir.path(), 1);
-    let got = node.store.try_get_log_entries(..).await.unwrap();
-    let ids: Vec<_> = got.iter().map(|e| e.log_id).collect();
-    assert_eq!(ids, vec![log_id(1, 5), log_id(2, 6)]);
+    assert_eq!(indexes(&mut node.store).await, vec![16, 17, 18, 19, 20, 21, 22]);
+    let got = node.store.try_get_log_entries(18..19).await.unwrap();
+    assert_eq!(got, vec![normal(2, 18, payload(18))], "the entry after the truncation");
+    let state = node.store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 15)));
+    let mut idle = node.group(2);
+    assert_eq!(indexes(&mut idle).await, vec![1]);
+    assert_eq!(idle.read_vote().await.unwrap(), Some(Vote::new(1, 9)));
+    drop(idle);
     node.close();
 }
 

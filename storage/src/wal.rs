@@ -1,0 +1,375 @@
+//! One write-ahead log per node for the Raft logs of all its groups:
+//! append-only segments in `<dir>/`, records tagged with their group.
+//!
+//! ```text
+//! wal-<seq, 20 digits>.log   record*
+//! record = len u32 | crc u32 | group u32 | kind u8 | index u64 | payload   (crc over all after it)
+//! kind   = entry (payload: v1 | Entry) | truncate (from index) | purge (v1 | LogId)
+//!        | vote (v1 | Vote) | committed (v1 | Option<LogId>)
+//! ```
+//!
+//! Why one file for all groups (each group had a file of its own before):
+//! a round of group commit then costs one `fdatasync`, whatever the number
+//! of groups that appended. With a file per group the likes mix made ~4,100
+//! `fdatasync`s a second over 17 groups, and the sync threads were a fifth
+//! of the node's CPU (mostly the device flush each one issues).
+//!
+//! Every group's state is rebuilt by reading the segments in order: an entry
+//! record places that entry, a truncate record removes the group's entries
+//! from its index on, a purge record removes those up to its log id and
+//! records it, vote and committed records replace the group's. A torn or
+//! corrupt record ends the log: its segment is cut there and later segments
+//! are deleted.
+//!
+//! Space: a segment is deleted once no group has a live entry in it. When a
+//! new segment starts, it first records every group's vote, purge point and
+//! committed id (made durable before any old segment is deleted), so old
+//! segments are never needed for those. A group that writes rarely could
+//! still pin every segment it touched until its next snapshot; so when more
+//! than `MAX_SEGMENTS` exist, the oldest one's live entries are copied into
+//! the new segment (same payload, same index: replaying them is placing
+//! them again) and the oldest is deleted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The format version byte in front of every payload.
+pub(crate) const FORMAT_V1: u8 = 1;
+/// `len u32 | crc u32 | group u32 | kind u8 | index u64`.
+const HEADER: usize = 21;
+/// A new segment starts once the active one is this large.
+pub const SEGMENT_BYTES: u64 = 64 << 20;
+/// More segments than this and the oldest one's live entries are moved on.
+const MAX_SEGMENTS: usize = 8;
+/// The most one record may hold; anything larger on disk is a torn length.
+const MAX_RECORD: usize = 1 << 30;
+
+pub(crate) const KIND_ENTRY: u8 = 1;
+pub(crate) const KIND_TRUNCATE: u8 = 2;
+pub(crate) const KIND_PURGE: u8 = 3;
+pub(crate) const KIND_VOTE: u8 = 4;
+pub(crate) const KIND_COMMITTED: u8 = 5;
+
+/// Where one entry's payload is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Loc {
+    seg: u64,
+    off: u64,
+    len: u32,
+}
+
+/// What the log holds for one group. The hard state is kept encoded: this
+/// module does not know the group's type config, the handle does.
+#[derive(Default)]
+pub(crate) struct GroupLog {
+    pub locs: BTreeMap<u64, Loc>,
+    /// `v1 | Vote`, `v1 | LogId`, `v1 | Option<LogId>` as last recorded.
+    pub vote: Option<Vec<u8>>,
+    pub purged: Option<Vec<u8>>,
+    pub committed: Option<Vec<u8>>,
+    /// The index the last purge went through (with `purged`).
+    purged_at: u64,
+}
+
+struct Segment {
+    seq: u64,
+    path: PathBuf,
+    file: Arc<File>,
+    len: u64,
+    /// Live entries in it, of every group.
+    live: usize,
+}
+
+pub(crate) struct WalInner {
+    dir: PathBuf,
+    segment_bytes: u64,
+    segments: Vec<Segment>,
+    pub groups: HashMap<u32, GroupLog>,
+}
+
+/// The node's log. Group handles (`file_log::FileLogStore`) share it.
+pub struct Wal {
+    inner: Mutex<WalInner>,
+}
+
+/// One record to write.
+pub(crate) struct Record<'a> {
+    pub kind: u8,
+    pub index: u64,
+    pub payload: &'a [u8],
+}
+
+impl Wal {
+    /// Opens (creating if needed) the log in `dir`, recovered to the longest
+    /// intact prefix.
+    pub fn open(dir: &Path) -> io::Result<Arc<Wal>> {
+        Self::open_with_segment_bytes(dir, SEGMENT_BYTES)
+    }
+
+    /// [`open`](Self::open) with another segment size (tests use small ones
+    /// to see segments rotate and go).
+    pub fn open_with_segment_bytes(dir: &Path, segment_bytes: u64) -> io::Result<Arc<Wal>> {
+        std::fs::create_dir_all(dir)?;
+        let mut inner = WalInner {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            segments: Vec::new(),
+            groups: HashMap::new(),
+        };
+        inner.recover()?;
+        Ok(Arc::new(Wal { inner: Mutex::new(inner) }))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, WalInner> {
+        // Every mutation leaves `WalInner` consistent before it can fail.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Segment files on disk, for tests and status.
+    pub fn segment_count(&self) -> usize {
+        self.lock().segments.len()
+    }
+}
+
+impl WalInner {
+    /// Appends `records` of `group` as one write and applies them to the
+    /// group's state; returns the file to sync for them.
+    pub fn append(&mut self, group: u32, records: &[Record<'_>]) -> io::Result<Arc<File>> {
+        if self.segments.last().is_none_or(|s| s.len >= self.segment_bytes) {
+            self.rotate()?;
+        }
+        let mut buf = Vec::new();
+        for r in records {
+            encode(group, r, &mut buf)?;
+        }
+        let seg = self.segments.last_mut().ok_or_else(|| io::Error::other("no segment"))?;
+        // On failure nothing is indexed; the bytes past `len` are overwritten
+        // by the next append, or cut by recovery.
+        seg.file.write_all_at(&buf, seg.len)?;
+        let (seq, base, file) = (seg.seq, seg.len, seg.file.clone());
+        seg.len += buf.len() as u64;
+        let mut off = base;
+        for r in records {
+            let loc = Loc { seg: seq, off: off + HEADER as u64, len: r.payload.len() as u32 };
+            self.apply(group, r.kind, r.index, r.payload, loc);
+            off += (HEADER + r.payload.len()) as u64;
+        }
+        Ok(file)
+    }
+
+    /// A record's effect on its group's state (at append and at recovery).
+    fn apply(&mut self, group: u32, kind: u8, index: u64, payload: &[u8], loc: Loc) {
+        let g = self.groups.entry(group).or_default();
+        let segments = &mut self.segments;
+        let mut unref = |l: Loc| {
+            if let Some(s) = segments.iter_mut().find(|s| s.seq == l.seg) {
+                s.live = s.live.saturating_sub(1);
+            }
+        };
+        match kind {
+            KIND_ENTRY => {
+                if let Some(old) = g.locs.insert(index, loc) {
+                    unref(old);
+                }
+                if let Some(s) = segments.iter_mut().find(|s| s.seq == loc.seg) {
+                    s.live += 1;
+                }
+            }
+            KIND_TRUNCATE => g.locs.split_off(&index).into_values().for_each(unref),
+            KIND_PURGE => {
+                let kept = g.locs.split_off(&index.saturating_add(1));
+                std::mem::replace(&mut g.locs, kept).into_values().for_each(unref);
+                g.purged = Some(payload.to_vec());
+                g.purged_at = index;
+            }
+            KIND_VOTE => g.vote = Some(payload.to_vec()),
+            KIND_COMMITTED => g.committed = Some(payload.to_vec()),
+            _ => {}
+        }
+    }
+
+    /// Reads one entry's payload.
+    pub fn read(&self, loc: Loc, buf: &mut Vec<u8>) -> io::Result<()> {
+        let seg = self
+            .segments
+            .iter()
+            .find(|s| s.seq == loc.seg)
+            .ok_or_else(|| io::Error::other(format!("no log segment {}", loc.seg)))?;
+        buf.resize(loc.len as usize, 0);
+        seg.file.read_exact_at(buf, loc.off)
+    }
+
+    /// Starts a new segment: every group's hard state first, then the live
+    /// entries of the oldest segment if there are too many, made durable,
+    /// then segments nothing lives in are deleted.
+    fn rotate(&mut self) -> io::Result<()> {
+        let seq = self.segments.last().map_or(1, |s| s.seq + 1);
+        let path = self.dir.join(format!("wal-{seq:020}.log"));
+        let file =
+            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+        sync_dir(&self.dir)?;
+        self.segments.push(Segment { seq, path, file: Arc::new(file), len: 0, live: 0 });
+        if self.segments.len() == 1 {
+            return Ok(());
+        }
+        let mut state = Vec::new();
+        for (&group, g) in &self.groups {
+            for (kind, v) in
+                [(KIND_PURGE, &g.purged), (KIND_VOTE, &g.vote), (KIND_COMMITTED, &g.committed)]
+            {
+                if let Some(payload) = v {
+                    // A purge record's index is what it purges through.
+                    let index = if kind == KIND_PURGE { g.purged_at } else { 0 };
+                    state.push((group, kind, index, payload.clone()));
+                }
+            }
+        }
+        let mut buf = Vec::new();
+        for (group, kind, index, payload) in &state {
+            encode(*group, &Record { kind: *kind, index: *index, payload }, &mut buf)?;
+        }
+        let moved = self.move_oldest_if_too_many(&mut buf)?;
+        let seg = self.segments.last_mut().ok_or_else(|| io::Error::other("no segment"))?;
+        seg.file.write_all_at(&buf, 0)?;
+        seg.len = buf.len() as u64;
+        seg.file.sync_data()?;
+        let seq = seg.seq;
+        for (group, index, off, len) in moved {
+            let loc = Loc { seg: seq, off, len };
+            self.apply(group, KIND_ENTRY, index, &[], loc);
+        }
+        // Oldest first, and only while nothing lives in them: a truncate
+        // record may only go once the older entries it removed are gone.
+        let mut removed = false;
+        while self.segments.first().is_some_and(|s| s.live == 0 && s.seq != seq) {
+            let s = self.segments.remove(0);
+            std::fs::remove_file(&s.path)?;
+            removed = true;
+        }
+        if removed {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// With more than `MAX_SEGMENTS` segments, encodes the oldest one's live
+    /// entries into `buf` (appended to the new segment); returns where each
+    /// will be: `(group, index, payload offset, len)`.
+    fn move_oldest_if_too_many(
+        &mut self,
+        buf: &mut Vec<u8>,
+    ) -> io::Result<Vec<(u32, u64, u64, u32)>> {
+        if self.segments.len() <= MAX_SEGMENTS {
+            return Ok(Vec::new());
+        }
+        let oldest = self.segments[0].seq;
+        let mut live: Vec<(u32, u64, Loc)> = Vec::new();
+        for (&group, g) in &self.groups {
+            live.extend(
+                g.locs.iter().filter(|(_, l)| l.seg == oldest).map(|(&i, &l)| (group, i, l)),
+            );
+        }
+        let mut moved = Vec::with_capacity(live.len());
+        let mut payload = Vec::new();
+        for (group, index, loc) in live {
+            self.read(loc, &mut payload)?;
+            let off = buf.len() + HEADER;
+            encode(group, &Record { kind: KIND_ENTRY, index, payload: &payload }, buf)?;
+            moved.push((group, index, off as u64, loc.len));
+        }
+        Ok(moved)
+    }
+
+    /// Reads every segment in order, keeps the intact prefix, cuts the rest.
+    fn recover(&mut self) -> io::Result<()> {
+        let mut names: Vec<(u64, PathBuf)> = Vec::new();
+        for e in std::fs::read_dir(&self.dir)? {
+            let path = e?.path();
+            let seq = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix("wal-")?.strip_suffix(".log")?.parse().ok());
+            if let Some(seq) = seq {
+                names.push((seq, path));
+            }
+        }
+        names.sort();
+        let mut broken = false;
+        for (seq, path) in names {
+            if broken {
+                std::fs::remove_file(&path)?;
+                continue;
+            }
+            let file = OpenOptions::new().read(true).write(true).open(&path)?;
+            let bytes = std::fs::read(&path)?;
+            self.segments.push(Segment {
+                seq,
+                path: path.clone(),
+                file: Arc::new(file),
+                len: 0,
+                live: 0,
+            });
+            let mut off = 0usize;
+            while let Some((group, kind, index, payload)) = parse(&bytes[off..]) {
+                let loc = Loc { seg: seq, off: (off + HEADER) as u64, len: payload.len() as u32 };
+                self.apply(group, kind, index, payload, loc);
+                off += HEADER + payload.len();
+            }
+            let seg = self.segments.last_mut().ok_or_else(|| io::Error::other("no segment"))?;
+            seg.len = off as u64;
+            if off < bytes.len() {
+                tracing::warn!(segment = %path.display(), at = off, "cutting a torn or corrupt log tail");
+                seg.file.set_len(off as u64)?;
+                seg.file.sync_all()?;
+                broken = true;
+            }
+        }
+        if broken {
+            sync_dir(&self.dir)?;
+        }
+        Ok(())
+    }
+}
+
+fn encode(group: u32, r: &Record<'_>, out: &mut Vec<u8>) -> io::Result<()> {
+    if r.payload.len() > MAX_RECORD {
+        return Err(io::Error::other(format!("log record of {} bytes", r.payload.len())));
+    }
+    let start = out.len();
+    out.extend_from_slice(&(r.payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&group.to_le_bytes());
+    out.push(r.kind);
+    out.extend_from_slice(&r.index.to_le_bytes());
+    out.extend_from_slice(r.payload);
+    let sum = crc32fast::hash(&out[start + 8..]);
+    out[start + 4..start + 8].copy_from_slice(&sum.to_le_bytes());
+    Ok(())
+}
+
+/// `(group, kind, index, payload)` of the record at the start of `b`, if it
+/// is whole and its checksum holds.
+fn parse(b: &[u8]) -> Option<(u32, u8, u64, &[u8])> {
+    let header = b.get(..HEADER)?;
+    let len = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
+    let sum = u32::from_le_bytes(header[4..8].try_into().ok()?);
+    if len > MAX_RECORD {
+        return None;
+    }
+    let body = b.get(8..HEADER + len)?;
+    if crc32fast::hash(body) != sum {
+        return None;
+    }
+    let group = u32::from_le_bytes(header[8..12].try_into().ok()?);
+    let kind = header[12];
+    let index = u64::from_le_bytes(header[13..21].try_into().ok()?);
+    Some((group, kind, index, &b[HEADER..HEADER + len]))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
