@@ -14,8 +14,10 @@
 //! Durability follows openraft's contract. `append` makes entries readable at
 //! once and completes `LogFlushed` after an `fdatasync` that covers them.
 //! `save_vote` appends a vote record and returns once it is synced.
-//! `save_committed` only updates memory; segments record it when they start:
-//! a committed id lost in a crash is re-learned, never over-claimed.
+//! `save_committed` appends a record without waiting for a sync: after a
+//! kill the page cache still has it, so a leader restored in the same term
+//! replays what it had committed before serving; after a power loss an
+//! older committed id is re-learned, never over-claimed.
 //! `truncate` appends a truncate record, durable with the next round (the
 //! removed entries were not committed). `purge` first waits for a sled flush
 //! (the shards' checkpoints live in sled, and the log is the only other copy
@@ -40,7 +42,8 @@ use serde::Serialize;
 use crate::group_commit::GroupCommit;
 use crate::log_store::MAX_REPLICATION_READ_BYTES;
 use crate::wal::{
-    GroupLog, Record, Wal, FORMAT_V1, KIND_ENTRY, KIND_PURGE, KIND_TRUNCATE, KIND_VOTE,
+    GroupLog, Record, Wal, FORMAT_V1, KIND_COMMITTED, KIND_ENTRY, KIND_PURGE, KIND_TRUNCATE,
+    KIND_VOTE,
 };
 
 type StorageResult<T, C> = Result<T, StorageError<<C as RaftTypeConfig>::NodeId>>;
@@ -170,11 +173,12 @@ where
         old: &mut crate::log_store::SledLogStore<C>,
     ) -> io::Result<bool> {
         use openraft::storage::RaftLogStorageExt;
-        let has_state = {
+        // The vote is written last: only it says an earlier move finished.
+        let moved = {
             let wal = self.wal.lock();
-            wal.groups.get(&self.group).is_some_and(|g| g.vote.is_some() || g.purged.is_some())
+            wal.groups.get(&self.group).is_some_and(|g| g.vote.is_some())
         };
-        if has_state {
+        if moved {
             return Ok(false);
         }
         let state = old.get_log_state().await.map_err(io::Error::other)?;
@@ -309,8 +313,12 @@ where
         self.note_committed(committed.as_ref());
         let payload =
             encode(&committed).map_err(|e| err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
+        // Recorded, not synced: the page cache keeps it across a kill, and a
+        // leader restored after one replays up to it before serving reads
+        // that passed a read-index check (which trusts the committed index).
+        let r = Record { kind: KIND_COMMITTED, index: 0, payload: &payload };
         let mut wal = self.wal.lock();
-        wal.groups.entry(self.group).or_default().committed = Some(payload);
+        wal.append(self.group, &[r]).map_err(|e| err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
         Ok(())
     }
 

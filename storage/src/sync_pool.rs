@@ -53,6 +53,9 @@ impl SyncPool {
             }
             sent += 1;
         }
+        // Only the workers hold senders now: one that died makes `recv` fail
+        // rather than wait for ever.
+        drop(done_tx);
         let mut result = mine.sync_data();
         for _ in 0..sent {
             let r = done_rx.recv().unwrap_or_else(|_| Err(io::Error::other("sync worker died")));

@@ -18,17 +18,17 @@
 //! record places that entry, a truncate record removes the group's entries
 //! from its index on, a purge record removes those up to its log id and
 //! records it, vote and committed records replace the group's. A torn or
-//! corrupt record ends the log: its segment is cut there and later segments
-//! are deleted.
+//! corrupt record ends its segment, which is cut there (only the newest
+//! segment can end torn: each is synced before the next one starts).
 //!
 //! Space: a segment is deleted once no group has a live entry in it. When a
 //! new segment starts, it first records every group's vote, purge point and
 //! committed id (made durable before any old segment is deleted), so old
 //! segments are never needed for those. A group that writes rarely could
 //! still pin every segment it touched until its next snapshot; so when more
-//! than `MAX_SEGMENTS` exist, the oldest one's live entries are copied into
-//! the new segment (same payload, same index: replaying them is placing
-//! them again) and the oldest is deleted.
+//! than `MAX_SEGMENTS` exist and the oldest is mostly spent, its live
+//! entries are copied into the new segment (same payload, same index:
+//! replaying them is placing them again) and the oldest is deleted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -80,8 +80,13 @@ struct Segment {
     path: PathBuf,
     file: Arc<File>,
     len: u64,
-    /// Live entries in it, of every group.
+    /// Bytes written when it started (hard state and moved entries): not
+    /// counted toward its size, or a segment that starts with a large move
+    /// would be full at once and every append would start another.
+    base: u64,
+    /// Live entries in it, of every group, and their bytes.
     live: usize,
+    live_bytes: u64,
 }
 
 pub(crate) struct WalInner {
@@ -139,7 +144,7 @@ impl WalInner {
     /// Appends `records` of `group` as one write and applies them to the
     /// group's state; returns the file to sync for them.
     pub fn append(&mut self, group: u32, records: &[Record<'_>]) -> io::Result<Arc<File>> {
-        if self.segments.last().is_none_or(|s| s.len >= self.segment_bytes) {
+        if self.segments.last().is_none_or(|s| s.len - s.base >= self.segment_bytes) {
             self.rotate()?;
         }
         let mut buf = Vec::new();
@@ -147,9 +152,12 @@ impl WalInner {
             encode(group, r, &mut buf)?;
         }
         let seg = self.segments.last_mut().ok_or_else(|| io::Error::other("no segment"))?;
-        // On failure nothing is indexed; the bytes past `len` are overwritten
-        // by the next append, or cut by recovery.
-        seg.file.write_all_at(&buf, seg.len)?;
+        // On failure nothing is indexed, and what did reach the file is cut
+        // again, so no stray record past `len` can pass its checksum later.
+        if let Err(e) = seg.file.write_all_at(&buf, seg.len) {
+            let _ = seg.file.set_len(seg.len);
+            return Err(e);
+        }
         let (seq, base, file) = (seg.seq, seg.len, seg.file.clone());
         seg.len += buf.len() as u64;
         let mut off = base;
@@ -168,6 +176,7 @@ impl WalInner {
         let mut unref = |l: Loc| {
             if let Some(s) = segments.iter_mut().find(|s| s.seq == l.seg) {
                 s.live = s.live.saturating_sub(1);
+                s.live_bytes = s.live_bytes.saturating_sub(HEADER as u64 + u64::from(l.len));
             }
         };
         match kind {
@@ -177,6 +186,7 @@ impl WalInner {
                 }
                 if let Some(s) = segments.iter_mut().find(|s| s.seq == loc.seg) {
                     s.live += 1;
+                    s.live_bytes += HEADER as u64 + u64::from(loc.len);
                 }
             }
             KIND_TRUNCATE => g.locs.split_off(&index).into_values().for_each(unref),
@@ -203,20 +213,22 @@ impl WalInner {
         seg.file.read_exact_at(buf, loc.off)
     }
 
-    /// Starts a new segment: every group's hard state first, then the live
-    /// entries of the oldest segment if there are too many, made durable,
-    /// then segments nothing lives in are deleted.
+    /// Starts a new segment: the outgoing one synced first (a truncate or
+    /// purge record at its end asked for no sync of its own, and nothing in
+    /// a later segment may outlive it), then every group's hard state and,
+    /// if there are too many segments, the live entries of the oldest,
+    /// written and synced before the segment is used; then the segments
+    /// nothing lives in are deleted, oldest first.
+    ///
+    /// Runs under the log's lock, on whichever task appended: once per
+    /// `segment_bytes` of appends, a few syncs and at most
+    /// `segment_bytes / 8` of moved entries.
     fn rotate(&mut self) -> io::Result<()> {
-        let seq = self.segments.last().map_or(1, |s| s.seq + 1);
-        let path = self.dir.join(format!("wal-{seq:020}.log"));
-        let file =
-            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
-        sync_dir(&self.dir)?;
-        self.segments.push(Segment { seq, path, file: Arc::new(file), len: 0, live: 0 });
-        if self.segments.len() == 1 {
-            return Ok(());
+        if let Some(out) = self.segments.last() {
+            out.file.sync_data()?;
         }
-        let mut state = Vec::new();
+        let seq = self.segments.last().map_or(1, |s| s.seq + 1);
+        let mut buf = Vec::new();
         for (&group, g) in &self.groups {
             for (kind, v) in
                 [(KIND_PURGE, &g.purged), (KIND_VOTE, &g.vote), (KIND_COMMITTED, &g.committed)]
@@ -224,30 +236,36 @@ impl WalInner {
                 if let Some(payload) = v {
                     // A purge record's index is what it purges through.
                     let index = if kind == KIND_PURGE { g.purged_at } else { 0 };
-                    state.push((group, kind, index, payload.clone()));
+                    encode(group, &Record { kind, index, payload }, &mut buf)?;
                 }
             }
         }
-        let mut buf = Vec::new();
-        for (group, kind, index, payload) in &state {
-            encode(*group, &Record { kind: *kind, index: *index, payload }, &mut buf)?;
+        let moved = self.move_oldest_if_pinned(&mut buf)?;
+        let path = self.dir.join(format!("wal-{seq:020}.log"));
+        let file =
+            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
+        let written = file.write_all_at(&buf, 0).and_then(|()| file.sync_data());
+        if let Err(e) = written.and_then(|()| sync_dir(&self.dir)) {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
         }
-        let moved = self.move_oldest_if_too_many(&mut buf)?;
-        let seg = self.segments.last_mut().ok_or_else(|| io::Error::other("no segment"))?;
-        seg.file.write_all_at(&buf, 0)?;
-        seg.len = buf.len() as u64;
-        seg.file.sync_data()?;
-        let seq = seg.seq;
+        let len = buf.len() as u64;
+        let seg =
+            Segment { seq, path, file: Arc::new(file), len, base: len, live: 0, live_bytes: 0 };
+        self.segments.push(seg);
         for (group, index, off, len) in moved {
-            let loc = Loc { seg: seq, off, len };
-            self.apply(group, KIND_ENTRY, index, &[], loc);
+            self.apply(group, KIND_ENTRY, index, &[], Loc { seg: seq, off, len });
         }
         // Oldest first, and only while nothing lives in them: a truncate
-        // record may only go once the older entries it removed are gone.
+        // record may only go once the older entries it removed are gone. A
+        // file that cannot be removed stops the sweep (it stays listed).
         let mut removed = false;
         while self.segments.first().is_some_and(|s| s.live == 0 && s.seq != seq) {
-            let s = self.segments.remove(0);
-            std::fs::remove_file(&s.path)?;
+            if let Err(e) = std::fs::remove_file(&self.segments[0].path) {
+                tracing::warn!(error = %e, "could not delete a spent log segment");
+                break;
+            }
+            self.segments.remove(0);
             removed = true;
         }
         if removed {
@@ -256,14 +274,19 @@ impl WalInner {
         Ok(())
     }
 
-    /// With more than `MAX_SEGMENTS` segments, encodes the oldest one's live
-    /// entries into `buf` (appended to the new segment); returns where each
-    /// will be: `(group, index, payload offset, len)`.
-    fn move_oldest_if_too_many(
+    /// With more than `MAX_SEGMENTS` segments and the oldest one mostly
+    /// spent (at most an eighth of a segment still live: a group that writes
+    /// rarely, pinning it), encodes its live entries into `buf` (written at
+    /// the start of the new segment) and returns where each will be:
+    /// `(group, index, payload offset, len)`. A mostly live oldest segment
+    /// is log its groups still need; copying it would only move the problem.
+    fn move_oldest_if_pinned(
         &mut self,
         buf: &mut Vec<u8>,
     ) -> io::Result<Vec<(u32, u64, u64, u32)>> {
-        if self.segments.len() <= MAX_SEGMENTS {
+        let pinned = self.segments.len() > MAX_SEGMENTS
+            && self.segments[0].live_bytes <= self.segment_bytes / 8;
+        if !pinned {
             return Ok(Vec::new());
         }
         let oldest = self.segments[0].seq;
@@ -298,12 +321,7 @@ impl WalInner {
             }
         }
         names.sort();
-        let mut broken = false;
         for (seq, path) in names {
-            if broken {
-                std::fs::remove_file(&path)?;
-                continue;
-            }
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             let bytes = std::fs::read(&path)?;
             self.segments.push(Segment {
@@ -311,7 +329,9 @@ impl WalInner {
                 path: path.clone(),
                 file: Arc::new(file),
                 len: 0,
+                base: 0,
                 live: 0,
+                live_bytes: 0,
             });
             let mut off = 0usize;
             while let Some((group, kind, index, payload)) = parse(&bytes[off..]) {
@@ -322,14 +342,13 @@ impl WalInner {
             let seg = self.segments.last_mut().ok_or_else(|| io::Error::other("no segment"))?;
             seg.len = off as u64;
             if off < bytes.len() {
+                // Only the newest segment can end torn (a segment is synced
+                // before the next one starts); anywhere else this is damage,
+                // and the later segments are still the best record there is.
                 tracing::warn!(segment = %path.display(), at = off, "cutting a torn or corrupt log tail");
                 seg.file.set_len(off as u64)?;
                 seg.file.sync_all()?;
-                broken = true;
             }
-        }
-        if broken {
-            sync_dir(&self.dir)?;
         }
         Ok(())
     }
