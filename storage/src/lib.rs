@@ -20,6 +20,7 @@
 //! - `merge`: the walk over stored and staged entries that every scan takes;
 //! - `trees`: the sled trees of applied state and the cache of their handles;
 //! - `counts_cache`: the in-memory read cache of entity counts;
+//! - `states_cache`: the in-memory read cache of users' states (for status);
 //! - `keys`: the big-endian key layouts of like state;
 //! - `likes`: like states, lists, counts and received totals: encoders and reads;
 //! - `boards`: the key layout of ranking sub-boards, its encoders and reads;
@@ -41,6 +42,7 @@ mod registry;
 mod shard_meta;
 pub mod snapshot;
 pub mod state;
+mod states_cache;
 mod sync_pool;
 mod trees;
 pub mod wal;

@@ -30,6 +30,15 @@ pub const STATES_SCAN: usize = 256;
 /// Fewer entities than this are looked up one by one.
 const STATES_SCAN_FROM: usize = 4;
 
+/// The states of `entities` among a user's states sorted by entity.
+fn answer(
+    held: &[(EntityId, (LikeState, Millis))],
+    entities: &[EntityId],
+) -> Vec<Option<(LikeState, Millis)>> {
+    let find = |e: &EntityId| held.binary_search_by_key(e, |h| h.0).ok().map(|i| held[i].1);
+    entities.iter().map(find).collect()
+}
+
 impl StateStore {
     pub fn get_state(
         &self,
@@ -61,6 +70,11 @@ impl StateStore {
         if entities.len() < STATES_SCAN_FROM {
             return one_by_one();
         }
+        let key = (biz, shard, mid);
+        if let Some(held) = self.states_cache.part(shard, mid).get(&key) {
+            return Ok(answer(held, entities));
+        }
+        let before = self.counts_cache.epoch(shard).load(Ordering::Acquire);
         let prefix = keys::state_prefix(shard, mid);
         let at = prefix.len();
         let mut held: Vec<(EntityId, (LikeState, Millis))> = Vec::new();
@@ -78,8 +92,14 @@ impl StateStore {
             return one_by_one();
         }
         // The walk is in key order, which is entity order.
-        let find = |e: &EntityId| held.binary_search_by_key(e, |h| h.0).ok().map(|i| held[i].1);
-        Ok(entities.iter().map(find).collect())
+        let out = answer(&held, entities);
+        // Cached only if no commit of the shard ran during the walk.
+        let mut part = self.states_cache.part(shard, mid);
+        let epoch = self.counts_cache.epoch(shard).load(Ordering::Acquire);
+        if before.is_multiple_of(2) && epoch == before {
+            part.install(key, held);
+        }
+        Ok(out)
     }
 
     pub fn get_counts(&self, biz: BizId, shard: u32, entity: EntityId) -> Result<CountsRec> {
@@ -217,6 +237,7 @@ impl WriteSet {
         };
         v[2..].copy_from_slice(&mtime.to_be_bytes());
         self.put(TreeRef::Biz(biz), keys::state(shard, mid, entity), &v);
+        self.states.push((biz, shard, mid, entity, (state, mtime)));
     }
 
     pub fn add_user_item(

@@ -290,13 +290,15 @@ impl StateStore {
                 layers.since = None;
             }
         }
-        // The install rewrites counts behind the cache: hold the shard's
-        // epoch odd throughout so no read refills it, and drop what it holds.
+        // The install rewrites counts and states behind the caches: hold the
+        // shard's epoch odd throughout so no read refills them, and drop
+        // what they hold.
         let epoch = self.counts_cache.epoch(shard);
         epoch.fetch_add(1, Ordering::AcqRel);
         for part in &self.counts_cache.parts {
             part.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.1 != shard);
         }
+        self.states_cache.drop_shard(shard);
         let res = self.replace_keys(shard, registry, input);
         epoch.fetch_add(1, Ordering::AcqRel);
         res

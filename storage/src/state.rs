@@ -29,9 +29,10 @@ use crate::counts_cache::CountsCache;
 use crate::keys::{read_u32, VALUE_V1};
 use crate::merge::merge;
 use crate::pending::{Entries, KeyRange, Layers, OpRef, Overlay};
+use crate::states_cache::StatesCache;
 use crate::trees::TreeRef;
 use plaudit_proto::codec;
-use plaudit_proto::{BizId, EntityId};
+use plaudit_proto::{BizId, EntityId, LikeState, Millis, UserId};
 use serde::{Deserialize, Serialize};
 use sled::Tree;
 use std::collections::HashMap;
@@ -112,6 +113,8 @@ pub struct StateStore {
     /// Markers of snapshot installs in progress, one key per shard (`snapshot.rs`).
     pub(crate) installs: Tree,
     pub(crate) counts_cache: Arc<CountsCache>,
+    /// Users' states for `status`, kept coherent by the same epochs.
+    pub(crate) states_cache: Arc<StatesCache>,
     /// Staged writes per shard (the write-behind overlay).
     pub(crate) pending: Arc<RwLock<HashMap<u32, Arc<PendingSlot>>>>,
     policy: CheckpointPolicy,
@@ -136,6 +139,7 @@ impl StateStore {
             redo: db.open_tree("redo")?,
             installs: db.open_tree("installs")?,
             counts_cache: Arc::new(CountsCache::new()),
+            states_cache: Arc::new(StatesCache::new()),
             pending: Arc::default(),
             policy,
         };
@@ -219,6 +223,10 @@ impl StateStore {
         for (biz, shard, entity, c) in &ws.counts {
             let mut part = self.counts_cache.part(*shard, *entity);
             self.counts_cache.put(&mut part, (*biz, *shard, *entity), *c);
+        }
+        for &(biz, shard, user, entity, state) in &ws.states {
+            let mut part = self.states_cache.part(shard, user);
+            part.write((biz, shard, user), entity, state, crate::likes::STATES_SCAN);
         }
         epoch.fetch_add(1, Ordering::AcqRel);
     }
@@ -353,6 +361,9 @@ impl Op {
     }
 }
 
+/// A staged like state: `(biz, shard, user, entity, (state, mtime))`.
+pub(crate) type StateWrite = (BizId, u32, UserId, EntityId, (LikeState, Millis));
+
 /// The writes of one applied batch, across trees, staged together.
 /// `owner` names the shard that applied them: its overlay holds them, and
 /// its checkpoints write them. The typed writes are with their layouts
@@ -362,11 +373,13 @@ pub struct WriteSet {
     ops: Vec<Op>,
     /// Counts written, for the read cache.
     pub(crate) counts: Vec<(BizId, u32, EntityId, CountsRec)>,
+    /// States written, for the read cache.
+    pub(crate) states: Vec<StateWrite>,
 }
 
 impl WriteSet {
     pub fn new(owner: u32) -> WriteSet {
-        WriteSet { owner, ops: Vec::new(), counts: Vec::new() }
+        WriteSet { owner, ops: Vec::new(), counts: Vec::new(), states: Vec::new() }
     }
 
     pub(crate) fn put(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>, value: &[u8]) {
