@@ -40,7 +40,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::group_commit::GroupCommit;
-use crate::log_store::MAX_REPLICATION_READ_BYTES;
+use crate::log_store::{index_range, MAX_REPLICATION_READ_BYTES};
 use crate::wal::{
     GroupLog, Record, Wal, FORMAT_V1, KIND_COMMITTED, KIND_ENTRY, KIND_PURGE, KIND_TRUNCATE,
     KIND_VOTE,
@@ -241,19 +241,7 @@ where
         &mut self,
         range: RB,
     ) -> StorageResult<Vec<C::Entry>, C> {
-        let start = match range.start_bound() {
-            Bound::Included(&s) => s,
-            Bound::Excluded(&s) => match s.checked_add(1) {
-                Some(s) => s,
-                None => return Ok(Vec::new()),
-            },
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(&e) => e.checked_add(1),
-            Bound::Excluded(&e) => Some(e),
-            Bound::Unbounded => None,
-        };
+        let Some((start, end)) = index_range(&range) else { return Ok(Vec::new()) };
         self.read_range(start, end, usize::MAX)
     }
 

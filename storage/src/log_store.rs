@@ -216,20 +216,7 @@ where
         &mut self,
         range: RB,
     ) -> StorageResult<Vec<C::Entry>, C> {
-        let start = match range.start_bound() {
-            Bound::Included(&s) => s,
-            Bound::Excluded(&s) => match s.checked_add(1) {
-                Some(s) => s,
-                None => return Ok(Vec::new()),
-            },
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            // `..=u64::MAX` has no exclusive end: read to the end of the log.
-            Bound::Included(&e) => e.checked_add(1),
-            Bound::Excluded(&e) => Some(e),
-            Bound::Unbounded => None,
-        };
+        let Some((start, end)) = index_range(&range) else { return Ok(Vec::new()) };
         self.read_range(start, end, usize::MAX)
     }
 
@@ -333,6 +320,23 @@ where
         self.write_meta(KEY_LAST_PURGED, &log_id, ErrorSubject::Logs)?;
         self.remove_range((Bound::Unbounded, Bound::Included(index_key(log_id.index))), false)
     }
+}
+
+/// A log index range as `[start, end)`, `end` `None` for "to the end of the
+/// log"; `None` if it is empty by construction (starts after `u64::MAX`).
+pub(crate) fn index_range(range: &impl RangeBounds<u64>) -> Option<(u64, Option<u64>)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        // `..=u64::MAX` has no exclusive end: read to the end of the log.
+        Bound::Included(&e) => e.checked_add(1),
+        Bound::Excluded(&e) => Some(e),
+        Bound::Unbounded => None,
+    };
+    Some((start, end))
 }
 
 /// The log key of an index: big-endian, so sled's byte order is log order.
