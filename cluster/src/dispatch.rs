@@ -47,7 +47,11 @@ impl Engine {
             Request::Ping => Ok(Response::Pong),
             Request::Hello(_) => Ok(Response::Hello),
             Request::Routing => Ok(Response::Routing(self.routing_table())),
-            Request::Stale(inner) => self.stale(*inner).await,
+            // The arms a busy node rarely takes are boxed: this future is
+            // as large as its largest arm, every request carries it, and
+            // it is moved (copied) at every await that builds it. Boxing
+            // these took a score's future from 4.3 to ~2 KiB.
+            Request::Stale(inner) => Box::pin(self.stale(*inner)).await,
             Request::ClusterStatus => Ok(Response::ClusterStatus(self.cluster_status().await)),
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
@@ -62,12 +66,12 @@ impl Engine {
             | Request::CreateToken(_)
             | Request::ListTokens
             | Request::RevokeToken(_)
-            | Request::Once { .. } => self.registry(req, redirect).await,
+            | Request::Once { .. } => Box::pin(self.registry(req, redirect)).await,
             // Answered by the connection it was sent on (`node/server/conn.rs`).
             Request::Auth(_) => Err(WireError::bad_request("Auth is a connection's own request")),
             Request::Score(r) => self.score(r).await,
             Request::Query(q) => self.query(q, redirect).await,
-            Request::Boards(b) => self.boards(b).await,
+            Request::Boards(b) => Box::pin(self.boards(b)).await,
             Request::Counts(r) => self.counts(r).await,
             Request::Like(ref r) => {
                 self.on_shard(shard_of(r.biz, r.user, self.cfg.shards), req, redirect).await
@@ -313,7 +317,8 @@ impl Engine {
         if let Some(d) = self.directory.with(biz, |b| b.config.dislike_enabled) {
             return Ok(d);
         }
-        self.sync_registry().await?;
+        // Boxed: rare, and as large as the rest of a request's future.
+        Box::pin(self.sync_registry()).await?;
         self.directory.with(biz, |b| b.config.dislike_enabled).ok_or_else(|| unknown_business(biz))
     }
 

@@ -47,7 +47,8 @@ impl Engine {
         if let Some(d) = self.directory.rank(rank) {
             return Ok(d);
         }
-        self.sync_registry().await?;
+        // Boxed: rare, and as large as the rest of a request's future.
+        Box::pin(self.sync_registry()).await?;
         self.directory.rank(rank).ok_or_else(|| unknown_rank(rank))
     }
 
@@ -105,7 +106,8 @@ impl Engine {
             .filter_map(|(t, p)| p.as_ref().map(|(shard, cmd)| (t.as_str(), *shard, cmd)))
             .collect();
         if all_or_nothing::must_check(def.aggregation, r.score, live.len()) {
-            self.check_every_board(r.event_id, &live).await?;
+            // Boxed: only multi-board increments take this path.
+            Box::pin(self.check_every_board(r.event_id, &live)).await?;
         }
         let priority = def.settings.priority;
         let per_board = |(type_id, planned): (String, Option<(u32, ScoreCmd)>)| async move {

@@ -207,7 +207,10 @@ impl Router {
                 Leader::There(n) if redirect => {
                     return Err(not_leader(g, Some(n), self.epoch()));
                 }
-                Leader::There(n) => match there(n).await {
+                // Boxed: a forward's future (a peer call with its retries)
+                // is the largest part of this one, and every request on
+                // this path, forwarded or not, would carry its size.
+                Leader::There(n) => match Box::pin(there(n)).await {
                     Ok(v) => return Ok(v),
                     Err(Hop::Answer(e)) if e.code == ErrorCode::NotLeader => {
                         self.forget(g, n);
