@@ -36,8 +36,6 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
 
-use crate::sync_pool::SyncPool;
-
 /// What a durability request runs once its flush has finished (or failed).
 pub type FlushCallback = Box<dyn FnOnce(io::Result<()>) + Send + 'static>;
 
@@ -116,8 +114,7 @@ impl GroupCommit {
 
         let (tx, rx) = mpsc::channel();
         let counters = Arc::new(Counters::default());
-        let flusher =
-            Flusher { rx, sync: SyncPool::new(), db, data_file, blobs, counters: counters.clone() };
+        let flusher = Flusher { rx, db, data_file, blobs, counters: counters.clone() };
         let handle = std::thread::Builder::new()
             .name("plaudit-flush".into())
             .spawn(move || flusher.run())?;
@@ -230,8 +227,6 @@ impl Request {
 
 struct Flusher {
     rx: Receiver<Request>,
-    /// Syncs the round's log files concurrently.
-    sync: SyncPool,
     db: sled::Db,
     data_file: File,
     blobs: BlobSync,
@@ -275,7 +270,10 @@ impl Flusher {
                 if db {
                     self.flush_once()?;
                 }
-                self.sync.sync_all(&files)
+                // One file in practice: the write-ahead log's active segment
+                // (its predecessor too, right after a rotation, which has
+                // synced it already).
+                files.iter().try_for_each(|f| f.sync_data())
             }))
             .unwrap_or_else(|_| Err(io::Error::other("sled panicked during flush")));
             files.clear();

@@ -8,8 +8,7 @@
 //! ```
 //!
 //! Modules:
-//! - `group_commit`: the flusher thread that turns many `append`s into one fsync
-//!   (`sync_pool`: several files of one round synced concurrently);
+//! - `group_commit`: the flusher thread that turns many `append`s into one fsync;
 //! - `wal`: the node's write-ahead log: every group's records in shared segments;
 //! - `file_log`: openraft `RaftLogStorage` for one group over the `Wal`;
 //! - `log_store`: the former log store over sled trees, kept to read (and move
@@ -43,7 +42,6 @@ mod shard_meta;
 pub mod snapshot;
 pub mod state;
 mod states_cache;
-mod sync_pool;
 mod trees;
 pub mod wal;
 
