@@ -1,10 +1,8 @@
 //! One Raft group and the two loops in front of it:
 //!
-//! - the **proposer** coalesces commands for the shard into one `Batch` per
-//!   Raft entry (whatever queued while the previous entry was being handed
-//!   over, up to `batch_max`), merges the scoring events of each board member
-//!   into one command (`plaudit_actors::coalesce`), stamps the entry with the
-//!   leader's clock, and keeps a bounded number of entries in flight;
+//! - the **proposer** (`proposer.rs`) coalesces commands for the shard into
+//!   one `Batch` per Raft entry and keeps a bounded number of entries in
+//!   flight;
 //! - the **reader** batches linearizable reads: every waiter that arrives
 //!   while one read-index check is running shares the next one.
 //!
@@ -16,11 +14,12 @@
 //! The queue in front of the proposer is bounded; a full queue answers
 //! `Overloaded` at once instead of letting latency grow without limit.
 
+use crate::proposer::{Proposal, Queued};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{NodeId, Raft, TypeConfig};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::RaftError;
 use openraft::{BasicNode, Config as RaftConfig, SnapshotPolicy};
-use plaudit_actors::{coalesce, Batch, CmdResult, Command, ShardHandle};
+use plaudit_actors::{CmdResult, Command, ShardHandle};
 use plaudit_proto::WireError;
 use plaudit_storage::file_log::FileLogStore;
 use plaudit_storage::group_commit::GroupCommit;
@@ -30,7 +29,7 @@ use plaudit_storage::StateStore;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 /// Tunables of one group, from the node config.
@@ -60,11 +59,6 @@ pub struct StateMachineContext {
     pub data_dir: std::path::PathBuf,
 }
 
-struct Proposal {
-    cmd: Command,
-    reply: oneshot::Sender<Result<CmdResult, WireError>>,
-}
-
 type ReadWaiter = oneshot::Sender<Result<(), WireError>>;
 
 pub struct Group {
@@ -78,7 +72,10 @@ pub struct Group {
     last_heard: std::sync::Mutex<Option<std::time::Instant>>,
     /// The followers' leader lease (`election_timeout_max`), in ms.
     lease_ms: u64,
-    proposals: mpsc::Sender<Proposal>,
+    proposals: mpsc::Sender<Queued>,
+    /// Commands waiting in `proposals` (a proposal may hold several): the
+    /// queue's bound, `max_pending` commands.
+    pending: Arc<Semaphore>,
     reads: mpsc::Sender<ReadWaiter>,
     /// This node leads and is the only voter (kept current from Raft metrics).
     sole_voter: Arc<AtomicBool>,
@@ -87,6 +84,24 @@ pub struct Group {
     pub shed: AtomicU64,
     /// Scoring events merged into an earlier event's command, for metrics.
     pub coalesced: Arc<AtomicU64>,
+}
+
+/// The results of a `submit_many`, in the order of its commands.
+pub struct ManyResults {
+    shard: u32,
+    rx: oneshot::Receiver<Result<Vec<CmdResult>, WireError>>,
+}
+
+impl std::future::Future for ManyResults {
+    type Output = Result<Vec<CmdResult>, WireError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let shard = self.shard;
+        std::pin::Pin::new(&mut self.rx).poll(cx).map(|r| r.unwrap_or_else(|_| Err(stopped(shard))))
+    }
 }
 
 impl Group {
@@ -142,7 +157,7 @@ impl Group {
         let (ptx, prx) = mpsc::channel(cfg.max_pending);
         let (rtx, rrx) = mpsc::channel(cfg.max_pending);
         let coalesced = Arc::new(AtomicU64::new(0));
-        tokio::spawn(propose_loop(
+        tokio::spawn(crate::proposer::propose_loop(
             id,
             raft.clone(),
             prx,
@@ -161,6 +176,7 @@ impl Group {
             last_heard: std::sync::Mutex::new(None),
             lease_ms: cfg.election_max_ms,
             proposals: ptx,
+            pending: Arc::new(Semaphore::new(cfg.max_pending)),
             reads: rtx,
             sole_voter,
             shed: AtomicU64::new(0),
@@ -216,26 +232,49 @@ impl Group {
     /// Proposes one command; resolves with its applied result.
     pub async fn propose(&self, cmd: Command) -> Result<CmdResult, WireError> {
         self.disk.admit(&cmd)?;
-        // A replica that does not lead (or has lost its quorum) would queue
-        // the command only for Raft to refuse it, or to hold it until a
-        // partition heals: answer at once.
-        if !self.is_leader() {
-            let leader = self
-                .raft
-                .metrics()
-                .borrow()
-                .current_leader
-                .filter(|l| *l != self.raft.metrics().borrow().id);
-            return Err(not_leader(self.id, leader));
-        }
+        self.check_leader()?;
         let (tx, rx) = oneshot::channel();
-        self.proposals.try_send(Proposal { cmd, reply: tx }).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => {
-                WireError::overloaded(format!("shard {} has too many pending writes", self.id))
-            }
-            mpsc::error::TrySendError::Closed(_) => stopped(self.id),
-        })?;
+        self.enqueue(Proposal::One(cmd, tx))?;
         rx.await.map_err(|_| stopped(self.id))?
+    }
+
+    /// Queues `cmds` as one proposal, applied in this order in one entry
+    /// (or consecutive ones), now, without waiting; the receiver resolves
+    /// with their results in order. Either every command is queued or,
+    /// with an error, none.
+    pub fn submit_many(&self, cmds: Vec<Command>) -> Result<ManyResults, WireError> {
+        for cmd in &cmds {
+            self.disk.admit(cmd)?;
+        }
+        self.check_leader()?;
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Proposal::Many(cmds, tx))?;
+        Ok(ManyResults { shard: self.id, rx })
+    }
+
+    /// A replica that does not lead (or has lost its quorum) would queue
+    /// a command only for Raft to refuse it, or to hold it until a
+    /// partition heals: answer at once.
+    fn check_leader(&self) -> Result<(), WireError> {
+        if self.is_leader() {
+            return Ok(());
+        }
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        Err(not_leader(self.id, m.current_leader.filter(|l| *l != m.id)))
+    }
+
+    fn enqueue(&self, p: Proposal) -> Result<(), WireError> {
+        let full =
+            || WireError::overloaded(format!("shard {} has too many pending writes", self.id));
+        let n = u32::try_from(p.len()).map_err(|_| full())?;
+        let permit = self.pending.clone().try_acquire_many_owned(n).map_err(|_| full())?;
+        // The channel holds at most `max_pending` proposals of one command
+        // or more each, so with the permits held it is never full.
+        self.proposals.try_send((p, permit)).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => full(),
+            mpsc::error::TrySendError::Closed(_) => stopped(self.id),
+        })
     }
 
     /// Resolves when the group's leader changes; never, if the group has
@@ -289,7 +328,7 @@ impl Group {
     /// Counts what it sheds.
     pub fn should_shed(&self, priority: u8, max: u8) -> bool {
         let cap = self.proposals.max_capacity();
-        let used = cap - self.proposals.capacity();
+        let used = cap - self.pending.available_permits();
         // used / cap > (p + 1) / (max + 2), in integers.
         let shed = used * (usize::from(max) + 2) > (usize::from(priority) + 1) * cap;
         if shed {
@@ -330,89 +369,8 @@ fn stopped(id: u32) -> WireError {
     WireError::internal(format!("shard {id} is not running"))
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
 fn not_leader(id: u32, leader: Option<NodeId>) -> WireError {
     crate::router::not_leader(id, leader, 0)
-}
-
-async fn propose_loop(
-    shard: u32,
-    raft: Raft,
-    mut rx: mpsc::Receiver<Proposal>,
-    batch_max: usize,
-    in_flight: usize,
-    coalesced: Arc<AtomicU64>,
-) {
-    let slots = Arc::new(Semaphore::new(in_flight));
-    // Entry times never go backwards within a shard, even if the wall clock
-    // does, so list order (by mtime) matches log order.
-    let mut last_now = 0u64;
-    while let Some(first) = rx.recv().await {
-        let Ok(permit) = slots.clone().acquire_owned().await else { return };
-        // Everything that queued while we waited for a slot joins this entry.
-        let mut batch = vec![first];
-        while batch.len() < batch_max {
-            match rx.try_recv() {
-                Ok(p) => batch.push(p),
-                Err(_) => break,
-            }
-        }
-        last_now = last_now.max(now_ms());
-        let (cmds, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
-        // One command per board member for its scoring events in this batch.
-        let (cmds, routes) = coalesce::coalesce(cmds);
-        let merged = routes
-            .iter()
-            .filter(|r| matches!(r, coalesce::Route::Events { first, .. } if *first > 0))
-            .count();
-        coalesced.fetch_add(merged as u64, Ordering::Relaxed);
-        // Handing the entry to Raft here, in the loop, keeps entries in
-        // arrival order; only waiting for the commit runs concurrently.
-        let rx = match raft.client_write_ff(Batch { now: last_now, cmds }).await {
-            Ok(rx) => rx,
-            Err(e) => {
-                let err = WireError::internal(format!("raft stopped: {e}"));
-                for r in replies {
-                    let _ = r.send(Err(err.clone()));
-                }
-                continue;
-            }
-        };
-        tokio::spawn(async move {
-            let _permit = permit;
-            match rx.await {
-                Ok(Ok(resp)) => {
-                    for (r, res) in replies.into_iter().zip(coalesce::split(resp.data, &routes)) {
-                        let _ = r.send(Ok(res));
-                    }
-                }
-                Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
-                    let err = not_leader(shard, f.leader_id);
-                    for r in replies {
-                        let _ = r.send(Err(err.clone()));
-                    }
-                }
-                Ok(Err(e)) => {
-                    let err = WireError::internal(e.to_string());
-                    for r in replies {
-                        let _ = r.send(Err(err.clone()));
-                    }
-                }
-                Err(_) => {
-                    // Raft shut down with the entry appended: it may commit.
-                    let err = WireError::timeout(
-                        "raft stopped before the write was applied; it may still apply",
-                    );
-                    for r in replies {
-                        let _ = r.send(Err(err.clone()));
-                    }
-                }
-            }
-        });
-    }
 }
 
 /// Tracks whether reads may skip the read-index check: this node leads, is

@@ -16,6 +16,8 @@
 //! ("Limits").
 
 mod access;
+mod batch;
+mod close;
 mod conn;
 mod inbuf;
 pub(crate) mod table;

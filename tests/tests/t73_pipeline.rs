@@ -9,7 +9,7 @@ use plaudit_client::proto::auth::{AuthRequest, TokenSecret};
 use plaudit_client::proto::likes::{CountsRequest, LikeRequest, StatusRequest};
 use plaudit_client::proto::rankings::RankDef;
 use plaudit_client::proto::scoring::{
-    BoardQuery, BoardRef, QueryReply, QueryRequest, RankedItem, ScoreRequest,
+    BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest, RankedItem, ScoreRequest,
 };
 use plaudit_client::proto::window::Granularity;
 use plaudit_client::proto::{BizConfig, ErrorCode, LikeAction, LikeState, Request, Response};
@@ -222,4 +222,62 @@ async fn a_pipeline_reaches_every_leader_of_a_cluster() {
     assert_eq!(items(&answers[1]), [(40, 40), (36, 36)]);
     let row = rank_row(&answers[2]).expect("member 37 is in room 1");
     assert_eq!((row.rank, row.score), (1, 37));
+}
+
+/// The writes of one pipeline that go to the same group are proposed
+/// together (`node/src/server/batch.rs`): each reply is still its own
+/// request's, in a burst that mixes boards, duplicates, likes, repeats and
+/// a refused write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_proposed_together_each_get_their_own_result() {
+    let node = Node::start();
+    let client = node.client().await;
+    let (biz, rank) = (4, 41);
+    setup(&client, biz, rank).await;
+    let strict = BizConfig { dislike_enabled: false, ..BizConfig::default() };
+    client.create_biz(Some(5), "strict", strict).await.unwrap();
+
+    // Member m sits on room m % 3's board and gets 7 * m, then m more in a
+    // second event; member 4's first event id comes again (a duplicate).
+    let mut burst = Vec::new();
+    for m in 1..=30u64 {
+        burst.push(score(rank, m % 3, m, 7 * m as i64, 1000 + m));
+    }
+    for m in 1..=30u64 {
+        burst.push(score(rank, m % 3, m, m as i64, 2000 + m));
+    }
+    burst.push(score(rank, 1, 4, 1_000, 1004));
+    burst.push(like(biz, 7, 8));
+    burst.push(like(biz, 7, 8));
+    let dislike =
+        LikeRequest { biz: 5, entity: 1, user: 1, owner: None, action: LikeAction::Dislike };
+    burst.push(Request::Like(dislike));
+    burst.push(like(biz, 7, 9));
+    let answers = client.pipeline(burst).await;
+    assert_eq!(answers.len(), 65);
+    let scored = |a: &Result<Response, ClientError>| match a {
+        Ok(Response::Score(r)) => match r.boards.as_slice() {
+            [b] => (b.outcome, b.score),
+            other => panic!("one board per event, got {other:?}"),
+        },
+        other => panic!("expected a score reply, got {other:?}"),
+    };
+    for m in 1..=30u64 {
+        let first = scored(&answers[m as usize - 1]);
+        assert_eq!(first, (Outcome::Applied, Some(7 * m as i64)), "member {m}, first event");
+        let second = scored(&answers[30 + m as usize - 1]);
+        assert_eq!(second, (Outcome::Applied, Some(8 * m as i64)), "member {m}, second event");
+    }
+    assert_eq!(scored(&answers[60]).0, Outcome::Duplicate, "a repeated event id");
+    let liked = |a: &Result<Response, ClientError>| match a {
+        Ok(Response::Like(r)) => (r.now, r.changed),
+        other => panic!("expected a like reply, got {other:?}"),
+    };
+    assert_eq!(liked(&answers[61]), (LikeState::Like, true));
+    assert_eq!(liked(&answers[62]), (LikeState::Like, false), "a repeated like changes nothing");
+    assert_eq!(code(&answers[63]), Some(ErrorCode::BadRequest), "{:?}", answers[63]);
+    assert_eq!(liked(&answers[64]), (LikeState::Like, true));
+    // What the replies said is what the boards hold: nothing applied twice.
+    let top = client.pipeline(vec![query(rank, 1, BoardQuery::Top { offset: 0, limit: 3 })]).await;
+    assert_eq!(items(&top[0]), [(28, 224), (25, 200), (22, 176)]);
 }

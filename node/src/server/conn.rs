@@ -3,11 +3,12 @@
 //! syscall, holding no more memory than its bounds allow.
 //!
 //! ```text
-//!            ┌──────────────── one task ───────────────────────────────┐
-//! socket ──> │ InBuf ─frame─> Hello/Ping: answered inline               │
-//!            │               other: a future in `in_flight` (≤ cap) ──┐ │
-//!            │ out (≤ OUT_LIMIT + one reply) <── replies as they end ─┘ │ ──> socket
-//!            └──────────────────────────────────────────────────────────┘
+//!            ┌──────────────── one task ─────────────────────────────────┐
+//! socket ──> │ InBuf ─frame─> Hello/Ping, reads in place: answered inline  │
+//!            │               writes led here: one future per group ─────┤ │
+//!            │               other: a future in `in_flight` (≤ cap) ─────┤ │
+//!            │ out (≤ OUT_LIMIT + one future's replies) <── as they end ─┘ │ ──> socket
+//!            └─────────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! What a client can make it hold, and what stops it:
@@ -29,16 +30,21 @@
 //!
 //! Reads the node can answer at once (`Engine::answer_now`: a single
 //! node's board queries, counts and states) are answered inline, in frame
-//! order. Other requests run as futures polled by this task (no task,
-//! channel or separate writer per request): the connection's work stays on
-//! the thread that reads it.
+//! order. The likes and scoring events of one read pass that this node can
+//! propose at once (`Engine::stage_write`) are proposed together, one
+//! proposal and one future per group (`batch.rs`). Other requests run as
+//! futures polled by this task (no task, channel or separate writer per
+//! request): the connection's work stays on the thread that reads it.
 
 use super::access::Access;
+use super::batch::WriteBatch;
+pub use super::close::Close;
 use super::inbuf::{InBuf, FREE_ROOM};
 use super::table::Entry;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
+use plaudit_cluster::staged::Stage;
 use plaudit_proto::auth::Role;
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame::{self, FrameError};
@@ -61,43 +67,8 @@ pub const MAX_FAILED_AUTHS: u32 = 3;
 /// should not pay for reallocating them).
 const KEEP_BUFFERS: Duration = Duration::from_secs(2);
 
-/// Why a connection ended: the label of `plaudit_connections_closed_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Close {
-    /// The client closed it (or it ended after the node began to stop).
-    Client,
-    Idle,
-    AuthTimeout,
-    /// Failed `Auth` [`MAX_FAILED_AUTHS`] times.
-    AuthFailed,
-    FrameTimeout,
-    WriteTimeout,
-    /// Closed to make room for a newer connection at the cap.
-    Evicted,
-    /// A frame with an impossible length: the stream cannot be followed.
-    BadFrame,
-    /// The socket failed.
-    Error,
-}
-
-impl Close {
-    pub fn label(self) -> &'static str {
-        match self {
-            Close::Client => "client",
-            Close::Idle => "idle",
-            Close::AuthTimeout => "auth_timeout",
-            Close::AuthFailed => "auth_failed",
-            Close::FrameTimeout => "frame_timeout",
-            Close::WriteTimeout => "write_timeout",
-            Close::Evicted => "evicted",
-            Close::BadFrame => "bad_frame",
-            Close::Error => "error",
-        }
-    }
-}
-
 /// A request that finished.
-struct Done {
+pub(super) struct Done {
     req_id: u64,
     op: &'static str,
     started: Instant,
@@ -109,7 +80,23 @@ struct Done {
     auth: Option<(Role, u64)>,
 }
 
-type InFlight = Pin<Box<dyn Future<Output = Done> + Send>>;
+impl Done {
+    pub(super) fn of(req_id: u64, op: &'static str, started: Instant, resp: Response) -> Done {
+        Done { req_id, op, started, resp, is_auth: false, auth: None }
+    }
+}
+
+/// What one in-flight future ends with: a request, or a group's share of
+/// a read pass's writes (`batch.rs`). Only ever moved out of a finished
+/// future into `ended`, never stored: boxing the common case would cost
+/// an allocation per request.
+#[allow(clippy::large_enum_variant)]
+enum Ended {
+    One(Done),
+    Many(Vec<Done>),
+}
+
+type InFlight = Pin<Box<dyn Future<Output = Ended> + Send>>;
 
 pub(super) struct Conn {
     server: Arc<Server>,
@@ -121,6 +108,10 @@ pub(super) struct Conn {
     out: Vec<u8>,
     written: usize,
     in_flight: FuturesUnordered<InFlight>,
+    /// Requests in `in_flight` (a future may carry several), for the cap.
+    requests: usize,
+    /// Writes of the read pass under way, proposed when it ends.
+    staged: WriteBatch,
     routing: Routing,
     access: Access,
     /// An `Auth` is being checked: later frames wait for it.
@@ -159,6 +150,8 @@ impl Conn {
             out: Vec::new(),
             written: 0,
             in_flight: FuturesUnordered::new(),
+            requests: 0,
+            staged: WriteBatch::default(),
             routing: Routing::Forward,
             authing: false,
             greeted: false,
@@ -206,8 +199,8 @@ impl Conn {
                 biased;
                 () = self.entry.kill.notified() => return Close::Evicted,
                 _ = stop.changed(), if !self.stopping => self.stopping = true,
-                Some(done) = self.in_flight.next(), if want_results => {
-                    self.reply(done);
+                Some(ended) = self.in_flight.next(), if want_results => {
+                    self.ended(ended);
                     self.collect_ready();
                 }
                 r = self.stream.readable(), if want_read => {
@@ -299,6 +292,9 @@ impl Conn {
             self.entry.touch();
             self.request(env, now);
         }
+        if !self.staged.is_empty() {
+            self.submit_staged();
+        }
         if self.inbuf.pending() > 0 {
             self.frame_started.get_or_insert(now);
         }
@@ -354,6 +350,10 @@ impl Conn {
             self.push_reply(req_id, resp);
             return;
         }
+        if let Some(stage) = self.server.engine.stage_write(&body) {
+            self.stage(req_id, body.op(), now, stage);
+            return;
+        }
         match body {
             Request::Hello(h) => {
                 // Here, in order, so it applies to every later request.
@@ -380,10 +380,10 @@ impl Conn {
                         Ok(Err(e)) => (Response::Error(e), None),
                         Err(_) => (Response::Error(WireError::timeout("auth took too long")), None),
                     };
-                    Done { req_id, op: "auth", started: now, resp, is_auth: true, auth }
+                    Ended::One(Done { req_id, op: "auth", started: now, resp, is_auth: true, auth })
                 }));
             }
-            body if self.in_flight.len() >= self.server.limits.max_in_flight_per_connection => {
+            body if self.requests >= self.server.limits.max_in_flight_per_connection => {
                 self.observe(body.op(), Duration::ZERO, Some(ErrorCode::Overloaded));
                 let err = WireError::overloaded("too many requests in flight on this connection");
                 self.push_reply(req_id, Response::Error(err));
@@ -400,6 +400,7 @@ impl Conn {
                 let engine = self.server.engine.clone();
                 let timeout = self.server.limits.request_timeout;
                 let routing = self.routing;
+                self.requests += 1;
                 self.in_flight.push(Box::pin(async move {
                     let op = body.op();
                     let resp = match tokio::time::timeout(timeout, engine.handle_as(body, routing))
@@ -412,7 +413,7 @@ impl Conn {
                         ))),
                     };
                     drop(slot);
-                    Done { req_id, op, started: now, resp, is_auth: false, auth: None }
+                    Ended::One(Done::of(req_id, op, now, resp))
                 }));
             }
         }
@@ -424,13 +425,63 @@ impl Conn {
             // Polling with a no-op waker is safe here: the loop polls
             // `in_flight` again with the task's waker before it sleeps.
             match self.in_flight.next().now_or_never() {
-                Some(Some(done)) => self.reply(done),
+                Some(Some(ended)) => self.ended(ended),
                 _ => break,
             }
         }
     }
 
+    /// A write this node proposes with the others of its group in this
+    /// read pass (`batch.rs`), under the same caps as any request.
+    fn stage(&mut self, req_id: u64, op: &'static str, now: Instant, stage: Stage) {
+        let staged = match stage {
+            Stage::Now(resp) => {
+                let code = error_code(op, &resp);
+                self.observe(op, now.elapsed(), code);
+                self.push_reply(req_id, resp);
+                return;
+            }
+            Stage::Staged(s) => s,
+        };
+        if self.requests >= self.server.limits.max_in_flight_per_connection {
+            self.observe(op, Duration::ZERO, Some(ErrorCode::Overloaded));
+            let err = WireError::overloaded("too many requests in flight on this connection");
+            self.push_reply(req_id, Response::Error(err));
+            return;
+        }
+        let Ok(slot) = self.server.requests.clone().try_acquire_owned() else {
+            self.observe(op, Duration::ZERO, Some(ErrorCode::Overloaded));
+            let err = WireError::overloaded("the node has too many requests in flight");
+            self.push_reply(req_id, Response::Error(err));
+            return;
+        };
+        self.requests += 1;
+        self.staged.add(req_id, op, now, staged, slot);
+    }
+
+    /// Proposes the read pass's staged writes, one future per group.
+    fn submit_staged(&mut self) {
+        for share in self.staged.submit(self.server.limits.request_timeout) {
+            match share {
+                Ok(fut) => self.in_flight.push(Box::pin(async move { Ended::Many(fut.await) })),
+                // Not proposed (not leading any more, a full queue, a full
+                // disk): answered now.
+                Err(done) => self.ended(Ended::Many(done)),
+            }
+        }
+    }
+
+    fn ended(&mut self, ended: Ended) {
+        match ended {
+            Ended::One(done) => self.reply(done),
+            Ended::Many(all) => all.into_iter().for_each(|d| self.reply(d)),
+        }
+    }
+
     fn reply(&mut self, d: Done) {
+        if !d.is_auth {
+            self.requests -= 1;
+        }
         if d.is_auth {
             self.authing = false;
             match d.auth {

@@ -1,0 +1,143 @@
+//! Writes a connection proposes together: the likes and scoring events of
+//! one read pass that go to the same group, which this node leads, are
+//! queued as one proposal (`Group::submit_many`) and answered together.
+//!
+//! ```text
+//! Like  ─> business known? ─> the user's shard led here? ─┐
+//! Score ─> ranking known? ─> one live board, no check? ───┤─> staged: (group, command, how to answer)
+//!          its shard led here? not shed?                  │
+//!                  any "no" ─> None: the future path (`handle_as`), which catches up or forwards
+//! ```
+//!
+//! Why this is the answer `handle_as` gives: it is the same command proposed
+//! on the same group, after the same checks in the same order; the only
+//! difference is that the connection waits for several with one reply
+//! channel and one timer (measured in `docs/benchmarks.md`: a request future
+//! per event, its timer and its reply channel were most of a hot board's CPU).
+
+use crate::engine::{internal, Engine};
+use crate::group::Group;
+use crate::router::Leader;
+use plaudit_actors::command::ScoreCmd;
+use plaudit_actors::rankings::all_or_nothing;
+use plaudit_actors::rankings::route::{self, Admission};
+use plaudit_actors::{CmdResult, Command};
+use plaudit_proto::rankings::MAX_PRIORITY;
+use plaudit_proto::routing::{board_shard, shard_of};
+use plaudit_proto::scoring::{BoardOutcome, Outcome, ScoreReply};
+use plaudit_proto::{Request, Response, WireError};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A write ready to be proposed with others on `group`.
+pub struct Staged {
+    pub group: Arc<Group>,
+    pub cmd: Command,
+    pub finish: Finish,
+}
+
+/// How a staged write's result becomes its reply.
+pub enum Finish {
+    Like,
+    /// A scoring event on one board (its formatted type id).
+    Score(String),
+}
+
+/// What `stage_write` decided.
+pub enum Stage {
+    /// Propose it with the others of its group.
+    Staged(Staged),
+    /// Answered already (a shed event).
+    Now(Response),
+}
+
+impl Finish {
+    /// The reply to the request, from its command's result.
+    pub fn reply(&self, res: Result<CmdResult, WireError>) -> Response {
+        let out = match (self, res) {
+            (_, Err(e)) | (_, Ok(CmdResult::Failed(e))) => Err(e),
+            (Finish::Like, Ok(CmdResult::Like(r))) => Ok(Response::Like(r)),
+            (Finish::Score(type_id), Ok(CmdResult::Scored(events))) => {
+                match <[_; 1]>::try_from(events) {
+                    Ok([Ok((outcome, score))]) => {
+                        let board = BoardOutcome { type_id: type_id.clone(), outcome, score };
+                        Ok(Response::Score(ScoreReply { boards: vec![board] }))
+                    }
+                    Ok([Err(e)]) => Err(e),
+                    Err(v) => Err(internal(format!("{} results for one event", v.len()))),
+                }
+            }
+            (_, Ok(other)) => Err(internal(format!("unexpected result {other:?}"))),
+        };
+        out.unwrap_or_else(Response::Error)
+    }
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+impl Engine {
+    /// The write `req` as a command to propose with others, if this node
+    /// can propose it right now; `None` when it must take `handle_as`
+    /// (anything to look up or catch up first, a leader elsewhere, an
+    /// event on several boards). Bad requests are left to `handle_as` too,
+    /// which reports them the same way.
+    pub fn stage_write(&self, req: &Request) -> Option<Stage> {
+        match req {
+            Request::Like(r) => {
+                let dislikes_allowed = self.directory.with(r.biz, |b| b.config.dislike_enabled)?;
+                if (r.action.is_dislike() && !dislikes_allowed) || req.validate().is_err() {
+                    return None;
+                }
+                let group = self.led_here(shard_of(r.biz, r.user, self.cfg.shards))?;
+                let cmd = Command::Like(r.clone());
+                Some(Stage::Staged(Staged { group, cmd, finish: Finish::Like }))
+            }
+            Request::Score(r) => {
+                req.validate().ok()?;
+                let def = self.directory.rank(r.rank)?;
+                let horizon =
+                    i64::try_from(self.cfg.score_future_horizon.as_secs()).unwrap_or(i64::MAX);
+                let Ok(Admission::Boards(targets)) = route::admit(&def, r, now_secs(), horizon)
+                else {
+                    return None;
+                };
+                let [t] = targets.as_slice() else { return None };
+                if t.expired || all_or_nothing::must_check(def.aggregation, r.score, 1) {
+                    return None;
+                }
+                let cmd = ScoreCmd {
+                    rank: r.rank,
+                    type_key: t.type_id.to_key(),
+                    item: r.item,
+                    aggregation: def.aggregation,
+                    ties: def.ties,
+                    cap: def.settings.cap,
+                    events: vec![plaudit_actors::command::ScoreEvent {
+                        score: r.score,
+                        sub: r.sub,
+                        event_id: r.event_id,
+                    }],
+                };
+                let group = self.led_here(board_shard(r.rank, &cmd.type_key, self.cfg.shards))?;
+                let type_id = t.type_id.format();
+                if group.should_shed(def.settings.priority, MAX_PRIORITY) {
+                    let board = BoardOutcome { type_id, outcome: Outcome::Shed, score: None };
+                    return Some(Stage::Now(Response::Score(ScoreReply { boards: vec![board] })));
+                }
+                let finish = Finish::Score(type_id);
+                Some(Stage::Staged(Staged { group, cmd: Command::Score(cmd), finish }))
+            }
+            _ => None,
+        }
+    }
+
+    /// The group of `shard` if this node leads it now.
+    fn led_here(&self, shard: u32) -> Option<Arc<Group>> {
+        match self.router.leader(shard) {
+            Leader::Here(g) => Some(g),
+            _ => None,
+        }
+    }
+}
