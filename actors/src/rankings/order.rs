@@ -18,7 +18,7 @@ use std::mem::size_of;
 /// Keys per chunk the list aims for. Chunks split above `2 * LOAD` and merge
 /// below `LOAD / 2`; 512 keeps an insert's `memmove` within a few pages while
 /// the per-chunk arrays stay around a thousand entries for a million keys.
-pub const DEFAULT_LOAD: usize = 512;
+pub const DEFAULT_LOAD: usize = 128;
 
 /// Sorted, unique keys with positional access; see the module docs.
 #[derive(Clone)]
