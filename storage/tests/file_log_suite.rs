@@ -83,7 +83,7 @@ fn segments(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(log_dir(dir))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.starts_with("wal-"))
+        .filter(|n| n.starts_with("wal-") && n.ends_with(".log"))
         .collect();
     names.sort();
     names
@@ -232,5 +232,60 @@ async fn a_log_in_sled_trees_moves_over_once() {
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 2)));
     assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(3, 1)));
     drop((old, store));
+    node.close();
+}
+
+/// A segment started from a spare (zeros made ahead, `wal.rs`) recovers to
+/// exactly its records and keeps its zeros for appends; bytes past a zero
+/// gap (a record written back before an earlier one) are cut, so they can
+/// never line up with a later append and come back.
+#[tokio::test]
+async fn segments_made_ahead_as_zeros_recover_to_their_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = open_sized(dir.path(), 4000);
+    let mut last = 0;
+    // Past half of the first segment a spare is made; once it is ready,
+    // the next rotation starts the second segment in it.
+    while segments(dir.path()).len() < 2 {
+        last += 1;
+        assert!(last < 10_000, "no second segment");
+        node.store.blocking_append([normal(1, last, payload(last))]).await.unwrap();
+        // Each append here is ~35 bytes: past half of 4000 after ~60.
+        if segments(dir.path()).len() == 1 && last >= 70 {
+            let mut waited = 0;
+            while !node.wal.spare_ready() {
+                waited += 1;
+                assert!(waited < 2_000, "no spare made");
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
+    }
+    let second = log_dir(dir.path()).join(&segments(dir.path())[1]);
+    let made = std::fs::metadata(&second).unwrap().len();
+    assert!(made > 4000, "the second segment is a spare of zeros ({made} bytes)");
+    node.close();
+
+    let mut node = open_sized(dir.path(), 4000);
+    assert_eq!(indexes(&mut node.store).await, (1..=last).collect::<Vec<_>>());
+    assert_eq!(std::fs::metadata(&second).unwrap().len(), made, "its zeros are kept");
+    assert!(!log_dir(dir.path()).join("wal-spare.tmp").exists());
+    last += 1;
+    node.store.blocking_append([normal(1, last, payload(last))]).await.unwrap();
+    node.close();
+
+    // A stray byte far past the records, after zeros: cut with the zeros.
+    let mut f = OpenOptions::new().write(true).open(&second).unwrap();
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(made - 100)).unwrap();
+    f.write_all(&[7]).unwrap();
+    drop(f);
+    let mut node = open_sized(dir.path(), 4000);
+    assert_eq!(indexes(&mut node.store).await, (1..=last).collect::<Vec<_>>());
+    let cut = std::fs::metadata(&second).unwrap().len();
+    assert!(cut < 4000, "the tail after the gap is gone ({cut} bytes left)");
+    last += 1;
+    node.store.blocking_append([normal(1, last, payload(last))]).await.unwrap();
+    node.close();
+    let mut node = open_sized(dir.path(), 4000);
+    assert_eq!(indexes(&mut node.store).await, (1..=last).collect::<Vec<_>>());
     node.close();
 }
