@@ -14,6 +14,7 @@
 //!
 //! Modules:
 //! - `ids`: the id types shared by every crate;
+//! - `keyed_hash`: the hash for maps keyed by ids clients choose;
 //! - `auth`: tokens, roles and what each role may send;
 //! - `error`: `ErrorCode` and `WireError`, what every failure becomes at the edge;
 //! - `limits`: the bounds every request is checked against;
@@ -33,6 +34,7 @@ pub mod codec;
 pub mod error;
 pub mod frame;
 pub mod ids;
+pub mod keyed_hash;
 pub mod likes;
 pub mod limits;
 pub mod listing;

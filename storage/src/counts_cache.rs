@@ -9,6 +9,7 @@
 //! a snapshot install drops a shard's entries.
 
 use crate::likes::CountsRec;
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::{BizId, EntityId};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -21,7 +22,7 @@ pub(crate) struct CountsCache {
 }
 
 /// `(biz, shard, entity) -> counts`.
-pub(crate) type CountsPart = HashMap<(BizId, u32, EntityId), CountsRec>;
+pub(crate) type CountsPart = HashMap<(BizId, u32, EntityId), CountsRec, KeyedHash>;
 
 /// Entries per cache part before it is dropped and refilled (64 parts).
 const COUNTS_CACHE_PART: usize = 4096;
@@ -32,7 +33,7 @@ impl CountsCache {
     pub(crate) fn new() -> CountsCache {
         CountsCache {
             epochs: (0..EPOCHS).map(|_| AtomicU64::new(0)).collect(),
-            parts: (0..COUNTS_CACHE_PARTS).map(|_| Mutex::new(HashMap::new())).collect(),
+            parts: (0..COUNTS_CACHE_PARTS).map(|_| Mutex::new(HashMap::default())).collect(),
         }
     }
 

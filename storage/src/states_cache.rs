@@ -14,6 +14,7 @@
 //! snapshot install drops the shard's users. Sizes are bounded in states,
 //! not users: a user may hold up to 256.
 
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::{BizId, EntityId, LikeState, Millis, UserId};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -24,7 +25,7 @@ pub(crate) type UserStates = Vec<(EntityId, (LikeState, Millis))>;
 /// `(biz, shard, user) -> states`, and the states it holds in all.
 #[derive(Default)]
 pub(crate) struct StatesPart {
-    users: HashMap<(BizId, u32, UserId), UserStates>,
+    users: HashMap<(BizId, u32, UserId), UserStates, KeyedHash>,
     states: usize,
 }
 

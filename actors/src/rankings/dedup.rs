@@ -8,9 +8,8 @@
 //! remember the same ids; the ids are stored with the board's changes, so
 //! the memory survives passivation and restarts.
 
+use plaudit_proto::keyed_hash::KeyedHash;
 use std::collections::{HashSet, VecDeque};
-use std::hash::{BuildHasher, Hasher};
-use std::sync::OnceLock;
 
 /// A client-chosen id, unique per event (e.g. a hash of the gift order id).
 pub type EventId = u64;
@@ -19,64 +18,8 @@ pub type EventId = u64;
 pub struct EventMemory {
     cap: usize,
     order: VecDeque<EventId>,
-    seen: HashSet<EventId, IdHash>,
-}
-
-/// Hashes event ids for `seen`: a seeded 64-bit finalizer instead of
-/// SipHash, which was a tenth of a hot board's apply (three hashes per
-/// event: look up, insert, forget the oldest). Ids are chosen by clients,
-/// so the seed is random per process: a client cannot aim its ids at one
-/// bucket without knowing it. Only memory layout depends on it, never a
-/// result, so replicas need not agree on it.
-#[derive(Debug, Clone, Copy)]
-pub struct IdHash {
-    seed: u64,
-}
-
-impl Default for IdHash {
-    fn default() -> Self {
-        static SEED: OnceLock<u64> = OnceLock::new();
-        let seed =
-            *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
-        IdHash { seed }
-    }
-}
-
-impl BuildHasher for IdHash {
-    type Hasher = IdHasher;
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher { state: self.seed }
-    }
-}
-
-/// Mixes each written word into the state with murmur3's 64-bit finalizer.
-#[derive(Debug, Clone, Copy)]
-pub struct IdHasher {
-    state: u64,
-}
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        let mut h = self.state ^ v;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^= h >> 33;
-        self.state = h;
-    }
-
-    fn finish(&self) -> u64 {
-        self.state
-    }
+    /// Ids are chosen by clients: a keyed hash (`plaudit_proto::keyed_hash`).
+    seen: HashSet<EventId, KeyedHash>,
 }
 
 impl EventMemory {
