@@ -21,7 +21,7 @@
 
 use plaudit_actors::Command;
 use plaudit_proto::WireError;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,6 +68,11 @@ impl DiskGuard {
     }
 
     /// Whether writes are being refused.
+    /// The reserve: free bytes below which new writes are refused.
+    pub fn min_free(&self) -> u64 {
+        self.min_free
+    }
+
     pub fn is_low(&self) -> bool {
         self.low.load(Ordering::Relaxed)
     }
@@ -113,19 +118,7 @@ pub fn adds_state(cmd: &Command) -> bool {
     }
 }
 
-/// Free bytes, to an unprivileged user, of the file system holding `path`.
-pub fn free_bytes(path: &Path) -> std::io::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: `c` is a valid NUL-terminated path and `stat` a plain struct
-    // that statvfs fills in; nothing is retained past the call.
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut stat) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
-}
+pub use plaudit_storage::disk_space::free_bytes;
 
 /// Looks at `dir`'s free space every [`CHECK_EVERY`] until the guard is
 /// the only reference left. A failed look changes nothing.

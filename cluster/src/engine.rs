@@ -164,6 +164,9 @@ impl Engine {
             .open()?;
         let commit = GroupCommit::start(db.clone(), &cfg.data_dir.join("sled"))?;
         let wal = Wal::open(&cfg.data_dir.join("raft"))?;
+        // A spare segment (zeros made ahead, `wal.rs`) must not eat the
+        // reserve that keeps the node serving on a nearly full disk.
+        wal.set_spare_floor(cfg.group.disk.min_free());
         let store = StateStore::open_with(&db, cfg.checkpoint)?;
         let directory = Directory::load(&store)?;
         let me = cfg.cluster.me.id;

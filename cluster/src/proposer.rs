@@ -119,17 +119,20 @@ pub(crate) async fn propose_loop(
     // Entry times never go backwards within a shard, even if the wall clock
     // does, so list order (by mtime) matches log order.
     let mut last_now = 0u64;
-    // Out of the queue once received: its permits go back at once.
-    while let Some((first, _)) = rx.recv().await {
+    while let Some((first, queued)) = rx.recv().await {
+        // Out of the queue once received: its permits go back at once.
+        drop(queued);
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
         // Everything that queued while we waited for a slot joins this
-        // entry, up to `batch_max` commands (a first proposal larger than
-        // that goes alone: its commands share one reply).
+        // entry while it has fewer than `batch_max` commands (a proposal
+        // is not split, so an entry may pass that by one connection's
+        // share of a read pass, at most its in-flight cap).
         let mut size = first.len();
         let mut batch = vec![first];
         while size < batch_max {
             match rx.try_recv() {
-                Ok((p, _)) => {
+                Ok((p, queued)) => {
+                    drop(queued);
                     size += p.len();
                     batch.push(p);
                 }

@@ -127,9 +127,11 @@ where
     async fn append_durable(&self, records: &[Record<'_>]) -> io::Result<()> {
         let file = self.wal.lock().append(self.group, records)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let wal = self.wal.clone();
         self.commit.submit_file(
             file,
             Box::new(move |r| {
+                wal.poison_on(&r);
                 let _ = tx.send(r);
             }),
         );
@@ -345,7 +347,14 @@ where
             wal.append(self.group, &records)
                 .map_err(|e| err(ErrorSubject::Logs, ErrorVerb::Write, &e))?
         };
-        self.commit.submit_file(file, Box::new(move |r| callback.log_io_completed(r)));
+        let wal = self.wal.clone();
+        self.commit.submit_file(
+            file,
+            Box::new(move |r| {
+                wal.poison_on(&r);
+                callback.log_io_completed(r)
+            }),
+        );
         Ok(())
     }
 

@@ -30,6 +30,7 @@
 
 pub mod boards;
 mod counts_cache;
+pub mod disk_space;
 pub mod file_log;
 pub mod group_commit;
 pub mod keys;

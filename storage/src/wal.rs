@@ -23,7 +23,8 @@
 //!
 //! Segments are written in place over zeros: a background thread fills
 //! the next segment's file with zeros and syncs it before it is needed
-//! (`wal-spare.tmp`, renamed at rotation), so an append rewrites blocks
+//! (`wal-spare-*.tmp`, renamed at rotation; only while the disk keeps
+//! its write reserve after it), so an append rewrites blocks
 //! the file already has and a round's `fdatasync` flushes data only, with
 //! no block allocation or file size to journal (measured on a hot board:
 //! 2.6 to 2.4 us of node CPU per event). Zeros never parse as a record
@@ -106,29 +107,60 @@ pub(crate) struct WalInner {
     segments: Vec<Segment>,
     pub groups: HashMap<u32, GroupLog>,
     spare: Arc<Spare>,
+    /// A sync of the log failed: why. Nothing more is appended (see `poison_on`).
+    poisoned: Option<String>,
 }
 
 /// The zero-filled file the next segment will be, made off the append path
 /// once the active segment is half full (a node that writes little never
 /// makes one).
-#[derive(Default)]
 struct Spare {
+    /// This log's own spare file: a name no other `Wal` of the process (one
+    /// closed and reopened in place, its thread still writing) can share.
+    path: PathBuf,
     file: Mutex<Option<File>>,
-    /// `IDLE`, `MAKING` or `READY`: lets every append check it for free.
+    /// `IDLE`, `MAKING`, `READY` or `FAILED`: lets every append check it
+    /// for free.
     state: std::sync::atomic::AtomicU8,
+    /// Free space the disk must keep after a spare is made (the node's
+    /// write reserve, `min_free_disk_mb`).
+    floor: std::sync::atomic::AtomicU64,
 }
 
 const IDLE: u8 = 0;
 const MAKING: u8 = 1;
 const READY: u8 = 2;
-const SPARE_NAME: &str = "wal-spare.tmp";
-/// Room a spare has past `segment_bytes`: a segment's last append may run over.
+/// Not made for this segment (too little space, or it failed): the next
+/// segment starts empty, and the one after it tries again.
+const FAILED: u8 = 3;
+const SPARE_PREFIX: &str = "wal-spare-";
+/// Room a spare has past `segment_bytes`: a segment's last append may run
+/// over, and a segment may start with moved entries.
 const SPARE_SLACK: u64 = 1 << 20;
+/// The floor until the node sets its own: a spare is never what fills a disk.
+const DEFAULT_SPARE_FLOOR: u64 = 1 << 30;
 
 impl Spare {
+    fn new(dir: &Path) -> Spare {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Spare {
+            path: dir.join(format!("{SPARE_PREFIX}{}-{n}.tmp", std::process::id())),
+            file: Mutex::new(None),
+            state: std::sync::atomic::AtomicU8::new(IDLE),
+            floor: AtomicU64::new(DEFAULT_SPARE_FLOOR),
+        }
+    }
+
+    /// The ready spare, if any; either way the next segment may make one.
     fn take(&self) -> Option<File> {
         use std::sync::atomic::Ordering;
-        if self.state.load(Ordering::Acquire) != READY {
+        let state = self.state.load(Ordering::Acquire);
+        if state == FAILED {
+            self.state.store(IDLE, Ordering::Release);
+        }
+        if state != READY {
             return None;
         }
         let f = self.file.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -136,37 +168,48 @@ impl Spare {
         f
     }
 
-    /// Starts making a spare unless one is ready or being made.
+    /// Starts making a spare unless one is ready or being made, or this
+    /// segment's attempt failed; only if the disk keeps its floor after it.
     fn make(self: &Arc<Self>, dir: &Path, bytes: u64) {
         use std::sync::atomic::Ordering;
         if self.state.compare_exchange(IDLE, MAKING, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return;
         }
-        let (spare, path) = (self.clone(), dir.join(SPARE_NAME));
+        let floor = self.floor.load(Ordering::Relaxed);
+        let room = crate::disk_space::free_bytes(dir)
+            .is_ok_and(|free| free >= bytes.saturating_add(floor));
+        if !room {
+            self.state.store(FAILED, Ordering::Release);
+            return;
+        }
+        let spare = self.clone();
         let spawned = std::thread::Builder::new().name("wal-spare".into()).spawn(move || {
-            match zero_file(&path, bytes) {
+            match zero_file(&spare.path, bytes) {
                 Ok(f) => {
                     *spare.file.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
                     spare.state.store(READY, Ordering::Release);
                 }
                 Err(e) => {
-                    // This segment's successor starts empty, as segments
-                    // did before spares; the next one tries again.
                     tracing::warn!(error = %e, "could not prepare the next log segment");
-                    let _ = std::fs::remove_file(&path);
-                    spare.state.store(IDLE, Ordering::Release);
+                    let _ = std::fs::remove_file(&spare.path);
+                    spare.state.store(FAILED, Ordering::Release);
                 }
             }
         });
         if spawned.is_err() {
-            self.state.store(IDLE, Ordering::Release);
+            self.state.store(FAILED, Ordering::Release);
         }
     }
 }
 
 /// Creates `path` as `bytes` of zeros, synced.
 fn zero_file(path: &Path, bytes: u64) -> io::Result<File> {
-    let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+    // A file of that name is one this log made and failed to remove.
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
     let zeros = vec![0u8; 1 << 20];
     let mut at = 0u64;
     while at < bytes {
@@ -206,12 +249,17 @@ impl Wal {
             segment_bytes,
             segments: Vec::new(),
             groups: HashMap::new(),
-            spare: Arc::default(),
+            spare: Arc::new(Spare::new(dir)),
+            poisoned: None,
         };
-        // A spare left by a crash is made again: it may be half written.
-        match std::fs::remove_file(dir.join(SPARE_NAME)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        // Spares left by a crash (or by an earlier `Wal` of this process):
+        // never used, they may be half written.
+        for e in std::fs::read_dir(dir)? {
+            let path = e?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if name.starts_with(SPARE_PREFIX) && name.ends_with(".tmp") {
+                std::fs::remove_file(&path)?;
+            }
         }
         inner.recover()?;
         Ok(Arc::new(Wal { inner: Mutex::new(inner) }))
@@ -227,6 +275,29 @@ impl Wal {
         self.lock().segments.len()
     }
 
+    /// The free space the disk must keep after a spare segment is made:
+    /// the node's write reserve, so that making one never pushes the disk
+    /// below it (1 GiB until set).
+    pub fn set_spare_floor(&self, bytes: u64) {
+        self.lock().spare.floor.store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Stops the log taking appends after a failed sync. After an
+    /// `fdatasync` error the kernel may have dropped the pages it could not
+    /// write and report the next sync clean; appending on would leave a
+    /// hole that recovery cuts, with every later acknowledged record (of
+    /// every group) behind it. Every group's next append fails instead, so
+    /// Raft stops them, and a restart recovers what is really on disk.
+    pub fn poison_on(&self, result: &io::Result<()>) {
+        if let Err(e) = result {
+            let mut inner = self.lock();
+            if inner.poisoned.is_none() {
+                tracing::error!(error = %e, "the Raft log failed to sync: it takes no more writes");
+                inner.poisoned = Some(e.to_string());
+            }
+        }
+    }
+
     /// Whether a zero-filled file waits to be the next segment (tests).
     pub fn spare_ready(&self) -> bool {
         self.lock().spare.state.load(std::sync::atomic::Ordering::Acquire) == READY
@@ -237,6 +308,11 @@ impl WalInner {
     /// Appends `records` of `group` as one write and applies them to the
     /// group's state; returns the file to sync for them.
     pub fn append(&mut self, group: u32, records: &[Record<'_>]) -> io::Result<Arc<File>> {
+        if let Some(why) = &self.poisoned {
+            return Err(io::Error::other(format!(
+                "the Raft log failed to sync ({why}); it takes no writes until the node restarts"
+            )));
+        }
         if self.segments.last().is_none_or(|s| s.len - s.base >= self.segment_bytes) {
             self.rotate()?;
         }
@@ -343,7 +419,7 @@ impl WalInner {
         let moved = self.move_oldest_if_pinned(&mut buf)?;
         let path = self.dir.join(format!("wal-{seq:020}.log"));
         let file = match self.spare.take() {
-            Some(f) => match std::fs::rename(self.dir.join(SPARE_NAME), &path) {
+            Some(f) => match std::fs::rename(&self.spare.path, &path) {
                 Ok(()) => f,
                 Err(e) => {
                     tracing::warn!(error = %e, "could not use the prepared log segment");

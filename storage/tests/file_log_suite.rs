@@ -89,6 +89,14 @@ fn segments(dir: &Path) -> Vec<String> {
     names
 }
 
+fn spares(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(log_dir(dir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("wal-spare"))
+        .collect()
+}
+
 async fn indexes(store: &mut Store) -> Vec<u64> {
     store.try_get_log_entries(..).await.unwrap().into_iter().map(|e| e.log_id.index).collect()
 }
@@ -268,7 +276,7 @@ async fn segments_made_ahead_as_zeros_recover_to_their_records() {
     let mut node = open_sized(dir.path(), 4000);
     assert_eq!(indexes(&mut node.store).await, (1..=last).collect::<Vec<_>>());
     assert_eq!(std::fs::metadata(&second).unwrap().len(), made, "its zeros are kept");
-    assert!(!log_dir(dir.path()).join("wal-spare.tmp").exists());
+    assert!(spares(dir.path()).is_empty(), "no spare is left at open");
     last += 1;
     node.store.blocking_append([normal(1, last, payload(last))]).await.unwrap();
     node.close();
@@ -287,5 +295,54 @@ async fn segments_made_ahead_as_zeros_recover_to_their_records() {
     node.close();
     let mut node = open_sized(dir.path(), 4000);
     assert_eq!(indexes(&mut node.store).await, (1..=last).collect::<Vec<_>>());
+    node.close();
+}
+
+/// No spare is made where the disk would keep less than its floor after it
+/// (the node's write reserve): segments then start empty, as before; and a
+/// spare left by a crash is removed at open.
+#[tokio::test]
+async fn no_spare_eats_the_disk_reserve_and_stale_spares_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = open_sized(dir.path(), 4000);
+    node.wal.set_spare_floor(u64::MAX / 4);
+    let mut last = 0;
+    while segments(dir.path()).len() < 3 {
+        last += 1;
+        assert!(last < 10_000, "no third segment");
+        node.store.blocking_append([normal(1, last, payload(last))]).await.unwrap();
+        assert!(!node.wal.spare_ready() && spares(dir.path()).is_empty(), "a spare was made");
+    }
+    for name in &segments(dir.path())[1..] {
+        let len = std::fs::metadata(log_dir(dir.path()).join(name)).unwrap().len();
+        assert!(len < 4000 + 1000, "{name} started empty ({len} bytes)");
+    }
+    node.close();
+    std::fs::write(log_dir(dir.path()).join("wal-spare-1-0.tmp"), [0u8; 64]).unwrap();
+    let mut node = open_sized(dir.path(), 4000);
+    assert!(spares(dir.path()).is_empty(), "a stale spare is removed");
+    assert_eq!(indexes(&mut node.store).await, (1..=last).collect::<Vec<_>>());
+    node.close();
+}
+
+/// After a failed sync the log takes no more appends, from any group: a
+/// later sync could report clean over pages the kernel dropped.
+#[tokio::test]
+async fn a_failed_sync_stops_every_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = open(dir.path());
+    node.store.blocking_append([normal(1, 1, payload(1))]).await.unwrap();
+    node.wal.poison_on(&Ok(()));
+    node.store.blocking_append([normal(1, 2, payload(2))]).await.unwrap();
+    node.wal.poison_on(&Err(std::io::Error::other("EIO")));
+    assert!(node.store.blocking_append([normal(1, 3, payload(3))]).await.is_err());
+    let mut other = node.group(2);
+    assert!(other.save_vote(&Vote::new(1, 1)).await.is_err(), "other groups stop too");
+    drop(other);
+    node.close();
+    // A restart recovers what is on disk and appends again.
+    let mut node = open(dir.path());
+    assert_eq!(indexes(&mut node.store).await, vec![1, 2]);
+    node.store.blocking_append([normal(1, 3, payload(3))]).await.unwrap();
     node.close();
 }

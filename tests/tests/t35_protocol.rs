@@ -161,3 +161,42 @@ async fn a_request_nested_a_million_times_is_refused_and_the_node_lives() {
     assert_eq!(conn.recv().await.body, Response::Pong);
     node.client().await.ping().await.expect("the node is alive");
 }
+
+/// Writes a pass stages for proposal together (`node/src/server/batch.rs`)
+/// are still proposed and answered when a bad length ends the pass.
+#[tokio::test]
+async fn writes_before_a_bad_length_are_answered_before_the_close() {
+    use plaudit_client::proto::cluster::{ClientHello, Routing};
+    use plaudit_client::proto::likes::LikeRequest;
+    use plaudit_client::proto::LikeAction;
+    let node = Node::start();
+    let c = node.client().await;
+    let biz = c.create_biz(None, "before-bad", BizConfig::default()).await.unwrap().id;
+    let mut conn = RawConn::connect(&node.addr()).await;
+    // Staging is for redirecting clients (the SDK's mode).
+    conn.send_request(1, Request::Hello(ClientHello { routing: Routing::Redirect })).await;
+    assert_eq!(conn.recv().await.body, Response::Hello);
+    let mut burst = Vec::new();
+    for user in 0..3u64 {
+        let like = LikeRequest { biz, entity: 9, user, owner: None, action: LikeAction::Like };
+        burst.extend(raw::request_frame(10 + user, Request::Like(like)));
+    }
+    burst.extend_from_slice(&u32::MAX.to_be_bytes());
+    conn.send(&burst).await;
+    let mut liked = Vec::new();
+    let mut bad = 0;
+    for _ in 0..4 {
+        let reply = conn.recv().await;
+        match reply.body {
+            Response::Like(r) => {
+                assert_eq!(r.now, LikeState::Like);
+                liked.push(reply.req_id);
+            }
+            Response::Error(e) if e.code == ErrorCode::BadRequest => bad += 1,
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+    liked.sort();
+    assert_eq!((liked, bad), (vec![10, 11, 12], 1));
+    assert!(conn.closed_by_peer().await, "the connection closes after a bad length");
+}

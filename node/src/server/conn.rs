@@ -284,6 +284,8 @@ impl Conn {
                     self.push_reply(0, Response::Error(WireError::bad_request(e.to_string())));
                     self.broken = true;
                     self.frame_started = None;
+                    // What came before the bad frame is still answered.
+                    self.submit_staged();
                     return;
                 }
             };
@@ -350,7 +352,14 @@ impl Conn {
             self.push_reply(req_id, resp);
             return;
         }
-        if let Some(stage) = self.server.engine.stage_write(&body) {
+        // Staged writes that lose their leader answer `NotLeader` (their
+        // entry was never appended): a redirecting client (the SDK) retries
+        // it; a forwarding one is served by `handle_as`, which forwards.
+        let staged = match self.routing {
+            Routing::Redirect => self.server.engine.stage_write(&body),
+            Routing::Forward => None,
+        };
+        if let Some(stage) = staged {
             self.stage(req_id, body.op(), now, stage);
             return;
         }
