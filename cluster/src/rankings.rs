@@ -84,15 +84,7 @@ impl Engine {
                 if t.expired {
                     return (type_id, None);
                 }
-                let cmd = ScoreCmd {
-                    rank: r.rank,
-                    type_key: t.type_id.to_key(),
-                    item: r.item,
-                    aggregation: def.aggregation,
-                    ties: def.ties,
-                    cap: def.settings.cap,
-                    events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
-                };
+                let cmd = score_cmd(&def, &r, &t.type_id);
                 let shard = board_shard(r.rank, &cmd.type_key, self.cfg.shards);
                 (type_id, Some((shard, cmd)))
             })
@@ -349,6 +341,23 @@ impl Engine {
             .collect::<Result<Vec<_>, WireError>>()?;
         let next = if more { boards.last().map(|b| b.type_id.clone()) } else { None };
         Ok(Response::Boards(BoardsPage { boards, next }))
+    }
+}
+
+/// The command that puts event `r` on the board `type_id` of ranking `def`.
+pub(crate) fn score_cmd(
+    def: &plaudit_proto::rankings::RankDef,
+    r: &ScoreRequest,
+    type_id: &TypeId,
+) -> ScoreCmd {
+    ScoreCmd {
+        rank: r.rank,
+        type_key: type_id.to_key(),
+        item: r.item,
+        aggregation: def.aggregation,
+        ties: def.ties,
+        cap: def.settings.cap,
+        events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
     }
 }
 

@@ -18,7 +18,6 @@
 use crate::engine::{internal, Engine};
 use crate::group::Group;
 use crate::router::Leader;
-use plaudit_actors::command::ScoreCmd;
 use plaudit_actors::rankings::all_or_nothing;
 use plaudit_actors::rankings::route::{self, Admission};
 use plaudit_actors::{CmdResult, Command};
@@ -107,19 +106,7 @@ impl Engine {
                 if t.expired || all_or_nothing::must_check(def.aggregation, r.score, 1) {
                     return None;
                 }
-                let cmd = ScoreCmd {
-                    rank: r.rank,
-                    type_key: t.type_id.to_key(),
-                    item: r.item,
-                    aggregation: def.aggregation,
-                    ties: def.ties,
-                    cap: def.settings.cap,
-                    events: vec![plaudit_actors::command::ScoreEvent {
-                        score: r.score,
-                        sub: r.sub,
-                        event_id: r.event_id,
-                    }],
-                };
+                let cmd = crate::rankings::score_cmd(&def, r, &t.type_id);
                 let group = self.led_here(board_shard(r.rank, &cmd.type_key, self.cfg.shards))?;
                 let type_id = t.type_id.format();
                 if group.should_shed(def.settings.priority, MAX_PRIORITY) {
