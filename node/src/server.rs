@@ -19,6 +19,7 @@ mod access;
 mod batch;
 mod close;
 mod conn;
+mod done;
 mod inbuf;
 pub(crate) mod table;
 

@@ -7,7 +7,7 @@
 //! counts against the connection's in-flight cap and holds one permit of
 //! the node-wide request cap until its reply is taken.
 
-use super::conn::Done;
+use super::done::Done;
 use plaudit_cluster::group::Group;
 use plaudit_cluster::staged::{Finish, Staged};
 use plaudit_proto::WireError;

@@ -39,13 +39,13 @@
 use super::access::Access;
 use super::batch::WriteBatch;
 pub use super::close::Close;
+use super::done::{Done, Ended};
 use super::inbuf::{InBuf, FREE_ROOM};
 use super::table::Entry;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use plaudit_cluster::staged::Stage;
-use plaudit_proto::auth::Role;
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame::{self, FrameError};
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
@@ -66,35 +66,6 @@ pub const MAX_FAILED_AUTHS: u32 = 3;
 /// An idle connection keeps its buffers this long (a client between bursts
 /// should not pay for reallocating them).
 const KEEP_BUFFERS: Duration = Duration::from_secs(2);
-
-/// A request that finished.
-pub(super) struct Done {
-    req_id: u64,
-    op: &'static str,
-    started: Instant,
-    resp: Response,
-    /// Whether this was an `Auth` (whose end lets later frames in).
-    is_auth: bool,
-    /// For an `Auth`: the role it grants (and the token revision before it
-    /// was checked), or nothing.
-    auth: Option<(Role, u64)>,
-}
-
-impl Done {
-    pub(super) fn of(req_id: u64, op: &'static str, started: Instant, resp: Response) -> Done {
-        Done { req_id, op, started, resp, is_auth: false, auth: None }
-    }
-}
-
-/// What one in-flight future ends with: a request, or a group's share of
-/// a read pass's writes (`batch.rs`). Only ever moved out of a finished
-/// future into `ended`, never stored: boxing the common case would cost
-/// an allocation per request.
-#[allow(clippy::large_enum_variant)]
-enum Ended {
-    One(Done),
-    Many(Vec<Done>),
-}
 
 type InFlight = Pin<Box<dyn Future<Output = Ended> + Send>>;
 

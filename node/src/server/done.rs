@@ -1,0 +1,34 @@
+//! What a connection's in-flight futures end with (`conn.rs`).
+
+use plaudit_proto::auth::Role;
+use plaudit_proto::Response;
+use std::time::Instant;
+
+/// A request that finished.
+pub(super) struct Done {
+    pub req_id: u64,
+    pub op: &'static str,
+    pub started: Instant,
+    pub resp: Response,
+    /// Whether this was an `Auth` (whose end lets later frames in).
+    pub is_auth: bool,
+    /// For an `Auth`: the role it grants (and the token revision before it
+    /// was checked), or nothing.
+    pub auth: Option<(Role, u64)>,
+}
+
+impl Done {
+    pub(super) fn of(req_id: u64, op: &'static str, started: Instant, resp: Response) -> Done {
+        Done { req_id, op, started, resp, is_auth: false, auth: None }
+    }
+}
+
+/// What one in-flight future ends with: a request, or a group's share of
+/// a read pass's writes (`batch.rs`). Only ever moved out of a finished
+/// future into `ended`, never stored: boxing the common case would cost
+/// an allocation per request.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Ended {
+    One(Done),
+    Many(Vec<Done>),
+}
