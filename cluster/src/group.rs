@@ -23,7 +23,6 @@ use plaudit_actors::{CmdResult, Command, ShardHandle};
 use plaudit_proto::WireError;
 use plaudit_storage::file_log::FileLogStore;
 use plaudit_storage::group_commit::GroupCommit;
-use plaudit_storage::log_store::SledLogStore;
 use plaudit_storage::wal::Wal;
 use plaudit_storage::StateStore;
 use std::collections::BTreeMap;
@@ -440,17 +439,11 @@ async fn open_log(
     name: &str,
 ) -> anyhow::Result<FileLogStore<TypeConfig>> {
     let mut log = FileLogStore::open(wal, id, commit.clone());
-    let trees = [format!("raft/{name}/log"), format!("raft/{name}/meta")];
-    let names = db.tree_names();
-    if trees.iter().any(|t| names.iter().any(|n| n.as_ref() == t.as_bytes())) {
-        let mut old = SledLogStore::<TypeConfig>::open(db, commit.clone(), name)?;
-        if log.import(&mut old).await? {
+    if let Some(old) = plaudit_storage::sled_log::read::<TypeConfig>(db, name)? {
+        if log.import(old).await? {
             tracing::info!(group = name, "moved the Raft log out of sled's trees");
         }
-        drop(old);
-        for t in &trees {
-            db.drop_tree(t.as_bytes())?;
-        }
+        plaudit_storage::sled_log::drop_trees(db, name)?;
         commit.flush().await?;
     }
     Ok(log)

@@ -2,7 +2,8 @@
 //! node's write-ahead log (`wal.rs`), where every group's records share one
 //! file and one `fdatasync` per group-commit round.
 //!
-//! Why not a sled tree (it was one, `log_store.rs`): every append was a
+//! Why not a sled tree (it was one; `sled_log.rs` reads such a log to move
+//! it here): every append was a
 //! B-tree insert, every apply read the entries back through sled, and each
 //! round of durability was a `Db::flush`, which seals sled's IO buffer and
 //! hands it to sled's thread pool; that pool wakes all of its idle threads
@@ -40,7 +41,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::group_commit::GroupCommit;
-use crate::log_store::{index_range, MAX_REPLICATION_READ_BYTES};
 use crate::wal::{
     GroupLog, Record, Wal, FORMAT_V1, KIND_COMMITTED, KIND_ENTRY, KIND_PURGE, KIND_TRUNCATE,
     KIND_VOTE,
@@ -164,16 +164,13 @@ where
         Ok(out)
     }
 
-    /// Moves a log kept in sled's trees (`log_store.rs`, data directories
+    /// Moves a log kept in sled's trees (`sled_log.rs`, data directories
     /// written before this store) into this one, if this one holds nothing
     /// for the group: every entry, then the purge point and vote, durably.
     /// Returns whether there was anything to move; the caller then drops the
     /// old trees. A crash half way leaves part of the entries here and the
     /// old trees intact, so the next start moves them again over the part.
-    pub async fn import(
-        &mut self,
-        old: &mut crate::log_store::SledLogStore<C>,
-    ) -> io::Result<bool> {
+    pub async fn import(&mut self, old: crate::sled_log::OldLog<C>) -> io::Result<bool> {
         use openraft::storage::RaftLogStorageExt;
         // The vote is written last: only it says an earlier move finished.
         let moved = {
@@ -183,18 +180,16 @@ where
         if moved {
             return Ok(false);
         }
-        let state = old.get_log_state().await.map_err(io::Error::other)?;
-        let vote = old.read_vote().await.map_err(io::Error::other)?;
-        if state.last_log_id.is_none() && vote.is_none() {
+        let crate::sled_log::OldLog { entries, last_purged, vote } = old;
+        if entries.is_empty() && last_purged.is_none() && vote.is_none() {
             return Ok(false);
         }
-        let entries = old.try_get_log_entries(..).await.map_err(io::Error::other)?;
         if let Some(first) = entries.first() {
             // Whatever an earlier, interrupted move left.
             self.truncate(first.log_id.clone()).await.map_err(io::Error::other)?;
             self.blocking_append(entries).await.map_err(io::Error::other)?;
         }
-        if let Some(purged) = state.last_purged_log_id {
+        if let Some(purged) = last_purged {
             let payload = encode(&purged)?;
             let r = Record { kind: KIND_PURGE, index: purged.index, payload: &payload };
             self.append_durable(&[r]).await?;
@@ -215,7 +210,29 @@ fn encode<T: Serialize + ?Sized>(value: &T) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
+/// How much encoded log one `limited_get_log_entries` call returns at most
+/// (at least one entry is always returned): it becomes one AppendEntries
+/// message, and a follower far behind must not get its whole log in one frame.
+pub const MAX_REPLICATION_READ_BYTES: usize = 4 << 20;
+
+/// A log index range as `[start, end)`, `end` `None` for "to the end of the
+/// log"; `None` if it is empty by construction (starts after `u64::MAX`).
+fn index_range(range: &impl RangeBounds<u64>) -> Option<(u64, Option<u64>)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.checked_add(1)?,
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        // `..=u64::MAX` has no exclusive end: read to the end of the log.
+        Bound::Included(&e) => e.checked_add(1),
+        Bound::Excluded(&e) => Some(e),
+        Bound::Unbounded => None,
+    };
+    Some((start, end))
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> io::Result<T> {
     match bytes.split_first() {
         Some((&FORMAT_V1, body)) => from_bytes(body).map_err(io::Error::other),
         Some((&v, _)) => Err(io::Error::other(format!("unknown log format version {v}"))),

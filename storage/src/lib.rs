@@ -11,8 +11,8 @@
 //! - `group_commit`: the flusher thread that turns many `append`s into one fsync;
 //! - `wal`: the node's write-ahead log: every group's records in shared segments;
 //! - `file_log`: openraft `RaftLogStorage` for one group over the `Wal`;
-//! - `log_store`: the former log store over sled trees, kept to read (and move
-//!   into `file_log`) the logs of data directories written before;
+//! - `sled_log`: reads the Raft logs that data directories written before
+//!   the WAL kept in sled trees, for `file_log` to move in;
 //! - `state`: `StateStore` (reads, staging, atomic checkpoints, crash recovery)
 //!   and `WriteSet` (one applied batch's writes across trees);
 //! - `pending`: the per-shard overlay of staged writes not yet in sled;
@@ -35,11 +35,11 @@ pub mod file_log;
 pub mod group_commit;
 pub mod keys;
 mod likes;
-pub mod log_store;
 mod merge;
 mod pending;
 mod registry;
 mod shard_meta;
+pub mod sled_log;
 pub mod snapshot;
 pub mod state;
 mod states_cache;

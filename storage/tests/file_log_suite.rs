@@ -13,10 +13,11 @@ use std::path::{Path, PathBuf};
 use common::{log_id, normal, payload, MemStateMachine, TestConfig};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
 use openraft::testing::{StoreBuilder, Suite};
-use openraft::{RaftLogReader, StorageError, StorageIOError, Vote};
+use openraft::{LogId, RaftLogReader, StorageError, StorageIOError, Vote};
 use plaudit_storage::file_log::FileLogStore;
+use plaudit_storage::file_log::MAX_REPLICATION_READ_BYTES;
 use plaudit_storage::group_commit::GroupCommit;
-use plaudit_storage::log_store::SledLogStore;
+use plaudit_storage::sled_log;
 use plaudit_storage::wal::Wal;
 use tempfile::TempDir;
 
@@ -220,26 +221,71 @@ async fn segments_rotate_keep_hard_state_and_go_when_nothing_lives_in_them() {
     node.close();
 }
 
+/// Writes a log as builds before the WAL kept it in sled's trees
+/// (`sled_log.rs` has the layout): `v1 | bincode` values.
+fn write_old_log(db: &sled::Db, group: &str, entries: &[u64], purged: LogId<u64>, vote: Vote<u64>) {
+    let v1 = |bytes: Vec<u8>| [vec![1u8], bytes].concat();
+    let log = db.open_tree(format!("raft/{group}/log")).unwrap();
+    for &i in entries {
+        let entry = normal(1, i, payload(i));
+        log.insert(i.to_be_bytes(), v1(plaudit_proto::codec::to_bytes(&entry).unwrap())).unwrap();
+    }
+    let meta = db.open_tree(format!("raft/{group}/meta")).unwrap();
+    meta.insert("last_purged", v1(plaudit_proto::codec::to_bytes(&purged).unwrap())).unwrap();
+    meta.insert("vote", v1(plaudit_proto::codec::to_bytes(&vote).unwrap())).unwrap();
+}
+
 #[tokio::test]
 async fn a_log_in_sled_trees_moves_over_once() {
     let dir = tempfile::tempdir().unwrap();
     let node = open(dir.path());
-    let mut old: SledLogStore<TestConfig> =
-        SledLogStore::open(&node.db, node.commit.clone(), "g1").unwrap();
-    old.blocking_append((1..=6).map(|i| normal(1, i, payload(i)))).await.unwrap();
-    old.purge(log_id(1, 2)).await.unwrap();
-    old.save_vote(&Vote::new(3, 1)).await.unwrap();
+    write_old_log(&node.db, "g1", &[3, 4, 5, 6], log_id(1, 2), Vote::new(3, 1));
+    assert!(sled_log::read::<TestConfig>(&node.db, "g2").unwrap().is_none(), "no trees, no log");
+    let old = || sled_log::read::<TestConfig>(&node.db, "g1").unwrap().expect("the old log");
     let mut store = node.store.clone();
     // What a move interrupted after its purge record, before its vote, left.
     store.blocking_append((3..=4).map(|i| normal(1, i, payload(i)))).await.unwrap();
     store.purge(log_id(1, 2)).await.unwrap();
-    assert!(store.import(&mut old).await.unwrap(), "no vote yet: the move runs again");
-    assert!(!store.import(&mut old).await.unwrap(), "a second start finds this log in place");
+    assert!(store.import(old()).await.unwrap(), "no vote yet: the move runs again");
+    assert!(!store.import(old()).await.unwrap(), "a second start finds this log in place");
     assert_eq!(indexes(&mut store).await, vec![3, 4, 5, 6]);
     let state = store.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 2)));
     assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new(3, 1)));
-    drop((old, store));
+    sled_log::drop_trees(&node.db, "g1").unwrap();
+    assert!(sled_log::read::<TestConfig>(&node.db, "g1").unwrap().is_none(), "the trees went");
+    drop(store);
+    node.close();
+}
+
+#[tokio::test]
+async fn replication_reads_are_bounded_in_bytes_but_never_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = open(dir.path());
+    let one_mib = vec![7u8; 1 << 20];
+    node.store.blocking_append((1..=8).map(|i| normal(1, i, one_mib.clone()))).await.unwrap();
+    let got = node.store.limited_get_log_entries(1, 9).await.unwrap();
+    assert!(!got.is_empty() && got.len() < 8, "got {} entries", got.len());
+    assert!(got.len() <= MAX_REPLICATION_READ_BYTES / (1 << 20));
+    assert_eq!(got[0].log_id, log_id(1, 1));
+    // A single entry above the budget still comes back.
+    let got = node.store.limited_get_log_entries(8, 9).await.unwrap();
+    assert_eq!(got.len(), 1);
+    node.close();
+}
+
+#[tokio::test]
+async fn purging_everything_keeps_the_last_log_id_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = open(dir.path());
+    node.store.blocking_append((1..=3).map(|i| normal(1, i, payload(i)))).await.unwrap();
+    node.store.purge(log_id(1, 3)).await.unwrap();
+    node.close();
+
+    let mut node = open(dir.path());
+    let state = node.store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 3)));
+    assert_eq!(state.last_log_id, Some(log_id(1, 3)), "no entries left: last is the purge point");
     node.close();
 }
 
