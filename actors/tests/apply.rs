@@ -1,4 +1,4 @@
-//! The shard actor's apply against a real sled store: what a replica must
+//! The shard actor's apply against a real store: what a replica must
 //! compute from its own log alone.
 //!
 //! - a data shard applies scoring events with nothing in its registry view
@@ -47,6 +47,21 @@ async fn spawn(
         boards: Default::default(),
     };
     ShardHandle::spawn(actor).await.expect("spawn shard")
+}
+
+/// A restart after a snapshot of shard `id` (with the registry if `meta`):
+/// a new store holding what the snapshot held, as a node's start loads it.
+fn restarted(store: &StateStore, id: u32, meta: bool) -> (tempfile::TempDir, StateStore) {
+    let frozen = store.freeze(id).unwrap();
+    let mut file = Vec::new();
+    store.export(&frozen, meta, b"", &mut file).unwrap();
+    drop(frozen);
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = StateStore::open(&sled::open(dir.path()).unwrap()).unwrap();
+    let mut input = &file[..];
+    plaudit_storage::snapshot::read_header(&mut input).unwrap();
+    fresh.install(id, meta, &mut input).unwrap();
+    (dir, fresh)
 }
 
 fn entry(index: u64, now: Millis, cmds: Vec<Command>) -> ApplyEntry {
@@ -175,8 +190,8 @@ async fn time_never_goes_backwards_within_a_shard_even_across_restarts() {
     assert_eq!(page.iter().map(|i| i.id).collect::<Vec<_>>(), vec![11, 10]);
     s.stop().await;
 
-    // A restart: a fresh store handle and shard actor on the same sled files.
-    let store = StateStore::open(&db).unwrap();
+    // A restart from a snapshot: a fresh store and shard actor.
+    let (_d, store) = restarted(&store, SHARD, false);
     let s = shard(&store, Directory::default()).await;
     let out = s.apply(vec![entry(3, 100, vec![like(1, 12)])]).await.unwrap();
     assert_eq!(like_mtime(&out[0][0]), 5000, "the floor is stored with the shard's state");
@@ -217,7 +232,7 @@ async fn a_registry_change_with_an_id_applies_once_however_often_it_is_sent() {
     assert_ne!(biz_id(&out[1][1]), first, "another id is another change");
     assert_eq!(directory.list().len(), 2);
     s.stop().await;
-    let store = StateStore::open(&db).unwrap();
+    let (_d, store) = restarted(&store, 9, true);
     let directory = Directory::load(&store).unwrap();
     assert_eq!(directory.list().len(), 2, "once-records are not businesses");
     let s = spawn(&store, directory.clone(), 9, 9, true).await;

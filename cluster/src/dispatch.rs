@@ -472,8 +472,7 @@ impl Engine {
         // This node's replica, unless it has stopped (a fatal storage error,
         // a half-installed snapshot): then a peer's.
         if let Some(g) = self.router.group(shard).filter(|g| {
-            g.raft.metrics().borrow().running_state.is_ok()
-                && self.store.pending_install(shard).ok().flatten().is_none()
+            g.raft.metrics().borrow().running_state.is_ok() && !self.store.is_incomplete(shard)
         }) {
             let reply = self.on_local(&g, req, false).await?;
             return Ok((reply, self.lag_of(shard)));

@@ -168,12 +168,19 @@ impl Engine {
         // reserve that keeps the node serving on a nearly full disk.
         wal.set_spare_floor(cfg.group.disk.min_free());
         let store = StateStore::open_with(&db, cfg.checkpoint)?;
+        // Applied state is in memory: every group's newest snapshot brings
+        // it back (the registry view below reads the metadata group's).
+        let meta_id = cfg.shards;
+        let (loading, dir) = (store.clone(), cfg.data_dir.clone());
+        tokio::task::spawn_blocking(move || {
+            crate::durable::load_snapshots(&loading, &dir, meta_id)
+        })
+        .await??;
         let directory = Directory::load(&store)?;
         let me = cfg.cluster.me.id;
         let secret: Arc<[u8]> = cfg.cluster.secret.clone().unwrap_or_default().into();
         let links = Arc::new(Links::default());
         let peers = Arc::new(Peers::new(me, secret.clone(), links.clone()));
-        let meta_id = cfg.shards;
         let router = Arc::new(Router::new(
             me,
             meta_id,
@@ -573,6 +580,7 @@ impl Engine {
             // An aborted task resolves (as cancelled) at its next await point.
             let _ = w.await;
         }
+        crate::durable::snapshot_all(&self.router.local()).await;
         for g in self.router.local() {
             if let Err(e) = g.raft.shutdown().await {
                 tracing::warn!(shard = g.id, error = %e, "raft shutdown");

@@ -125,12 +125,11 @@ impl Group {
             is_meta: sm_ctx.is_meta,
             handle: handle.clone(),
             store,
-            commit,
             directory: sm_ctx.directory,
             snapshot_dir: sm_ctx.data_dir.join("snapshots").join(name),
             files: Default::default(),
         };
-        sm.resume_install().await?;
+        sm.remove_leftovers();
         let raft_cfg = RaftConfig {
             cluster_name: "plaudit".into(),
             heartbeat_interval: cfg.heartbeat_ms,

@@ -19,6 +19,7 @@ mod bootstrap;
 pub mod control;
 pub mod disk;
 mod dispatch;
+pub mod durable;
 pub mod engine;
 mod failover;
 pub mod group;

@@ -1,22 +1,27 @@
 //! openraft's state machine for one group: hands committed entries to the
 //! shard actor, and builds and installs snapshots as files.
 //!
-//! The applied log id is staged by the shard actor in the same write set as
-//! the state it describes, and a checkpoint writes both to sled together, so
-//! `applied_state` after a crash names exactly what storage holds and
-//! openraft replays the rest from the durable log.
+//! Applied state lives in memory; a group's newest snapshot file is its
+//! durable state, with the log after it (openraft never purges past a
+//! snapshot). The applied log id is staged by the shard actor in the same
+//! write set as the state it describes, so a snapshot holds both, and
+//! `applied_state` after a restart (the engine installs every group's newest
+//! snapshot first, `durable.rs`) names exactly what the snapshot held;
+//! openraft replays the rest from the log.
 //!
 //! Snapshots (`plaudit_storage::snapshot` has the file format and the
 //! guarantees):
 //!
 //! ```text
-//! build:   (state machine task) freeze: checkpoint, hold sled's copy still
+//! build:   (state machine task) freeze: checkpoint, hold the shard's trees still
 //!          (builder task)       stream the shard's trees to building-*.tmp,
 //!                               fsync, rename to <id>.snap, thaw
 //! send:    openraft reads <id>.snap in chunks (install_snapshot RPCs)
-//! receive: incoming-*.tmp ─> installing.snap ─> marker, replace keys, marker removed,
-//!          flush ─> <id>.snap; actors reset; the registry view reloaded (metadata group)
-//! restart: a marker left by a crash ─> finish from installing.snap, or refuse to start
+//! receive: incoming-*.tmp ─> installing.snap ─> replace the keys in memory
+//!          ─> <id>.snap; actors reset; the registry view reloaded (metadata group)
+//! restart: installing.snap is dropped (the install did not finish: the
+//!          group starts from its previous snapshot and the leader sends
+//!          the new one again)
 //! ```
 
 use crate::snapshot_file::{self, SnapshotFile};
@@ -27,7 +32,6 @@ use openraft::{
 };
 use plaudit_actors::{ApplyEntry, CmdResult, Directory, ShardHandle};
 use plaudit_proto::codec;
-use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::snapshot::{read_header, Frozen};
 use plaudit_storage::StateStore;
 use std::io::BufReader;
@@ -43,7 +47,6 @@ pub struct ShardStateMachine {
     pub is_meta: bool,
     pub handle: ShardHandle,
     pub store: StateStore,
-    pub commit: GroupCommit,
     /// The registry view, reloaded after the metadata group installs a snapshot.
     pub directory: Directory,
     /// Where this group's snapshot files live.
@@ -93,41 +96,21 @@ impl ShardStateMachine {
         Ok((applied, membership))
     }
 
-    /// Finishes an install that a crash interrupted, before the group
-    /// starts: from the kept `installing.snap`, or not at all (an error: a
-    /// half-installed shard must not serve or replay).
-    pub async fn resume_install(&self) -> anyhow::Result<()> {
-        let Some(note) = self.store.pending_install(self.shard)? else {
-            // Nothing to finish: what a crash left behind is garbage now.
-            let dir = &self.snapshot_dir;
-            snapshot_file::remove_leftovers(dir, "incoming", None);
-            snapshot_file::remove_leftovers(dir, "building", None);
-            let _ = std::fs::remove_file(dir.join("installing.snap"));
-            return Ok(());
-        };
-        let path = PathBuf::from(String::from_utf8_lossy(&note).to_string());
-        if !path.is_file() {
-            anyhow::bail!(
-                "shard {}: a snapshot install was interrupted and its file {} is gone; \
-                 this replica's state is half replaced and it will not serve the shard. \
-                 Do not simply clear the data directory of a voter (it would forget its \
-                 votes and log): restore it from a backup, or have the node removed from \
-                 the group and added back as a new replica",
-                self.shard,
-                path.display()
-            );
-        }
-        tracing::warn!(shard = self.shard, "finishing a snapshot install a crash interrupted");
-        let meta = self.install_file(&path).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        tracing::info!(shard = self.shard, snapshot = %meta.snapshot_id, "snapshot install finished");
-        Ok(())
+    /// Removes what a crash left in the snapshot dir before the group
+    /// starts: temporary files, and an install that did not finish (the
+    /// engine loaded the group's newest complete snapshot already).
+    pub fn remove_leftovers(&self) {
+        let dir = &self.snapshot_dir;
+        snapshot_file::remove_leftovers(dir, "incoming", None);
+        snapshot_file::remove_leftovers(dir, "building", None);
+        let _ = std::fs::remove_file(dir.join("installing.snap"));
     }
 
     /// Replaces the shard's state with the snapshot at `path` (which must be
-    /// `installing.snap` in the snapshot dir), durably, and keeps the file
-    /// as the current snapshot.
+    /// `installing.snap` in the snapshot dir), then keeps the file as the
+    /// current snapshot: the durable state from then on.
     async fn install_file(&self, path: &Path) -> Result<Meta, StorageError> {
-        // An export holds sled's copy still; wait for it to finish.
+        // An export holds the shard's trees still; wait for it to finish.
         while self.store.is_frozen(self.shard) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -137,10 +120,7 @@ impl ShardStateMachine {
             let mut input = BufReader::new(std::fs::File::open(&file).map_err(|e| e.to_string())?);
             let header = read_header(&mut input).map_err(|e| e.to_string())?;
             let meta: Meta = codec::from_bytes(&header).map_err(|e| e.to_string())?;
-            let note = file.to_string_lossy().into_owned();
-            store
-                .install(shard, registry, note.as_bytes(), &mut input)
-                .map_err(|e| e.to_string())?;
+            store.install(shard, registry, &mut input).map_err(|e| e.to_string())?;
             Ok(meta)
         })
         .await
@@ -154,8 +134,6 @@ impl ShardStateMachine {
                 format!("snapshot {} holds state at {applied:?}", meta.snapshot_id),
             ));
         }
-        self.store.finish_install(self.shard).map_err(|e| snap_err(ErrorVerb::Write, e))?;
-        self.commit.flush().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
         let current = self.snapshot_dir.join(snapshot_file::complete_name(&meta.snapshot_id));
         {
             let _files = lock(&self.files);
@@ -198,7 +176,7 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
             let stats =
                 store.export(&frozen, registry, &header, &mut out).map_err(|e| e.to_string())?;
-            // Thaw as soon as sled's copy has been read.
+            // Thaw as soon as the trees have been read.
             drop(frozen);
             let file = out.into_inner().map_err(|e| e.to_string())?;
             file.sync_all().map_err(|e| e.to_string())?;
@@ -257,7 +235,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
     /// Runs in the state machine task, between applies: the point frozen
     /// here is exactly the applied state, at the applied id.
     async fn get_snapshot_builder(&mut self) -> Builder {
-        // Freezing writes a checkpoint: on the blocking pool, not a runtime
+        // Freezing runs a checkpoint: on the blocking pool, not a runtime
         // worker. Another export (a test's digest) may hold the shard for a
         // moment: wait for it rather than fail the build (a failed build
         // stops the group).

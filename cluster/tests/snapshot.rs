@@ -1,12 +1,13 @@
 //! Snapshots through openraft's state machine API, between two "replicas"
-//! (two sled databases in two directories), as a follower that lags behind
-//! a purged log receives them:
+//! (two data directories), as a follower that lags behind a purged log
+//! receives them:
 //!
-//! - export -> install -> compare: the follower's stored state equals the
-//!   leader's, key for key, and the metadata group's snapshot carries the
-//!   registry (the follower's registry view is reloaded);
-//! - an install that a crash interrupted is finished at the next start from
-//!   the kept file, or, if that file is gone, the replica refuses to start.
+//! - export -> install -> compare: the follower's state equals the
+//!   leader's, and the metadata group's snapshot carries the registry (the
+//!   follower's registry view is reloaded);
+//! - a restart brings back exactly the newest snapshot's state (applied
+//!   state lives in memory; the snapshot is its durable copy), and drops an
+//!   install that a crash interrupted.
 
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
@@ -18,7 +19,6 @@ use plaudit_proto::business::CreateBiz;
 use plaudit_proto::likes::LikeRequest;
 use plaudit_proto::rankings::{Aggregation, TieMode};
 use plaudit_proto::{BizConfig, LikeAction};
-use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::StateStore;
 use std::path::Path;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use tokio::io::AsyncWriteExt;
 
 struct Replica {
     _dir: tempfile::TempDir,
-    db: sled::Db,
+    _db: sled::Db,
     sm: ShardStateMachine,
 }
 
@@ -36,7 +36,7 @@ const SHARD: u32 = 1;
 async fn replica(is_meta: bool) -> Replica {
     let dir = tempfile::tempdir().unwrap();
     let (db, sm) = open(dir.path(), is_meta).await;
-    Replica { _dir: dir, db, sm }
+    Replica { _dir: dir, _db: db, sm }
 }
 
 /// Opens sled at `path`, waiting for the file lock of an earlier handle in
@@ -56,10 +56,12 @@ async fn open_db(path: &Path) -> sled::Db {
     }
 }
 
+/// Opens a replica in `dir` as the engine does at start: the store, then
+/// the group's newest snapshot loaded into it.
 async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
     let db = open_db(&dir.join("sled")).await;
-    let commit = GroupCommit::start(db.clone(), &dir.join("sled")).unwrap();
     let store = StateStore::open(&db).unwrap();
+    plaudit_cluster::durable::load_snapshots(&store, dir, SHARD).unwrap();
     let directory = Directory::load(&store).unwrap();
     let actor = ShardActor {
         cfg: ShardConfig {
@@ -81,9 +83,8 @@ async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
         is_meta,
         handle,
         store,
-        commit,
         directory,
-        snapshot_dir: dir.join("snapshots").join("g1"),
+        snapshot_dir: dir.join("snapshots").join(if is_meta { "meta" } else { "shard1" }),
         files: Default::default(),
     };
     (db, sm)
@@ -112,26 +113,10 @@ fn score(item: u64, event_id: u64) -> Command {
     })
 }
 
-/// Every key of every state tree, after a checkpoint: what the replica holds.
-fn dump(r: &Replica) -> Vec<(String, Vec<u8>, Vec<u8>)> {
-    r.sm.store.checkpoint(SHARD).unwrap();
-    let mut out = Vec::new();
-    for name in r.db.tree_names() {
-        let name = String::from_utf8_lossy(&name).to_string();
-        if !(name.starts_with("biz/")
-            || name.starts_with("rank/")
-            || name.starts_with("shard/")
-            || name == "registry")
-        {
-            continue;
-        }
-        for kv in r.db.open_tree(&name).unwrap().iter() {
-            let (k, v) = kv.unwrap();
-            out.push((name.clone(), k.to_vec(), v.to_vec()));
-        }
-    }
-    out.sort();
-    out
+/// A hash of the replica's state (what a snapshot of it holds) and its
+/// applied id: equal hashes at the same id mean the same keys and values.
+fn dump(r: &Replica) -> (Option<Vec<u8>>, u64) {
+    r.sm.store.digest(SHARD, r.sm.is_meta).unwrap()
 }
 
 /// Copies a snapshot's bytes as the chunked transfer would.
@@ -192,55 +177,44 @@ async fn the_metadata_groups_snapshot_carries_the_registry() {
 }
 
 #[tokio::test]
-async fn an_interrupted_install_is_finished_at_start_or_refused() {
+async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_install() {
     let mut leader = replica(false).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cmds = Vec::new();
     for u in 0..200 {
         cmds.push(like(u, u % 7, LikeAction::Like));
+        cmds.push(score(u % 30, u));
     }
     leader.sm.apply(vec![entry(1, cmds)]).await.unwrap();
     let snap = leader.sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
     let bytes = std::fs::read(snap.snapshot.path()).unwrap();
+    let at_snapshot = dump(&leader);
 
-    // A follower that crashed mid-install: the file was moved into place, the
-    // marker written, and only part of the keys replaced.
-    {
+    let at_install = {
         let (db, mut sm) = open(dir.path(), false).await;
         sm.apply(vec![entry(1, vec![like(999, 1, LikeAction::Like)])]).await.unwrap();
-        let installing = sm.snapshot_dir.join("installing.snap");
-        std::fs::create_dir_all(&sm.snapshot_dir).unwrap();
-        std::fs::write(&installing, &bytes).unwrap();
-        let mut cut = &bytes[..bytes.len() / 2];
-        plaudit_storage::snapshot::read_header(&mut cut).unwrap();
-        let note = installing.to_string_lossy().into_owned();
-        assert!(sm.store.install(SHARD, false, note.as_bytes(), &mut cut).is_err());
-        sm.handle.stop().await;
-        db.flush().unwrap();
-    }
-    // The next start finishes it from the kept file.
+        let mut follower = Replica { _dir: tempfile::tempdir().unwrap(), _db: db, sm };
+        transfer(&mut leader, &mut follower).await;
+        // Applied after the snapshot: in memory only, replayed from the log
+        // after a restart (not here: there is no log in this test).
+        follower.sm.apply(vec![entry(2, vec![like(5, 5, LikeAction::Dislike)])]).await.unwrap();
+        assert_ne!(dump(&follower), at_snapshot);
+        // A crash during a later install leaves its file behind.
+        let installing = follower.sm.snapshot_dir.join("installing.snap");
+        std::fs::write(&installing, &bytes[..bytes.len() / 2]).unwrap();
+        follower.sm.handle.stop().await;
+        at_snapshot.clone()
+    };
     let (db, sm) = open(dir.path(), false).await;
-    sm.resume_install().await.unwrap();
-    assert_eq!(sm.store.pending_install(SHARD).unwrap(), None);
-    let follower = Replica { _dir: dir, db, sm };
-    assert_eq!(dump(&follower), dump(&leader));
-    follower.sm.handle.stop().await;
-    drop(follower.sm);
-    drop(follower.db);
-
-    // Without the file, the replica refuses to start the shard.
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let (db, sm) = open(dir.path(), false).await;
-        let mut cut = &bytes[..bytes.len() / 2];
-        plaudit_storage::snapshot::read_header(&mut cut).unwrap();
-        let gone = sm.snapshot_dir.join("installing.snap");
-        let note = gone.to_string_lossy().into_owned();
-        assert!(sm.store.install(SHARD, false, note.as_bytes(), &mut cut).is_err());
-        sm.handle.stop().await;
-        db.flush().unwrap();
-    }
-    let (_db, sm) = open(dir.path(), false).await;
-    let err = sm.resume_install().await.unwrap_err().to_string();
-    assert!(err.contains("half replaced"), "{err}");
+    sm.remove_leftovers();
+    assert!(!sm.snapshot_dir.join("installing.snap").exists());
+    let (applied, _) = {
+        let mut sm = sm;
+        let a = sm.applied_state().await.unwrap();
+        let follower = Replica { _dir: dir, _db: db, sm };
+        assert_eq!(dump(&follower), at_install, "the state the snapshot held, nothing after it");
+        follower.sm.handle.stop().await;
+        a
+    };
+    assert_eq!(applied, snap.meta.last_log_id);
 }

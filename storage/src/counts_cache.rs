@@ -58,7 +58,7 @@ impl CountsCache {
 
 #[cfg(test)]
 mod tests {
-    use crate::{CountsRec, StateStore, WriteSet};
+    use crate::{CountsRec, WriteSet};
 
     use crate::state::test_store as store;
 
@@ -76,8 +76,7 @@ mod tests {
             assert_eq!(s.get_counts(1, 0, 5).unwrap().likes, likes);
         }
         // The stored value matches what the cache served.
-        s.checkpoint(0).unwrap();
-        let fresh = StateStore::open(&s.db).unwrap();
+        let (_e, fresh) = crate::state::reloaded(&s, 0);
         assert_eq!(fresh.get_counts(1, 0, 5).unwrap().likes, 3);
         s.install_bytes(0, &crate::snapshot::empty_snapshot());
         assert_eq!(s.get_counts(1, 0, 5).unwrap(), CountsRec::default());

@@ -1,6 +1,6 @@
 //! Plaudit storage: the Raft log of every shard group in files of its own,
 //! made durable by one group-commit flusher per node, and the state the
-//! shards apply, in sled.
+//! shards apply, in memory (durable as snapshot files plus the log).
 //!
 //! ```text
 //! openraft ──append──> FileLogStore (one per group) ──pwrite (readable now)──> Wal: raft/wal-*.log (all groups)
@@ -13,11 +13,13 @@
 //! - `file_log`: openraft `RaftLogStorage` for one group over the `Wal`;
 //! - `sled_log`: reads the Raft logs that data directories written before
 //!   the WAL kept in sled trees, for `file_log` to move in;
-//! - `state`: `StateStore` (reads, staging, atomic checkpoints, crash recovery)
-//!   and `WriteSet` (one applied batch's writes across trees);
-//! - `pending`: the per-shard overlay of staged writes not yet in sled;
-//! - `merge`: the walk over stored and staged entries that every scan takes;
-//! - `trees`: the sled trees of applied state and the cache of their handles;
+//! - `state`: `StateStore` (reads, staging, checkpoints) and `WriteSet` (one
+//!   applied batch's writes across trees);
+//! - `pending`: the per-shard overlay of staged writes not yet in the trees;
+//! - `merge`: the walk over tree and staged entries that every scan takes;
+//! - `mem_tree`: one ordered in-memory tree of applied state;
+//! - `trees`: the trees of applied state and the maps of their handles;
+//! - `legacy`: reads the state older data directories kept in sled trees;
 //! - `counts_cache`: the in-memory read cache of entity counts;
 //! - `states_cache`: the in-memory read cache of users' states (for status);
 //! - `keys`: the big-endian key layouts of like state;
@@ -26,7 +28,7 @@
 //! - `shard_meta`: a shard's meta tree: applied log id, membership, inbox, outbox;
 //! - `registry`: the registry tree of businesses and rankings;
 //! - `snapshot`: a shard's state streamed to a snapshot file from a consistent
-//!   point (`freeze`), and installed from one atomically (a marker, then the keys).
+//!   point (`freeze`), and installed from one.
 
 pub mod boards;
 mod counts_cache;
@@ -34,7 +36,9 @@ pub mod disk_space;
 pub mod file_log;
 pub mod group_commit;
 pub mod keys;
+mod legacy;
 mod likes;
+mod mem_tree;
 mod merge;
 mod pending;
 mod registry;

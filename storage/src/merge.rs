@@ -1,5 +1,5 @@
 //! The merge of stored and staged entries that every scan of applied state
-//! walks: sled holds what the last checkpoint wrote, the shard's overlay
+//! walks: the trees hold what the last checkpoint moved, the shard's overlay
 //! (`pending.rs`) what was staged since, and a scan must see both as one
 //! ordered state (see `StateStore::scan`).
 
@@ -15,11 +15,11 @@ pub(crate) fn merge<S, P>(
     mut f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
 ) -> Result<()>
 where
-    S: Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    S: Iterator<Item = (Vec<u8>, Vec<u8>)>,
     P: Iterator<Item = (Vec<u8>, Option<Vec<u8>>)>,
 {
     use std::cmp::Ordering as O;
-    let mut s = stored.next().transpose()?;
+    let mut s = stored.next();
     let mut p = staged.next();
     loop {
         // Which comes first in walk order: the staged entry or the stored one?
@@ -31,7 +31,7 @@ where
                 let o = pk.as_slice().cmp(sk.as_ref());
                 let o = if rev { o.reverse() } else { o };
                 if o == O::Equal {
-                    s = stored.next().transpose()?; // replaced by the staged entry
+                    s = stored.next(); // replaced by the staged entry
                 }
                 o != O::Greater
             }
@@ -53,7 +53,7 @@ where
         if staged_first {
             p = staged.next();
         } else {
-            s = stored.next().transpose()?;
+            s = stored.next();
         }
     }
 }

@@ -1,22 +1,21 @@
-//! Applied writes that are not in sled yet: the write-behind overlay of one
+//! Applied writes that are not in the shard's trees yet: the overlay of one
 //! shard.
 //!
 //! Applying a Raft batch *stages* its writes here (newest value per key
-//! wins) instead of writing sled at once; a *checkpoint* later writes the
-//! overlay to sled in one atomic step (see `StateStore::checkpoint`). Between
-//! the two, every read looks here first. A key written many times between
-//! checkpoints (a hot board's header, a hot member, an outbox record that is
-//! pushed and acknowledged) reaches sled once or not at all, and sled, whose
-//! every insert copies a leaf node, sees far fewer and larger write rounds.
+//! wins); a *checkpoint* later moves the overlay into the trees (see
+//! `StateStore::checkpoint`). Between the two, every read looks here first.
+//! A key written many times between checkpoints (a hot board's header, a
+//! hot member, an outbox record that is pushed and acknowledged) reaches
+//! the trees once or not at all, and while a snapshot export holds the
+//! trees still, apply goes on here.
 //!
 //! An overlay has two layers: `active`, which staging writes, and
-//! `flushing`, the previous `active` while a checkpoint copies it into sled.
-//! Readers consult `active`, then `flushing`, then sled; a checkpoint drops
-//! `flushing` only after sled holds all of it, so no read ever misses a
+//! `flushing`, the previous `active` while a checkpoint moves it. Readers
+//! consult `active`, then `flushing`, then the trees; a checkpoint drops
+//! `flushing` only after the trees hold all of it, so no read ever misses a
 //! write that was staged before it started.
 
 use crate::trees::TreeRef;
-use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -25,7 +24,7 @@ use std::time::Instant;
 /// Staged values of one tree: `None` is a deletion.
 pub(crate) type Entries = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
-/// A range of keys, as sled's `range` takes it.
+/// A range of keys.
 pub(crate) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
 /// The staged writes of one layer, per tree.
@@ -33,16 +32,6 @@ pub(crate) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 pub(crate) struct Overlay {
     trees: HashMap<TreeRef, Entries>,
     keys: usize,
-}
-
-/// One staged write as the redo record stores it; it encodes exactly as
-/// `state::Op` (bincode writes a byte slice and a `Vec<u8>` alike), so a
-/// record written from an overlay is read back as `Vec<Op>`.
-#[derive(Serialize)]
-pub(crate) struct OpRef<'a> {
-    pub tree: TreeRef,
-    pub key: &'a [u8],
-    pub value: Option<&'a [u8]>,
 }
 
 impl Overlay {
@@ -77,10 +66,8 @@ impl Overlay {
     }
 
     /// Every staged write, grouped by tree, keys ascending.
-    pub fn ops(&self) -> impl Iterator<Item = OpRef<'_>> + '_ {
-        self.trees.iter().flat_map(|(tree, entries)| {
-            entries.iter().map(move |(k, v)| OpRef { tree: *tree, key: k, value: v.as_deref() })
-        })
+    pub fn trees(&self) -> impl Iterator<Item = (&TreeRef, &Entries)> {
+        self.trees.iter()
     }
 
     /// Drops every staged write of one tree.
@@ -106,7 +93,7 @@ impl Overlay {
     }
 }
 
-fn as_slice(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+pub(crate) fn as_slice(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     match b {
         Bound::Included(v) => Bound::Included(v.as_slice()),
         Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
@@ -161,8 +148,6 @@ impl Layers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::Op;
-    use plaudit_proto::codec;
 
     #[test]
     fn newest_write_wins_and_deletions_are_remembered() {
@@ -220,20 +205,5 @@ mod tests {
         assert!(o.get(TreeRef::Biz(1), &[0, 0, 0, 6, 1]).is_some());
         assert!(o.get(TreeRef::Shard(6), b"a:applied").is_some());
         assert!(o.get(TreeRef::Registry, &[0, 0, 0, 5]).is_some());
-    }
-
-    #[test]
-    fn redo_records_written_from_an_overlay_decode_as_ops() {
-        let mut o = Overlay::default();
-        o.put(TreeRef::Rank(7), vec![1, 2, 3], Some(vec![9; 300]));
-        o.put(TreeRef::Shard(2), vec![4], None);
-        let refs: Vec<OpRef<'_>> = o.ops().collect();
-        let bytes = codec::to_bytes(&refs).unwrap();
-        let mut ops: Vec<Op> = codec::from_bytes(&bytes).unwrap();
-        ops.sort_by(|a, b| a.key.cmp(&b.key));
-        assert_eq!(ops.len(), 2);
-        assert_eq!((ops[0].tree, ops[0].key.as_slice()), (TreeRef::Rank(7), &[1u8, 2, 3][..]));
-        assert_eq!(ops[0].value.as_deref(), Some(&[9u8; 300][..]));
-        assert_eq!((ops[1].tree, ops[1].value.clone()), (TreeRef::Shard(2), None));
     }
 }

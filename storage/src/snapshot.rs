@@ -7,21 +7,18 @@
 //! prefix scan per tree), its whole meta tree (applied id, membership, time
 //! floor, inbox and outbox), and, for the metadata group, the registry.
 //!
-//! **A consistent point without stopping apply.** Applied state is written
-//! behind (`state.rs`): sled changes only when a checkpoint writes a staged
-//! overlay. `freeze` checkpoints the shard (so sled holds exactly what is
-//! applied, with its applied id) and then stops further checkpoints of it
-//! until the returned guard drops. Apply goes on meanwhile, staging into
-//! the overlay, while the export walks sled's unchanging copy, chunk by
-//! chunk, with memory bounded by one chunk.
+//! **A consistent point without stopping apply.** Applied state is staged
+//! (`state.rs`): a shard's trees change only when a checkpoint moves a
+//! staged overlay into them. `freeze` checkpoints the shard (so its trees
+//! hold exactly what is applied, with its applied id) and then stops
+//! further checkpoints of it until the returned guard drops. Apply goes on
+//! meanwhile, staging into the overlay, while the export walks the
+//! unchanging trees, chunk by chunk, with memory bounded by one chunk.
 //!
-//! **Atomic install.** sled recovers a prefix of its writes after a crash.
-//! An install therefore first writes a marker (`installs` tree, key = shard),
-//! then replaces the shard's keys, then removes the marker. After a crash,
-//! either no key changed, or the marker is there: the shard is half
-//! installed, and `pending_install` says so, so that the node finishes the
-//! install from the same file or refuses to serve the shard (never a mix of
-//! old and new state).
+//! **Durability.** The snapshot files are the durable state of a shard
+//! (with the Raft log after them): a restart installs each shard's newest
+//! file. An install replaces the shard's keys in memory; a crash during it
+//! loses memory only, and the file is installed again at restart.
 //!
 //! File layout:
 //!
@@ -31,11 +28,13 @@
 //! ```
 
 use crate::keys;
+use crate::pending::{prefix_range, KeyRange};
 use crate::state::{Result, StateError, StateStore};
 use crate::trees::TreeRef;
 use plaudit_proto::codec;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
+use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -59,7 +58,7 @@ pub struct SnapshotStats {
     pub bytes: u64,
 }
 
-/// Holds a shard's stored copy still: checkpoints of the shard are skipped
+/// Holds a shard's trees still: checkpoints of the shard are skipped
 /// (writes stay staged and readable) until this drops.
 pub struct Frozen {
     shard: u32,
@@ -157,7 +156,7 @@ impl<W: Write> ChunkWriter<'_, W> {
 
 impl StateStore {
     /// Checkpoints `shard` and stops further checkpoints of it until the
-    /// guard drops, so that sled's copy is exactly the applied state, at
+    /// guard drops, so that its trees hold exactly the applied state, at
     /// the applied id stored with it. Call between applies (the state
     /// machine task does).
     pub fn freeze(&self, shard: u32) -> Result<Frozen> {
@@ -173,14 +172,14 @@ impl StateStore {
         Ok(Frozen { shard, slot: slot.clone() })
     }
 
-    /// Whether a snapshot export holds `shard`'s stored copy still.
+    /// Whether a snapshot export holds `shard`'s trees still.
     pub fn is_frozen(&self, shard: u32) -> bool {
         self.slot(shard).frozen.load(Ordering::Acquire)
     }
 
     /// Streams the frozen shard (and the registry, with `registry`) to
-    /// `out` after `header`. Reads sled only: the frozen copy is the state
-    /// at the point of `freeze`, whatever is applied meanwhile.
+    /// `out` after `header`. Reads the trees only: frozen, they are the
+    /// state at the point of `freeze`, whatever is applied meanwhile.
     pub fn export(
         &self,
         frozen: &Frozen,
@@ -199,26 +198,11 @@ impl StateStore {
             size: 0,
             stats: SnapshotStats::default(),
         };
-        for kv in self.shard_tree(shard)?.iter() {
-            let (k, v) = kv?;
-            w.push(TreeRef::Shard(shard), &k, &v)?;
-        }
-        for biz in self.biz_ids_on_disk() {
-            for kv in self.biz_tree(biz)?.scan_prefix(keys::shard_prefix(shard)) {
-                let (k, v) = kv?;
-                w.push(TreeRef::Biz(biz), &k, &v)?;
-            }
-        }
-        for rank in self.rank_ids_on_disk() {
-            for kv in self.rank_tree(rank)?.scan_prefix(keys::shard_prefix(shard)) {
-                let (k, v) = kv?;
-                w.push(TreeRef::Rank(rank), &k, &v)?;
-            }
-        }
-        if registry {
-            for kv in self.registry.iter() {
-                let (k, v) = kv?;
-                w.push(TreeRef::Registry, &k, &v)?;
+        for (tree, range) in self.slices(shard, registry) {
+            if let Some(t) = self.find_tree(tree) {
+                for (k, v) in t.scan(range, false) {
+                    w.push(tree, &k, &v)?;
+                }
             }
         }
         w.flush()?;
@@ -243,29 +227,44 @@ impl StateStore {
             }
         }
         let frozen = self.freeze(shard)?;
-        // From sled, as frozen: what is applied meanwhile is only staged.
-        let applied = self.shard_tree(shard)?.get(crate::shard_meta::meta::APPLIED)?;
-        let applied = applied.map(|v| v.to_vec());
+        // From the trees, as frozen: what is applied meanwhile is only staged.
+        let applied = self
+            .find_tree(TreeRef::Shard(shard))
+            .and_then(|t| t.get(crate::shard_meta::meta::APPLIED));
         let mut h = Hashing(Default::default());
         self.export(&frozen, registry, b"", &mut h)?;
         Ok((applied, std::hash::Hasher::finish(&h.0)))
     }
 
-    /// The note of an install that a crash interrupted, if `shard` has one.
-    pub fn pending_install(&self, shard: u32) -> Result<Option<Vec<u8>>> {
-        Ok(self.installs.get(shard.to_be_bytes())?.map(|v| v.to_vec()))
+    /// The trees and key ranges that hold `shard`'s state: its meta tree,
+    /// its slice of every business and ranking tree, and with `registry`
+    /// the registry.
+    fn slices(&self, shard: u32, registry: bool) -> Vec<(TreeRef, KeyRange)> {
+        let all = || (Bound::Unbounded, Bound::Unbounded);
+        let mine = || prefix_range(&keys::shard_prefix(shard));
+        let mut out = vec![(TreeRef::Shard(shard), all())];
+        let mut bizs = self.biz_ids();
+        bizs.sort_unstable();
+        out.extend(bizs.into_iter().map(|b| (TreeRef::Biz(b), mine())));
+        let mut ranks = self.rank_ids();
+        ranks.sort_unstable();
+        out.extend(ranks.into_iter().map(|r| (TreeRef::Rank(r), mine())));
+        if registry {
+            out.push((TreeRef::Registry, all()));
+        }
+        out
     }
 
     /// Replaces `shard`'s state (and the registry, with `registry`) with the
     /// snapshot `input` (positioned after its header; see `read_header`).
-    /// `note` is kept in the install marker until the install completes (the
-    /// caller's way to find the file again after a crash). Staged writes of
-    /// the shard are dropped and its cached counts forgotten.
+    /// Staged writes of the shard are dropped and its cached counts
+    /// forgotten. An install that fails part-way leaves the shard's state
+    /// incomplete: the caller stops the shard (the file is installed again
+    /// at restart).
     pub fn install(
         &self,
         shard: u32,
         registry: bool,
-        note: &[u8],
         input: &mut impl Read,
     ) -> Result<SnapshotStats> {
         let slot = self.slot(shard);
@@ -273,12 +272,6 @@ impl StateStore {
         if slot.frozen.load(Ordering::Acquire) {
             return Err(snap_err(format!("shard {shard} is being exported")));
         }
-        // First the marker: sled keeps writes in order, so any change below
-        // that survives a crash comes with it.
-        self.installs.insert(shard.to_be_bytes(), note)?;
-        // A checkpoint that failed part-way leaves its redo record; it holds
-        // the old state's writes and must not be replayed over the new one.
-        self.redo.remove(shard.to_be_bytes())?;
         {
             let mut layers = slot.layers();
             layers.active.drop_shard(&keys::shard_prefix(shard), TreeRef::Shard(shard));
@@ -299,15 +292,19 @@ impl StateStore {
             part.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.1 != shard);
         }
         self.states_cache.drop_shard(shard);
+        slot.incomplete.store(true, Ordering::Release);
         let res = self.replace_keys(shard, registry, input);
+        if res.is_ok() {
+            slot.incomplete.store(false, Ordering::Release);
+        }
         epoch.fetch_add(1, Ordering::AcqRel);
         res
     }
 
-    /// Removes the install marker: the shard's new state is complete.
-    pub fn finish_install(&self, shard: u32) -> Result<()> {
-        self.installs.remove(shard.to_be_bytes())?;
-        Ok(())
+    /// Whether an install into `shard` is under way or failed part-way (its
+    /// state is then neither the old one nor the new one).
+    pub fn is_incomplete(&self, shard: u32) -> bool {
+        self.slot(shard).incomplete.load(Ordering::Acquire)
     }
 
     fn replace_keys(
@@ -316,21 +313,10 @@ impl StateStore {
         registry: bool,
         input: &mut impl Read,
     ) -> Result<SnapshotStats> {
-        for biz in self.biz_ids_on_disk() {
-            let tree = self.biz_tree(biz)?;
-            for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
-                tree.remove(kv?.0)?;
+        for (tree, range) in self.slices(shard, registry) {
+            if let Some(t) = self.find_tree(tree) {
+                t.remove_range(&range);
             }
-        }
-        for rank in self.rank_ids_on_disk() {
-            let tree = self.rank_tree(rank)?;
-            for kv in tree.scan_prefix(keys::shard_prefix(shard)) {
-                tree.remove(kv?.0)?;
-            }
-        }
-        self.shard_tree(shard)?.clear()?;
-        if registry {
-            self.registry.clear()?;
         }
         let mut stats = SnapshotStats::default();
         let mut buf = Vec::new();
@@ -347,17 +333,16 @@ impl StateStore {
                     }
                     // The source may be another shard id only for the meta
                     // tree, which is refused above; data keys are checked here.
-                    let t = self.tree(tree)?;
-                    for (k, v) in items {
-                        if matches!(tree, TreeRef::Biz(_) | TreeRef::Rank(_))
-                            && !k.starts_with(&keys::shard_prefix(shard))
-                        {
-                            return Err(snap_err(format!("a key of another shard in {tree:?}")));
-                        }
-                        stats.bytes += (k.len() + v.len()) as u64;
-                        t.insert(k, v)?;
-                        stats.items += 1;
+                    let foreign = matches!(tree, TreeRef::Biz(_) | TreeRef::Rank(_))
+                        && items.iter().any(|(k, _)| !k.starts_with(&keys::shard_prefix(shard)));
+                    if foreign {
+                        return Err(snap_err(format!("a key of another shard in {tree:?}")));
                     }
+                    for (k, v) in &items {
+                        stats.bytes += (k.len() + v.len()) as u64;
+                    }
+                    stats.items += items.len() as u64;
+                    self.tree(tree).apply(items.iter().map(|(k, v)| (&k[..], Some(&v[..]))));
                 }
                 Record::End { items } if items == stats.items => return Ok(stats),
                 Record::End { items } => {
@@ -383,8 +368,7 @@ impl StateStore {
 
     pub(crate) fn install_bytes(&self, shard: u32, mut file: &[u8]) {
         read_header(&mut file).unwrap();
-        self.install(shard, false, b"test", &mut file).unwrap();
-        self.finish_install(shard).unwrap();
+        self.install(shard, false, &mut file).unwrap();
     }
 }
 
@@ -405,18 +389,23 @@ mod tests {
 
     use crate::state::test_store as store;
 
-    /// Every key of every tree, as sled holds it after a checkpoint.
+    /// Every key of every tree, as the trees hold it after a checkpoint.
     fn dump(s: &StateStore, shard: u32) -> Vec<(String, Vec<u8>, Vec<u8>)> {
         s.checkpoint(shard).unwrap();
+        let mut trees: Vec<TreeRef> = vec![TreeRef::Registry];
+        trees.extend(s.biz_ids().into_iter().map(TreeRef::Biz));
+        trees.extend(s.rank_ids().into_iter().map(TreeRef::Rank));
+        trees.extend(s.shards.read().unwrap().keys().map(|&id| TreeRef::Shard(id)));
         let mut out = Vec::new();
-        for name in s.db.tree_names() {
-            let name = String::from_utf8_lossy(&name).to_string();
-            if name == "installs" || name == "redo" {
-                continue;
-            }
-            for kv in s.db.open_tree(&name).unwrap().iter() {
-                let (k, v) = kv.unwrap();
-                out.push((name.clone(), k.to_vec(), v.to_vec()));
+        for tree in trees {
+            let name = match tree {
+                TreeRef::Biz(b) => format!("biz/{b}"),
+                TreeRef::Rank(r) => format!("rank/{r}"),
+                TreeRef::Shard(id) => format!("shard/{id}/meta"),
+                TreeRef::Registry => "registry".into(),
+            };
+            for (k, v) in s.tree(tree).scan((Bound::Unbounded, Bound::Unbounded), false) {
+                out.push((name.clone(), k, v));
             }
         }
         out.sort();
@@ -467,11 +456,9 @@ mod tests {
 
         let mut input = &file[..];
         assert_eq!(read_header(&mut input).unwrap(), b"hdr");
-        let got = dst.install(2, true, b"note", &mut input).unwrap();
+        let got = dst.install(2, true, &mut input).unwrap();
         assert_eq!(got.items, stats.items);
-        assert_eq!(dst.pending_install(2).unwrap().as_deref(), Some(&b"note"[..]));
-        dst.finish_install(2).unwrap();
-        assert_eq!(dst.pending_install(2).unwrap(), None);
+        assert!(!dst.is_incomplete(2));
 
         let shard2 = |d: Vec<(String, Vec<u8>, Vec<u8>)>| -> Vec<_> {
             d.into_iter()
@@ -491,7 +478,7 @@ mod tests {
     }
 
     #[test]
-    fn a_frozen_shard_keeps_applying_while_sled_holds_still() {
+    fn a_frozen_shard_keeps_applying_while_its_trees_hold_still() {
         let (_d, s) = store();
         fill(&s, 1, 3);
         let frozen = s.freeze(1).unwrap();
@@ -509,42 +496,12 @@ mod tests {
         let (_e, dst) = store();
         let mut input = &file[..];
         read_header(&mut input).unwrap();
-        dst.install(1, false, b"", &mut input).unwrap();
-        dst.finish_install(1).unwrap();
+        dst.install(1, false, &mut input).unwrap();
         assert_eq!(dst.get_state(1, 1, 500, 500).unwrap(), None, "applied after the freeze");
         assert_eq!(dst.applied(1).unwrap().as_deref(), Some(&b"applied-at-n"[..]));
         // Once thawed, the next checkpoint writes what was staged meanwhile.
         s.checkpoint(1).unwrap();
         assert_eq!(s.applied(1).unwrap().as_deref(), Some(&b"later"[..]));
-    }
-
-    #[test]
-    fn an_install_drops_a_failed_checkpoints_redo_record() {
-        use crate::state::Op;
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let s = StateStore::open(&db).unwrap();
-        fill(&s, 2, 3);
-        s.checkpoint(2).unwrap();
-        // What a checkpoint that failed part-way leaves: its redo record,
-        // holding the old state's writes.
-        let old = vec![Op {
-            tree: TreeRef::Shard(2),
-            key: b"a:applied".to_vec(),
-            value: Some(b"old".to_vec()),
-        }];
-        let mut record = vec![crate::keys::VALUE_V1];
-        codec::encode_into(&old, &mut record).unwrap();
-        s.redo.insert(2u32.to_be_bytes(), record).unwrap();
-
-        let (_b, src) = store();
-        fill(&src, 2, 5);
-        let file = src.snapshot_bytes(2);
-        s.install_bytes(2, &file);
-        drop(s);
-        // A restart replays redo records: none may land on the new state.
-        let again = StateStore::open(&db).unwrap();
-        assert_eq!(again.applied(2).unwrap().as_deref(), Some(&b"applied-at-n"[..]));
     }
 
     #[test]
@@ -560,13 +517,12 @@ mod tests {
         let cut = &file[..file.len() - 3];
         let mut input = cut;
         read_header(&mut input).unwrap();
-        assert!(dst.install(0, false, b"n", &mut input).is_err());
-        // The marker stays: the shard is known to be half installed.
-        assert!(dst.pending_install(0).unwrap().is_some());
+        assert!(dst.install(0, false, &mut input).is_err());
+        assert!(dst.is_incomplete(0), "a failed install leaves the shard marked");
         // A snapshot of shard 0 cannot be installed as shard 1.
         let mut input = &file[..];
         read_header(&mut input).unwrap();
-        assert!(dst.install(1, false, b"n", &mut input).is_err());
+        assert!(dst.install(1, false, &mut input).is_err());
         assert!(read_header(&mut &b"garbage that is long enough"[..]).is_err());
     }
 }

@@ -1,40 +1,42 @@
-//! `StateStore`, the applied state of every shard in sled, and `WriteSet`,
-//! the writes of one applied Raft batch; the core that stages writes and
-//! checkpoints them. The trees are in `trees.rs`, and each concept's layout,
-//! encoders and accessors in its own file: `likes.rs`, `boards.rs`,
-//! `shard_meta.rs`, `registry.rs`, with `snapshot.rs` for export and import.
+//! `StateStore`, the applied state of every shard, in memory, and
+//! `WriteSet`, the writes of one applied Raft batch; the core that stages
+//! writes and checkpoints them. The trees are in `trees.rs` (over
+//! `mem_tree.rs`), and each concept's layout, encoders and accessors in its
+//! own file: `likes.rs`, `boards.rs`, `shard_meta.rs`, `registry.rs`, with
+//! `snapshot.rs` for export and import.
 //!
 //! Writes of one applied Raft batch are collected in a `WriteSet`, which
 //! also records the applied log id, and *staged* (`stage`): they go into the
-//! shard's in-memory overlay (`pending.rs`), where every read sees them at
-//! once. A *checkpoint* (`checkpoint`, when the overlay is old or large, and
-//! before a snapshot or shutdown) writes the overlay to sled atomically: the
-//! whole set is first written as one redo record, then applied key by key,
-//! then the record is removed. sled recovers a prefix of its writes after a
-//! crash, so either the record survives (and `open` re-applies it: every op
-//! is an absolute put or remove, so applying twice is harmless) or none of
-//! the set's keys changed. The stored state therefore always corresponds to
-//! exactly one applied index, the one in the same checkpoint. None of this
-//! needs an fsync of its own: the Raft log is durable and is not purged past
-//! a checkpoint, and after a crash openraft replays everything after the
-//! stored applied id, staging again what the lost overlay held.
+//! shard's overlay (`pending.rs`), where every read sees them at once. A
+//! *checkpoint* (`checkpoint`, when the overlay is old or large, and before
+//! a snapshot) moves the overlay into the shard's trees. Nothing here is
+//! durable on its own: the durable state of a shard is its newest snapshot
+//! file plus the Raft log after it, which openraft never purges past a
+//! snapshot. A restart loads each shard's newest snapshot (the cluster's
+//! engine does, before anything reads) and openraft replays the log from
+//! the snapshot's applied id, the one stored in the same state. openraft's
+//! own model, and why: a checkpoint into sled (the design before this one)
+//! copied a sled leaf per insert, a sixth of the likes mix's node CPU and a
+//! third of cold scoring's.
 //!
-//! Why not sled's `Batch` or transactions: in sled 0.34 the first one used
-//! switches the whole process to a global RwLock, whose read side `flush()`
-//! holds for its entire IO wait; every batch then waits for the flush and
-//! every other sled call waits behind the batch. Measured here: it capped a
-//! node at a few thousand likes per second with both cores idle.
+//! The overlay stays between apply and the trees for two reasons: a
+//! snapshot export walks the trees of a *frozen* shard (checkpoints held
+//! back) while apply goes on staging, and a hot key written many times
+//! between checkpoints is moved once.
+//!
+//! Data directories written before kept this state in sled trees; `open`
+//! reads them in (`legacy.rs`), and a shard's snapshot file, if it has one,
+//! replaces its part.
 
 use crate::counts_cache::CountsCache;
-use crate::keys::{read_u32, VALUE_V1};
+use crate::keys::read_u32;
+use crate::mem_tree::MemTree;
 use crate::merge::merge;
-use crate::pending::{Entries, KeyRange, Layers, OpRef, Overlay};
+use crate::pending::{Entries, KeyRange, Layers, Overlay};
 use crate::states_cache::StatesCache;
 use crate::trees::TreeRef;
-use plaudit_proto::codec;
 use plaudit_proto::{BizId, EntityId, LikeState, Millis, UserId};
 use serde::{Deserialize, Serialize};
-use sled::Tree;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -59,7 +61,7 @@ pub(crate) fn corrupt(what: &'static str, bytes: &[u8]) -> StateError {
     StateError::Corrupt { what, detail: format!("{bytes:?}") }
 }
 
-/// When a shard's staged writes are checkpointed into sled.
+/// When a shard's staged writes are moved into its trees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckpointPolicy {
     /// Once this many distinct keys are staged.
@@ -71,8 +73,9 @@ pub struct CheckpointPolicy {
 impl CheckpointPolicy {
     pub const DEFAULT_MAX_KEYS: usize = 32_768;
     pub const DEFAULT_MAX_AGE: Duration = Duration::from_millis(1000);
-    /// A shard whose checkpoints keep failing stops applying once this many
-    /// times `max_keys` are staged, rather than growing without bound.
+    /// A shard whose checkpoints keep failing (or a snapshot export holds
+    /// back) stops applying once this many times `max_keys` are staged,
+    /// rather than growing without bound.
     pub const HARD_LIMIT_FACTOR: usize = 8;
 }
 
@@ -89,6 +92,9 @@ pub(crate) struct PendingSlot {
     layers: Mutex<Layers>,
     pub(crate) checkpoint: Mutex<()>,
     pub(crate) frozen: AtomicBool,
+    /// Set while a snapshot install replaces the shard's keys, and left set
+    /// if it fails: the shard's state is then a mix and must not be read.
+    pub(crate) incomplete: AtomicBool,
 }
 
 impl PendingSlot {
@@ -102,16 +108,14 @@ impl PendingSlot {
 /// Handle to all applied state of a node. Cheap to clone.
 #[derive(Clone)]
 pub struct StateStore {
+    /// The sled database older data directories kept this state in
+    /// (`legacy.rs`); read once, at `open`.
     pub(crate) db: sled::Db,
-    pub(crate) bizs: Arc<RwLock<HashMap<BizId, Tree>>>,
+    pub(crate) bizs: Arc<RwLock<HashMap<BizId, MemTree>>>,
     /// One tree per ranking (`rank/{id}`): its sub-boards on every shard.
-    pub(crate) ranks: Arc<RwLock<HashMap<u32, Tree>>>,
-    pub(crate) shards: Arc<RwLock<HashMap<u32, Tree>>>,
-    pub(crate) registry: Tree,
-    /// Redo records of checkpoints in progress, one key per shard.
-    pub(crate) redo: Tree,
-    /// Markers of snapshot installs in progress, one key per shard (`snapshot.rs`).
-    pub(crate) installs: Tree,
+    pub(crate) ranks: Arc<RwLock<HashMap<u32, MemTree>>>,
+    pub(crate) shards: Arc<RwLock<HashMap<u32, MemTree>>>,
+    pub(crate) registry: MemTree,
     pub(crate) counts_cache: Arc<CountsCache>,
     /// Users' states for `status`, kept coherent by the same epochs.
     pub(crate) states_cache: Arc<StatesCache>,
@@ -124,7 +128,8 @@ pub struct StateStore {
 pub type Value = Vec<u8>;
 
 impl StateStore {
-    /// Opens with the default checkpoint policy.
+    /// Opens with the default checkpoint policy. `db` is read for the state
+    /// of data directories written before state moved to memory.
     pub fn open(db: &sled::Db) -> Result<StateStore> {
         StateStore::open_with(db, CheckpointPolicy::default())
     }
@@ -135,15 +140,13 @@ impl StateStore {
             bizs: Arc::default(),
             ranks: Arc::default(),
             shards: Arc::default(),
-            registry: db.open_tree("registry")?,
-            redo: db.open_tree("redo")?,
-            installs: db.open_tree("installs")?,
+            registry: MemTree::default(),
             counts_cache: Arc::new(CountsCache::new()),
             states_cache: Arc::new(StatesCache::new()),
             pending: Arc::default(),
             policy,
         };
-        store.recover()?;
+        crate::legacy::load(&store)?;
         Ok(store)
     }
 
@@ -157,12 +160,12 @@ impl StateStore {
 
     /// The value of `key` in `tree` as applied on `shard`: staged, else stored.
     pub(crate) fn get(&self, shard: u32, tree: TreeRef, key: &[u8]) -> Result<Option<Value>> {
-        // Staged layers first: a checkpoint drops them only after sled holds
-        // them, so a miss here means sled is current for this key.
+        // Staged layers first: a checkpoint drops them only after the trees
+        // hold them, so a miss here means the tree is current for this key.
         if let Some(v) = self.slot(shard).layers().get(tree, key) {
             return Ok(v);
         }
-        Ok(self.tree(tree)?.get(key)?.map(|v| v.to_vec()))
+        Ok(self.find_tree(tree).and_then(|t| t.get(key)))
     }
 
     /// Walks the keys of `tree` in `range` as applied on `shard` (staged
@@ -189,15 +192,15 @@ impl StateStore {
         rev: bool,
         f: impl FnMut(&[u8], &[u8]) -> Result<bool>,
     ) -> Result<()> {
-        let stored = self.tree(tree)?.range(range);
+        let stored = self.find_tree(tree).map(|t| t.scan(range, rev)).into_iter().flatten();
         if rev {
-            merge(stored.rev(), staged.into_iter().rev(), true, f)
+            merge(stored, staged.into_iter().rev(), true, f)
         } else {
             merge(stored, staged.into_iter(), false, f)
         }
     }
     /// Stages an applied batch's writes: visible to every read at once,
-    /// written to sled by a later checkpoint (see the module doc).
+    /// moved into the trees by a later checkpoint (see the module doc).
     pub fn stage(&self, ws: WriteSet) {
         if ws.ops.is_empty() {
             return;
@@ -253,11 +256,10 @@ impl StateStore {
         self.slot(shard).layers().active.keys() >= limit
     }
 
-    /// Writes `shard`'s staged writes to sled atomically (see the module
-    /// doc). A checkpoint that failed part-way leaves its layer readable and
-    /// is finished first by the next call. While a snapshot export holds the
-    /// shard still (`freeze`) this does nothing: the writes stay staged and
-    /// readable, and the next checkpoint after the export writes them.
+    /// Moves `shard`'s staged writes into its trees (see the module doc).
+    /// While a snapshot export holds the shard still (`freeze`) this does
+    /// nothing: the writes stay staged and readable, and the next
+    /// checkpoint after the export moves them.
     pub fn checkpoint(&self, shard: u32) -> Result<()> {
         let slot = self.slot(shard);
         let _one_at_a_time = slot.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
@@ -291,53 +293,12 @@ impl StateStore {
         }
     }
 
-    /// Redo record, every op, then the record's removal.
-    fn write_through(&self, shard: u32, layer: &Overlay) -> Result<()> {
-        let ops: Vec<OpRef<'_>> = layer.ops().collect();
-        let key = shard.to_be_bytes();
-        if ops.len() > 1 {
-            let mut record = vec![VALUE_V1];
-            codec::encode_into(&ops, &mut record)
-                .map_err(|e| StateError::Corrupt { what: "redo", detail: e.to_string() })?;
-            self.redo.insert(key, record)?;
+    /// Every op of `layer`, one tree (and one write lock) at a time.
+    fn write_through(&self, _shard: u32, layer: &Overlay) -> Result<()> {
+        for (tree, entries) in layer.trees() {
+            let ops = entries.iter().map(|(k, v)| (&k[..], v.as_deref()));
+            self.tree(*tree).apply(ops);
         }
-        for op in &ops {
-            let tree = self.tree(op.tree)?;
-            match op.value {
-                Some(v) => tree.insert(op.key, v)?,
-                None => tree.remove(op.key)?,
-            };
-        }
-        if ops.len() > 1 {
-            self.redo.remove(key)?;
-        }
-        Ok(())
-    }
-
-    /// Finishes every commit a crash interrupted.
-    fn recover(&self) -> Result<()> {
-        for kv in self.redo.iter() {
-            let (k, v) = kv?;
-            let ops: Vec<Op> = match v.split_first() {
-                Some((&VALUE_V1, rest)) => codec::from_bytes(rest)
-                    .map_err(|e| StateError::Corrupt { what: "redo", detail: e.to_string() })?,
-                _ => return Err(corrupt("redo", &v)),
-            };
-            tracing::info!(ops = ops.len(), "finishing a commit interrupted by a crash");
-            for op in &ops {
-                self.apply_op(op)?;
-            }
-            self.redo.remove(k)?;
-        }
-        Ok(())
-    }
-
-    fn apply_op(&self, op: &Op) -> Result<()> {
-        let tree = self.tree(op.tree)?;
-        match &op.value {
-            Some(v) => tree.insert(&op.key, v.as_slice())?,
-            None => tree.remove(&op.key)?,
-        };
         Ok(())
     }
 }
@@ -416,4 +377,13 @@ pub(crate) fn test_store() -> (tempfile::TempDir, StateStore) {
     let db = sled::open(dir.path()).expect("sled");
     let s = StateStore::open(&db).expect("store");
     (dir, s)
+}
+
+/// A fresh store (no caches filled) holding `shard`'s state as `s` has it:
+/// what a restart from a snapshot taken now would read.
+#[cfg(test)]
+pub(crate) fn reloaded(s: &StateStore, shard: u32) -> (tempfile::TempDir, StateStore) {
+    let (dir, fresh) = test_store();
+    fresh.install_bytes(shard, &s.snapshot_bytes(shard));
+    (dir, fresh)
 }

@@ -131,9 +131,8 @@ mod tests {
             got,
             vec![None, Some((LikeState::Dislike, 11)), None, Some((LikeState::Like, 12)), None]
         );
-        // What sled ends up holding agrees with what the cache served.
-        s.checkpoint(0).unwrap();
-        let fresh = crate::StateStore::open(&s.db).unwrap();
+        // What a snapshot holds agrees with what the cache served.
+        let (_e, fresh) = crate::state::reloaded(&s, 0);
         assert_eq!(fresh.get_states(1, 0, 7, &entities).unwrap(), got);
         // A snapshot install replaces the shard's state: nothing stale stays.
         s.install_bytes(0, &crate::snapshot::empty_snapshot());

@@ -1,8 +1,11 @@
-//! Staged writes and checkpoints against a model: every read sees what was
-//! staged, in the right order, whether or not it has reached sled yet; a
-//! store reopened without a checkpoint (what a crash leaves) holds exactly
-//! what the last checkpoint wrote, applied id included.
+//! Staged writes, checkpoints and snapshots against a model: every read
+//! sees what was staged, in the right order, whether or not a checkpoint
+//! has moved it into the trees yet; a store restarted from the last
+//! snapshot (what a crash leaves, before the log is replayed) holds exactly
+//! what that snapshot held, applied id included, whatever was staged or
+//! checkpointed after it.
 
+use plaudit_storage::snapshot::read_header;
 use plaudit_storage::{CheckpointPolicy, StateStore, WriteSet};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +19,8 @@ enum Step {
     AddItem { user: u64, mtime: u64, entity: u64 },
     DelItem { user: u64, mtime: u64, entity: u64 },
     Checkpoint,
-    Reopen,
+    Snapshot,
+    Restart,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -27,7 +31,8 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (0..3u64, 0..12u64, 0..4u64)
             .prop_map(|(user, mtime, entity)| Step::DelItem { user, mtime, entity }),
         1 => Just(Step::Checkpoint),
-        1 => Just(Step::Reopen),
+        1 => Just(Step::Snapshot),
+        1 => Just(Step::Restart),
     ]
 }
 
@@ -68,21 +73,40 @@ fn check(s: &StateStore, m: &Model) {
     assert_eq!(applied.unwrap_or(0), m.applied);
 }
 
+/// A snapshot of `SHARD` as a file holds it.
+fn snapshot(s: &StateStore) -> Vec<u8> {
+    let frozen = s.freeze(SHARD).unwrap();
+    let mut file = Vec::new();
+    s.export(&frozen, false, b"", &mut file).unwrap();
+    file
+}
+
+/// A new store with `file` installed (or nothing, as a new node starts).
+fn restart(policy: CheckpointPolicy, file: Option<&[u8]>) -> (tempfile::TempDir, StateStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::open(dir.path()).unwrap();
+    let s = StateStore::open_with(&db, policy).unwrap();
+    if let Some(mut input) = file {
+        read_header(&mut input).unwrap();
+        s.install(SHARD, false, &mut input).unwrap();
+    }
+    (dir, s)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn reads_follow_staged_writes_and_crashes_lose_only_what_was_not_checkpointed(
+    fn reads_follow_staged_writes_and_restarts_go_back_to_the_last_snapshot(
         steps in proptest::collection::vec(step(), 1..60),
         max_keys in 1usize..8,
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let db = sled::open(dir.path()).unwrap();
         // A tiny key limit makes `checkpoint_due` fire often, as under load.
         let policy = CheckpointPolicy { max_keys, max_age: std::time::Duration::from_secs(3600) };
-        let mut store = StateStore::open_with(&db, policy).unwrap();
+        let (mut _dir, mut store) = restart(policy, None);
         let mut model = Model::default();
         let mut durable = Model::default();
+        let mut file: Option<Vec<u8>> = None;
         for (i, st) in steps.into_iter().enumerate() {
             let mut ws = WriteSet::new(SHARD);
             match st {
@@ -98,12 +122,13 @@ proptest! {
                     ws.del_user_item(BIZ, SHARD, user, mtime, entity);
                     model.items.entry(user).or_default().remove(&(mtime, entity));
                 }
-                Step::Checkpoint => {
-                    store.checkpoint(SHARD).unwrap();
+                Step::Checkpoint => store.checkpoint(SHARD).unwrap(),
+                Step::Snapshot => {
+                    file = Some(snapshot(&store));
                     durable = model.clone();
                 }
-                Step::Reopen => {
-                    store = StateStore::open_with(&db, policy).unwrap();
+                Step::Restart => {
+                    (_dir, store) = restart(policy, file.as_deref());
                     model = durable.clone();
                 }
             }
@@ -115,7 +140,6 @@ proptest! {
                 store.stage(ws);
                 if store.checkpoint_due(SHARD) {
                     store.checkpoint(SHARD).unwrap();
-                    durable = model.clone();
                 }
             }
             check(&store, &model);
@@ -124,24 +148,24 @@ proptest! {
 }
 
 #[test]
-fn a_checkpoint_survives_reopening_and_staged_writes_do_not() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = sled::open(dir.path()).unwrap();
-    let s = StateStore::open(&db).unwrap();
+fn a_restart_holds_what_the_snapshot_held_and_nothing_after_it() {
+    let policy = CheckpointPolicy::default();
+    let (_d, s) = restart(policy, None);
     let mut ws = WriteSet::new(SHARD);
     ws.put_received(BIZ, SHARD, 1, 10);
     ws.put_applied(SHARD, &1u64.to_be_bytes());
     s.stage(ws);
     assert!(!s.checkpoint_due(SHARD), "one key, just staged: not due under the default policy");
-    s.checkpoint(SHARD).unwrap();
+    let file = snapshot(&s);
     let mut ws = WriteSet::new(SHARD);
     ws.put_received(BIZ, SHARD, 1, 11);
     ws.put_applied(SHARD, &2u64.to_be_bytes());
     s.stage(ws);
+    s.checkpoint(SHARD).unwrap();
     assert_eq!(s.get_received(BIZ, SHARD, 1).unwrap(), 11);
-    let reopened = StateStore::open(&db).unwrap();
-    assert_eq!(reopened.get_received(BIZ, SHARD, 1).unwrap(), 10);
-    assert_eq!(reopened.applied(SHARD).unwrap().as_deref(), Some(&1u64.to_be_bytes()[..]));
+    let (_e, again) = restart(policy, Some(&file));
+    assert_eq!(again.get_received(BIZ, SHARD, 1).unwrap(), 10);
+    assert_eq!(again.applied(SHARD).unwrap().as_deref(), Some(&1u64.to_be_bytes()[..]));
 }
 
 #[test]

@@ -1,0 +1,115 @@
+//! Brings a node's applied state back at start: every group's newest
+//! complete snapshot file is installed into the store, before anything reads
+//! it (the registry view is loaded from it next). Applied state lives in
+//! memory; the snapshot files and the Raft log after them are its durable
+//! copy (`state_machine.rs`), and openraft replays the log from the applied
+//! id each snapshot holds.
+//!
+//! Group directories are `<data_dir>/snapshots/meta` (the metadata group,
+//! whose snapshots include the registry) and `.../shard<N>`.
+
+use crate::group::Group;
+use crate::snapshot_file;
+use plaudit_storage::snapshot::read_header;
+use plaudit_storage::StateStore;
+use std::io::BufReader;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Installs the newest snapshot of every group found under `data_dir`.
+/// Blocking: the caller runs it off the runtime's workers.
+pub fn load_snapshots(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyhow::Result<()> {
+    let root = data_dir.join("snapshots");
+    let entries = match std::fs::read_dir(&root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let started = std::time::Instant::now();
+    let (mut groups, mut items) = (0u64, 0u64);
+    for entry in entries {
+        let dir = entry?.path();
+        let Some((shard, is_meta)) = group_of(&dir, meta_id) else { continue };
+        let Some(path) = snapshot_file::newest_complete(&dir)? else { continue };
+        let load = || -> anyhow::Result<u64> {
+            let mut input = BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
+            read_header(&mut input)?;
+            Ok(store.install(shard, is_meta, &mut input)?.items)
+        };
+        // A snapshot that cannot be read leaves the group without a state
+        // to replay its log onto: the node must not serve it.
+        items += load().map_err(|e| {
+            anyhow::anyhow!("shard {shard}: loading its snapshot {}: {e}", path.display())
+        })?;
+        groups += 1;
+    }
+    if groups > 0 {
+        tracing::info!(
+            groups,
+            items,
+            ms = started.elapsed().as_millis() as u64,
+            "state loaded from snapshots"
+        );
+    }
+    Ok(())
+}
+
+/// The group a snapshot directory belongs to: `(shard id, is the metadata group)`.
+fn group_of(dir: &Path, meta_id: u32) -> Option<(u32, bool)> {
+    let name = dir.file_name()?.to_str()?;
+    if name == "meta" {
+        return Some((meta_id, true));
+    }
+    Some((name.strip_prefix("shard")?.parse().ok()?, false))
+}
+
+/// How long a stop waits, in all, for the groups' last snapshots.
+const SNAPSHOT_AT_STOP: Duration = Duration::from_secs(20);
+
+/// Has every group take a snapshot of what it applied, at a stop. Applied
+/// state lives in memory: this lets the next start load it instead of
+/// replaying the log since the last snapshot (up to
+/// `snapshot_every_entries` entries per group). Bounded: a stop must not
+/// hang on a group that cannot snapshot.
+pub(crate) async fn snapshot_all(groups: &[Arc<Group>]) {
+    let deadline = tokio::time::Instant::now() + SNAPSHOT_AT_STOP;
+    for g in groups {
+        snapshot_now(g, deadline).await;
+    }
+}
+
+/// Has `g` take a snapshot of what it applied, unless its newest one holds
+/// it already, and waits for it until `deadline`.
+async fn snapshot_now(g: &Group, deadline: tokio::time::Instant) {
+    let m = g.raft.metrics().borrow().clone();
+    let applied = m.last_applied.map(|l| l.index);
+    if m.snapshot.map(|l| l.index) >= applied {
+        return;
+    }
+    if g.raft.trigger().snapshot().await.is_err() {
+        return;
+    }
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let done = g
+        .raft
+        .wait(Some(left))
+        .metrics(|m| m.snapshot.map(|l| l.index) >= applied, "snapshot at stop")
+        .await;
+    if let Err(e) = done {
+        tracing::warn!(shard = g.id, error = %e, "no snapshot at stop: the next start replays the log");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_dirs_name_their_groups() {
+        assert_eq!(group_of(Path::new("/d/snapshots/meta"), 8), Some((8, true)));
+        assert_eq!(group_of(Path::new("/d/snapshots/shard3"), 8), Some((3, false)));
+        assert_eq!(group_of(Path::new("/d/snapshots/other"), 8), None);
+        assert_eq!(group_of(Path::new("/d/snapshots/shardx"), 8), None);
+    }
+}
