@@ -17,8 +17,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Installs the newest snapshot of every group found under `data_dir`.
-/// Blocking: the caller runs it off the runtime's workers.
+/// Installs the newest snapshot of every group found under `data_dir`, two
+/// groups at a time (decoding and inserting is CPU-bound: 6.3M keys took
+/// 3.2 s on one core). Blocking: the caller runs it off the runtime's workers.
 pub fn load_snapshots(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyhow::Result<()> {
     let root = data_dir.join("snapshots");
     let entries = match std::fs::read_dir(&root) {
@@ -26,31 +27,43 @@ pub fn load_snapshots(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyh
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e.into()),
     };
-    let started = std::time::Instant::now();
-    let (mut groups, mut items) = (0u64, 0u64);
+    let mut work = Vec::new();
     for entry in entries {
         let dir = entry?.path();
         let Some((shard, is_meta)) = group_of(&dir, meta_id) else { continue };
-        let Some(path) = snapshot_file::newest_complete(&dir)? else { continue };
-        let load = || -> anyhow::Result<u64> {
-            let mut input = BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
-            read_header(&mut input)?;
-            Ok(store.install(shard, is_meta, &mut input)?.items)
-        };
-        // A snapshot that cannot be read leaves the group without a state
-        // to replay its log onto: the node must not serve it.
-        items += load().map_err(|e| {
-            anyhow::anyhow!("shard {shard}: loading its snapshot {}: {e}", path.display())
-        })?;
-        groups += 1;
+        if let Some(path) = snapshot_file::newest_complete(&dir)? {
+            work.push((shard, is_meta, path));
+        }
     }
+    let started = std::time::Instant::now();
+    let groups = work.len();
+    let work = std::sync::Mutex::new(work);
+    let next = || work.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let load_all = || -> anyhow::Result<u64> {
+        let mut items = 0;
+        while let Some((shard, is_meta, path)) = next() {
+            let load = || -> anyhow::Result<u64> {
+                let mut input = BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
+                read_header(&mut input)?;
+                Ok(store.install(shard, is_meta, &mut input)?.items)
+            };
+            // A snapshot that cannot be read leaves the group without a
+            // state to replay its log onto: the node must not serve it.
+            items += load().map_err(|e| {
+                anyhow::anyhow!("shard {shard}: loading its snapshot {}: {e}", path.display())
+            })?;
+        }
+        Ok(items)
+    };
+    let items = std::thread::scope(|s| {
+        let other = s.spawn(load_all);
+        let mine = load_all();
+        let theirs = other.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a loader panicked")));
+        anyhow::Ok(mine? + theirs?)
+    })?;
     if groups > 0 {
-        tracing::info!(
-            groups,
-            items,
-            ms = started.elapsed().as_millis() as u64,
-            "state loaded from snapshots"
-        );
+        let ms = started.elapsed().as_millis() as u64;
+        tracing::info!(groups, items, ms, "state loaded from snapshots");
     }
     Ok(())
 }

@@ -65,6 +65,24 @@ impl MemTree {
         }
     }
 
+    /// `apply` for owned keys and values: boxed without another copy.
+    pub fn apply_owned(&self, ops: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+        let mut map = self.write();
+        for (k, v) in ops {
+            match v {
+                Some(v) => match map.get_mut(&k[..]) {
+                    Some(old) => *old = v.into_boxed_slice(),
+                    None => {
+                        map.insert(k.into_boxed_slice(), v.into_boxed_slice());
+                    }
+                },
+                None => {
+                    map.remove(&k[..]);
+                }
+            }
+        }
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.read().len()

@@ -71,8 +71,8 @@ pub struct CheckpointPolicy {
 }
 
 impl CheckpointPolicy {
-    pub const DEFAULT_MAX_KEYS: usize = 32_768;
-    pub const DEFAULT_MAX_AGE: Duration = Duration::from_millis(1000);
+    pub const DEFAULT_MAX_KEYS: usize = 4096;
+    pub const DEFAULT_MAX_AGE: Duration = Duration::from_millis(100);
     /// A shard whose checkpoints keep failing (or a snapshot export holds
     /// back) stops applying once this many times `max_keys` are staged,
     /// rather than growing without bound.

@@ -15,12 +15,27 @@ const BIZ: u32 = 9;
 
 #[derive(Debug, Clone)]
 enum Step {
-    Received { owner: u64, total: u64 },
-    AddItem { user: u64, mtime: u64, entity: u64 },
-    DelItem { user: u64, mtime: u64, entity: u64 },
+    Received {
+        owner: u64,
+        total: u64,
+    },
+    AddItem {
+        user: u64,
+        mtime: u64,
+        entity: u64,
+    },
+    DelItem {
+        user: u64,
+        mtime: u64,
+        entity: u64,
+    },
     Checkpoint,
     Snapshot,
     Restart,
+    /// An export holds the trees still (writes go to the overlay)...
+    Freeze,
+    /// ... until it ends.
+    Thaw,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -33,6 +48,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Checkpoint),
         1 => Just(Step::Snapshot),
         1 => Just(Step::Restart),
+        1 => Just(Step::Freeze),
+        1 => Just(Step::Thaw),
     ]
 }
 
@@ -107,6 +124,8 @@ proptest! {
         let mut model = Model::default();
         let mut durable = Model::default();
         let mut file: Option<Vec<u8>> = None;
+        // A held export and the state it holds.
+        let mut frozen: Option<(plaudit_storage::snapshot::Frozen, Model)> = None;
         for (i, st) in steps.into_iter().enumerate() {
             let mut ws = WriteSet::new(SHARD);
             match st {
@@ -123,14 +142,30 @@ proptest! {
                     model.items.entry(user).or_default().remove(&(mtime, entity));
                 }
                 Step::Checkpoint => store.checkpoint(SHARD).unwrap(),
-                Step::Snapshot => {
-                    file = Some(snapshot(&store));
-                    durable = model.clone();
-                }
+                Step::Snapshot => match &frozen {
+                    // The held export's view: the state when it froze.
+                    Some((f, at)) => {
+                        let mut bytes = Vec::new();
+                        store.export(f, false, b"", &mut bytes).unwrap();
+                        file = Some(bytes);
+                        durable = at.clone();
+                    }
+                    None => {
+                        file = Some(snapshot(&store));
+                        durable = model.clone();
+                    }
+                },
                 Step::Restart => {
+                    frozen = None;
                     (_dir, store) = restart(policy, file.as_deref());
                     model = durable.clone();
                 }
+                Step::Freeze => {
+                    if frozen.is_none() {
+                        frozen = Some((store.freeze(SHARD).unwrap(), model.clone()));
+                    }
+                }
+                Step::Thaw => frozen = None,
             }
             if !ws.is_empty() {
                 // Every applied batch carries its log position, as the shard's do.
@@ -169,16 +204,21 @@ fn a_restart_holds_what_the_snapshot_held_and_nothing_after_it() {
 }
 
 #[test]
-fn a_checkpoint_is_due_by_age() {
+fn a_checkpoint_is_due_by_age_once_no_export_holds_it_back() {
     let dir = tempfile::tempdir().unwrap();
     let db = sled::open(dir.path()).unwrap();
     let policy =
         CheckpointPolicy { max_keys: 1_000_000, max_age: std::time::Duration::from_millis(20) };
     let s = StateStore::open_with(&db, policy).unwrap();
     assert!(!s.checkpoint_due(SHARD), "nothing staged");
+    let frozen = s.freeze(SHARD).unwrap();
     let mut ws = WriteSet::new(SHARD);
     ws.put_received(BIZ, SHARD, 1, 10);
     s.stage(ws);
+    assert_eq!(s.get_received(BIZ, SHARD, 1).unwrap(), 10, "read from the overlay");
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    assert!(!s.checkpoint_due(SHARD), "never due while frozen");
+    drop(frozen);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !s.checkpoint_due(SHARD) {
         assert!(std::time::Instant::now() < deadline, "never became due");
