@@ -17,6 +17,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `load_snapshots` on the blocking pool.
+pub async fn load(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyhow::Result<()> {
+    let (store, dir) = (store.clone(), data_dir.to_path_buf());
+    tokio::task::spawn_blocking(move || load_snapshots(&store, &dir, meta_id)).await?
+}
+
 /// Installs the newest snapshot of every group found under `data_dir`, two
 /// groups at a time (decoding and inserting is CPU-bound: 6.3M keys took
 /// 3.2 s on one core). Blocking: the caller runs it off the runtime's workers.

@@ -171,11 +171,7 @@ impl Engine {
         // Applied state is in memory: every group's newest snapshot brings
         // it back (the registry view below reads the metadata group's).
         let meta_id = cfg.shards;
-        let (loading, dir) = (store.clone(), cfg.data_dir.clone());
-        tokio::task::spawn_blocking(move || {
-            crate::durable::load_snapshots(&loading, &dir, meta_id)
-        })
-        .await??;
+        crate::durable::load(&store, &cfg.data_dir, meta_id).await?;
         let directory = Directory::load(&store)?;
         let me = cfg.cluster.me.id;
         let secret: Arc<[u8]> = cfg.cluster.secret.clone().unwrap_or_default().into();
@@ -215,6 +211,7 @@ impl Engine {
         engine.spawn(async move { e.watch_placement().await });
         let guard = Arc::downgrade(&engine.cfg.group.disk);
         engine.spawn(crate::disk::watch(guard, engine.cfg.data_dir.clone()));
+        engine.spawn(crate::memory::watch(Arc::downgrade(&engine.cfg.group.memory)));
         crate::bootstrap::begin(engine.clone(), meta).await?;
         let e = engine.clone();
         engine.spawn(async move {
@@ -566,6 +563,11 @@ impl Engine {
     /// The node's disk-space reserve (free space, whether writes are refused).
     pub fn disk(&self) -> &crate::disk::DiskGuard {
         &self.cfg.group.disk
+    }
+
+    /// The node's memory ceiling (resident memory, whether writes are refused).
+    pub fn memory(&self) -> &crate::memory::MemoryGuard {
+        &self.cfg.group.memory
     }
 
     /// Stops background work, Raft and actors, then makes storage durable.

@@ -47,6 +47,9 @@ pub struct GroupConfig {
     /// Refuses new writes while the data directory's disk is nearly full
     /// (`disk.rs`); shared by every group of the node.
     pub disk: Arc<crate::disk::DiskGuard>,
+    /// Refuses new writes while the node's memory is at its ceiling
+    /// (`memory.rs`); shared by every group of the node.
+    pub memory: Arc<crate::memory::MemoryGuard>,
 }
 
 /// What a group's state machine needs beyond its storage.
@@ -79,6 +82,7 @@ pub struct Group {
     /// This node leads and is the only voter (kept current from Raft metrics).
     sole_voter: Arc<AtomicBool>,
     disk: Arc<crate::disk::DiskGuard>,
+    memory: Arc<crate::memory::MemoryGuard>,
     /// Scoring events refused by `should_shed`, for metrics.
     pub shed: AtomicU64,
     /// Scoring events merged into an earlier event's command, for metrics.
@@ -180,6 +184,7 @@ impl Group {
             shed: AtomicU64::new(0),
             coalesced,
             disk: cfg.disk.clone(),
+            memory: cfg.memory.clone(),
         })
     }
 
@@ -230,6 +235,7 @@ impl Group {
     /// Proposes one command; resolves with its applied result.
     pub async fn propose(&self, cmd: Command) -> Result<CmdResult, WireError> {
         self.disk.admit(&cmd)?;
+        self.memory.admit(&cmd)?;
         self.check_leader()?;
         let (tx, rx) = oneshot::channel();
         self.enqueue(Proposal::One(cmd, tx))?;
@@ -243,6 +249,7 @@ impl Group {
     pub fn submit_many(&self, cmds: Vec<Command>) -> Result<ManyResults, WireError> {
         for cmd in &cmds {
             self.disk.admit(cmd)?;
+            self.memory.admit(cmd)?;
         }
         self.check_leader()?;
         let (tx, rx) = oneshot::channel();

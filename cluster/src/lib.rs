@@ -24,6 +24,7 @@ pub mod engine;
 mod failover;
 pub mod group;
 mod inline;
+pub mod memory;
 pub mod outbox;
 pub mod peer;
 mod peer_service;

@@ -231,6 +231,7 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
             max_in_flight: 4,
             max_pending: 65_536,
             disk: plaudit_cluster::disk::DiskGuard::new(0),
+            memory: plaudit_cluster::memory::MemoryGuard::new(u64::MAX),
         },
         actor_budget,
         actor_idle,

@@ -75,6 +75,9 @@ pub const DEFAULT_SLED_CACHE_MB: u64 = 256;
 /// Free space kept in reserve on the data directory's disk: below it, new
 /// writes are refused (reads serve) until space is back.
 pub const DEFAULT_MIN_FREE_DISK_MB: u64 = 256;
+/// Resident memory at which new writes are refused (applied state lives in
+/// memory); 0 takes 80% of what the process may use (`cluster/src/memory.rs`).
+pub const DEFAULT_MAX_MEMORY_MB: u64 = 0;
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5000;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 /// Failover waits for the followers' leader lease, which openraft 0.9 fixes
@@ -197,6 +200,9 @@ pub struct Config {
     /// below it new writes get `Overloaded` and reads keep serving, until
     /// space is freed (checked every second). 0 turns the reserve off.
     pub min_free_disk_mb: u64,
+    /// Resident memory, in MiB, at which new writes are refused (reads keep
+    /// serving); 0: 80% of the memory the process may use.
+    pub max_memory_mb: u64,
     /// How long a client request may take before it fails with `Timeout`, in ms.
     pub request_timeout_ms: u64,
     /// How long shutdown may take (drain connections, hand off leadership, flush)
@@ -261,6 +267,7 @@ impl Default for Config {
             score_future_horizon_secs: DEFAULT_SCORE_FUTURE_HORIZON_SECS,
             sled_cache_mb: DEFAULT_SLED_CACHE_MB,
             min_free_disk_mb: DEFAULT_MIN_FREE_DISK_MB,
+            max_memory_mb: DEFAULT_MAX_MEMORY_MB,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             shutdown_grace_ms: DEFAULT_SHUTDOWN_GRACE_MS,
             raft_heartbeat_ms: DEFAULT_RAFT_HEARTBEAT_MS,
@@ -274,55 +281,6 @@ impl Default for Config {
             log: DEFAULT_LOG.to_string(),
         }
     }
-}
-
-/// Command-line flags. Each one, when given, overrides the file and the environment.
-#[derive(Debug, Clone, Default, clap::Parser)]
-#[command(name = "plaudit-node", version, about = "A Plaudit cluster node")]
-pub struct Args {
-    /// TOML config file (default: $PLAUDIT_CONFIG, else built-in defaults).
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
-    /// This node's id in the cluster.
-    #[arg(long)]
-    pub node_id: Option<u64>,
-    /// Directory for the node's database.
-    #[arg(long, value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// Client listener address, e.g. 0.0.0.0:7401.
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<SocketAddr>,
-    /// Admin HTTP listener address, e.g. 0.0.0.0:7402.
-    #[arg(long, value_name = "ADDR")]
-    pub admin: Option<SocketAddr>,
-    /// Peer listener address (Raft and control plane), e.g. 0.0.0.0:7403.
-    #[arg(long, value_name = "ADDR")]
-    pub peer_listen: Option<SocketAddr>,
-    /// Seed peer addresses, comma separated.
-    #[arg(long, value_name = "ADDR,ADDR", value_delimiter = ',')]
-    pub join: Option<Vec<SocketAddr>>,
-    /// Form a new cluster once this many nodes have found each other.
-    #[arg(long, value_name = "N")]
-    pub bootstrap_expect: Option<u32>,
-    /// File holding the cluster secret.
-    #[arg(long, value_name = "PATH")]
-    pub cluster_secret_file: Option<PathBuf>,
-    /// File holding the admin token.
-    #[arg(long, value_name = "PATH")]
-    pub admin_token_file: Option<PathBuf>,
-    /// Run without an admin token on a non-loopback address (anyone who can
-    /// connect may do anything).
-    #[arg(long)]
-    pub insecure: bool,
-    /// Number of shards.
-    #[arg(long)]
-    pub shards: Option<u32>,
-    /// Seconds past the node's clock a scoring event may be stamped.
-    #[arg(long, value_name = "SECS")]
-    pub score_future_horizon_secs: Option<u64>,
-    /// Log filter (tracing EnvFilter directive).
-    #[arg(long, value_name = "FILTER")]
-    pub log: Option<String>,
 }
 
 impl Config {
@@ -592,7 +550,10 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+mod args;
 mod sources;
+
+pub use args::Args;
 
 #[cfg(test)]
 mod tests;

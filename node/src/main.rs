@@ -77,6 +77,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             max_in_flight: cfg.max_proposals_in_flight,
             max_pending: cfg.max_pending_per_shard,
             disk: plaudit_cluster::disk::DiskGuard::new(cfg.min_free_disk_mb << 20),
+            memory: plaudit_cluster::memory::MemoryGuard::new(cfg.max_memory_mb << 20),
         },
         actor_budget: cfg.actor_budget_per_shard,
         actor_idle: cfg.actor_idle(),

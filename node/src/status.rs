@@ -220,6 +220,13 @@ impl AdminSource for NodeStatus {
             labels: vec![],
             value: if disk.is_low() { 1.0 } else { 0.0 },
         });
+        let memory = &self.engine.memory();
+        gauges.push(Gauge {
+            name: "plaudit_memory_writes_refused",
+            help: "1 while resident memory is at max_memory_mb and new writes are refused.",
+            labels: vec![],
+            value: if memory.is_high() { 1.0 } else { 0.0 },
+        });
         self.metrics.render(&gauges)
     }
 }

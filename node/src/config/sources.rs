@@ -56,6 +56,7 @@ impl Config {
             "score_future_horizon_secs" => self.score_future_horizon_secs = parse(value)?,
             "sled_cache_mb" => self.sled_cache_mb = parse(value)?,
             "min_free_disk_mb" => self.min_free_disk_mb = parse(value)?,
+            "max_memory_mb" => self.max_memory_mb = parse(value)?,
             "request_timeout_ms" => self.request_timeout_ms = parse(value)?,
             "shutdown_grace_ms" => self.shutdown_grace_ms = parse(value)?,
             "raft_heartbeat_ms" => self.raft_heartbeat_ms = parse(value)?,

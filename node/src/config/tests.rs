@@ -108,6 +108,7 @@ fn every_field_can_be_set_from_the_environment() {
         score_future_horizon_secs: 23,
         sled_cache_mb: 11,
         min_free_disk_mb: 29,
+        max_memory_mb: 31,
         request_timeout_ms: 12,
         shutdown_grace_ms: 13,
         raft_heartbeat_ms: 14,

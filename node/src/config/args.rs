@@ -1,0 +1,53 @@
+//! The node's command-line flags.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Command-line flags. Each one, when given, overrides the file and the environment.
+#[derive(Debug, Clone, Default, clap::Parser)]
+#[command(name = "plaudit-node", version, about = "A Plaudit cluster node")]
+pub struct Args {
+    /// TOML config file (default: $PLAUDIT_CONFIG, else built-in defaults).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// This node's id in the cluster.
+    #[arg(long)]
+    pub node_id: Option<u64>,
+    /// Directory for the node's database.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Client listener address, e.g. 0.0.0.0:7401.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Admin HTTP listener address, e.g. 0.0.0.0:7402.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+    /// Peer listener address (Raft and control plane), e.g. 0.0.0.0:7403.
+    #[arg(long, value_name = "ADDR")]
+    pub peer_listen: Option<SocketAddr>,
+    /// Seed peer addresses, comma separated.
+    #[arg(long, value_name = "ADDR,ADDR", value_delimiter = ',')]
+    pub join: Option<Vec<SocketAddr>>,
+    /// Form a new cluster once this many nodes have found each other.
+    #[arg(long, value_name = "N")]
+    pub bootstrap_expect: Option<u32>,
+    /// File holding the cluster secret.
+    #[arg(long, value_name = "PATH")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// File holding the admin token.
+    #[arg(long, value_name = "PATH")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Run without an admin token on a non-loopback address (anyone who can
+    /// connect may do anything).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Number of shards.
+    #[arg(long)]
+    pub shards: Option<u32>,
+    /// Seconds past the node's clock a scoring event may be stamped.
+    #[arg(long, value_name = "SECS")]
+    pub score_future_horizon_secs: Option<u64>,
+    /// Log filter (tracing EnvFilter directive).
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
+}
