@@ -475,7 +475,7 @@ impl ShardActor {
             }
         }
         if self.store.over_hard_limit(shard) {
-            // A snapshot export holds sled's copy still for a moment: wait
+            // A snapshot export holds the trees still for a moment: wait
             // for it rather than stage without bound.
             while self.store.is_frozen(shard) {
                 tokio::time::sleep(Duration::from_millis(5)).await;

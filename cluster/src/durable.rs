@@ -10,6 +10,8 @@
 
 use crate::group::Group;
 use crate::snapshot_file;
+use openraft::{BasicNode, SnapshotMeta};
+use plaudit_proto::codec;
 use plaudit_storage::snapshot::read_header;
 use plaudit_storage::StateStore;
 use std::io::BufReader;
@@ -37,6 +39,7 @@ pub fn load_snapshots(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyh
     for entry in entries {
         let dir = entry?.path();
         let Some((shard, is_meta)) = group_of(&dir, meta_id) else { continue };
+        promote_installing(&dir)?;
         if let Some(path) = snapshot_file::newest_complete(&dir)? {
             work.push((shard, is_meta, path));
         }
@@ -71,6 +74,26 @@ pub fn load_snapshots(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyh
         let ms = started.elapsed().as_millis() as u64;
         tracing::info!(groups, items, ms, "state loaded from snapshots");
     }
+    Ok(())
+}
+
+/// Gives an `installing.snap` its complete name. Older versions renamed a
+/// received snapshot (complete and synced) to `installing.snap` before
+/// installing it, and openraft may have purged the log up to it already:
+/// if a crash interrupted that install, this file, not an older one, is
+/// what the group must start from.
+fn promote_installing(dir: &Path) -> anyhow::Result<()> {
+    let installing = dir.join("installing.snap");
+    if !installing.exists() {
+        return Ok(());
+    }
+    let header = snapshot_file::read_meta_header(&installing)?;
+    let meta: SnapshotMeta<u64, BasicNode> = codec::from_bytes(&header)?;
+    let complete = dir.join(snapshot_file::complete_name(&meta.snapshot_id));
+    tracing::warn!(snapshot = %meta.snapshot_id, "promoting a snapshot whose install a crash interrupted");
+    std::fs::rename(&installing, &complete)?;
+    snapshot_file::sync_dir(dir)?;
+    snapshot_file::remove_older(dir, &complete);
     Ok(())
 }
 

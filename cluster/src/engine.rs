@@ -157,9 +157,8 @@ impl Engine {
         let db = sled::Config::new()
             .path(cfg.data_dir.join("sled"))
             .cache_capacity(cfg.sled_cache_bytes)
-            // The Raft logs are not in sled: its state becomes durable when
-            // a purge flushes it, or with this background flush, which
-            // bounds what a restart must replay from the logs.
+            // Nothing writes sled any more: it holds what older versions
+            // kept there (read once at open, `plaudit_storage::legacy`).
             .flush_every_ms(Some(1000))
             .open()?;
         let commit = GroupCommit::start(db.clone(), &cfg.data_dir.join("sled"))?;

@@ -123,7 +123,7 @@ impl Group {
         sm_ctx: StateMachineContext,
         network: crate::raft_net::PeerNetwork,
     ) -> anyhow::Result<Group> {
-        let log = open_log(db, &commit, wal, id, name).await?;
+        let mut log = open_log(db, &commit, wal, id, name).await?;
         let sm = ShardStateMachine {
             shard: id,
             is_meta: sm_ctx.is_meta,
@@ -133,6 +133,8 @@ impl Group {
             snapshot_dir: sm_ctx.data_dir.join("snapshots").join(name),
             files: Default::default(),
         };
+        // Before the leftovers go: a transfer's file may be what the log needs.
+        sm.check_log_covers(&mut log).await?;
         sm.remove_leftovers();
         let raft_cfg = RaftConfig {
             cluster_name: "plaudit".into(),

@@ -8,8 +8,8 @@
 //! <index>-<term>-<ms>.snap    a complete snapshot (the newest is served to followers)
 //! building-<n>.tmp            an export in progress (renamed when complete)
 //! incoming-<n>.tmp            a snapshot being received from the leader
-//! installing.snap             the snapshot being installed (kept until the install is done,
-//!                             so an install that a crash interrupted can be finished)
+//! installing.snap             left only by older versions: a received snapshot, complete and
+//!                             synced, whose install a crash interrupted (a start promotes it)
 //! ```
 //!
 //! The state machine serialises everything that renames or deletes these
@@ -135,6 +135,13 @@ pub fn remove_leftovers(dir: &Path, kind: &str, except: Option<&Path>) {
             }
         }
     }
+}
+
+/// The header (the cluster's snapshot meta, encoded) of the snapshot file
+/// at `path`.
+pub fn read_meta_header(path: &Path) -> io::Result<Vec<u8>> {
+    let mut input = std::io::BufReader::new(std::fs::File::open(path)?);
+    plaudit_storage::snapshot::read_header(&mut input).map_err(io::Error::other)
 }
 
 /// Makes a rename in `dir` durable.

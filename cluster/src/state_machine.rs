@@ -17,16 +17,17 @@
 //!          (builder task)       stream the shard's trees to building-*.tmp,
 //!                               fsync, rename to <id>.snap, thaw
 //! send:    openraft reads <id>.snap in chunks (install_snapshot RPCs)
-//! receive: incoming-*.tmp ─> installing.snap ─> replace the keys in memory
-//!          ─> <id>.snap; actors reset; the registry view reloaded (metadata group)
-//! restart: installing.snap is dropped (the install did not finish: the
-//!          group starts from its previous snapshot and the leader sends
-//!          the new one again)
+//! receive: incoming-*.tmp (fsync) ─> <id>.snap, the current snapshot ─>
+//!          replace the keys in memory; actors reset; the registry view
+//!          reloaded (metadata group). Current first: openraft purges the
+//!          log up to a received snapshot without waiting for the install.
+//! restart: the newest <id>.snap is loaded; an installing.snap (left by an
+//!          older version, complete and synced) is promoted to its name first
 //! ```
 
 use crate::snapshot_file::{self, SnapshotFile};
 use crate::types::{LogId, StorageError, StoredMembership, TypeConfig};
-use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::storage::{RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
     EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, SnapshotMeta, StorageIOError,
 };
@@ -96,19 +97,72 @@ impl ShardStateMachine {
         Ok((applied, membership))
     }
 
+    /// Refuses to start the group if its log was purged past its applied
+    /// state: the entries in between are gone, and openraft would fail
+    /// later, inside, on the first apply or the start's re-apply.
+    pub async fn check_log_covers(
+        &self,
+        log: &mut impl RaftLogStorage<TypeConfig>,
+    ) -> anyhow::Result<()> {
+        let purged = log.get_log_state().await?.last_purged_log_id;
+        let index = |l: Option<LogId>| l.map(|l| l.index);
+        if index(purged) > index(self.applied()?.0) {
+            self.take_received_snapshot(index(purged)).await?;
+        }
+        let (applied, _) = self.applied()?;
+        if index(purged) > index(applied) {
+            anyhow::bail!(
+                "shard {}: the log is purged up to {purged:?} but the newest snapshot holds state \
+                 at {applied:?} only; the entries in between are gone. Restore the data \
+                 directory from a backup, or remove this replica from the group and add it back",
+                self.shard
+            );
+        }
+        Ok(())
+    }
+
+    /// openraft purges a follower's log up to a snapshot it received
+    /// without waiting for the install, which makes the file current only
+    /// after `finish` synced it: a kill in between leaves the log purged
+    /// past the newest complete snapshot, and the received file as
+    /// `incoming-*.tmp`. Installs the newest such file that covers `purged`
+    /// (a file cut short fails the install's item count) and makes it the
+    /// current snapshot.
+    async fn take_received_snapshot(&self, purged: Option<u64>) -> anyhow::Result<()> {
+        let mut candidates = Vec::new();
+        for entry in std::fs::read_dir(&self.snapshot_dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !(name.starts_with("incoming") && name.ends_with(".tmp")) {
+                continue;
+            }
+            let Ok(header) = snapshot_file::read_meta_header(&path) else { continue };
+            let Ok(meta) = codec::from_bytes::<Meta>(&header) else { continue };
+            if meta.last_log_id.map(|l| l.index) >= purged {
+                candidates.push((meta.last_log_id, path, meta.snapshot_id));
+            }
+        }
+        candidates.sort();
+        let Some((_, path, id)) = candidates.pop() else { return Ok(()) };
+        tracing::warn!(shard = self.shard, snapshot = %id, "installing a received snapshot a crash left unfinished");
+        self.install_file(&path).await?;
+        let current = self.snapshot_dir.join(snapshot_file::complete_name(&id));
+        let _files = lock(&self.files);
+        std::fs::rename(&path, &current)?;
+        snapshot_file::sync_dir(&self.snapshot_dir)?;
+        snapshot_file::remove_older(&self.snapshot_dir, &current);
+        Ok(())
+    }
+
     /// Removes what a crash left in the snapshot dir before the group
-    /// starts: temporary files, and an install that did not finish (the
-    /// engine loaded the group's newest complete snapshot already).
+    /// starts: temporary files of transfers and builds.
     pub fn remove_leftovers(&self) {
         let dir = &self.snapshot_dir;
         snapshot_file::remove_leftovers(dir, "incoming", None);
         snapshot_file::remove_leftovers(dir, "building", None);
-        let _ = std::fs::remove_file(dir.join("installing.snap"));
     }
 
-    /// Replaces the shard's state with the snapshot at `path` (which must be
-    /// `installing.snap` in the snapshot dir), then keeps the file as the
-    /// current snapshot: the durable state from then on.
+    /// Replaces the shard's state with the complete snapshot at `path`.
     async fn install_file(&self, path: &Path) -> Result<Meta, StorageError> {
         // An export holds the shard's trees still; wait for it to finish.
         while self.store.is_frozen(self.shard) {
@@ -133,13 +187,6 @@ impl ShardStateMachine {
                 ErrorVerb::Read,
                 format!("snapshot {} holds state at {applied:?}", meta.snapshot_id),
             ));
-        }
-        let current = self.snapshot_dir.join(snapshot_file::complete_name(&meta.snapshot_id));
-        {
-            let _files = lock(&self.files);
-            std::fs::rename(path, &current).map_err(|e| snap_err(ErrorVerb::Write, e))?;
-            let _ = snapshot_file::sync_dir(&self.snapshot_dir);
-            snapshot_file::remove_older(&self.snapshot_dir, &current);
         }
         self.handle.reset().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
         if self.is_meta {
@@ -183,7 +230,8 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             let done = dir.join(&name);
             let _files = lock(&files);
             std::fs::rename(&tmp, &done).map_err(|e| e.to_string())?;
-            let _ = snapshot_file::sync_dir(&dir);
+            // Durable before openraft may purge the log up to it.
+            snapshot_file::sync_dir(&dir).map_err(|e| e.to_string())?;
             snapshot_file::remove_older(&dir, &done);
             tracing::info!(shard, items = stats.items, bytes = stats.bytes, "snapshot built");
             Ok(done)
@@ -289,19 +337,30 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         snapshot: Box<SnapshotFile>,
     ) -> Result<(), StorageError> {
         let received = snapshot.finish().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
-        let installing = self.snapshot_dir.join("installing.snap");
-        {
-            let _files = lock(&self.files);
-            std::fs::rename(&received, &installing).map_err(|e| snap_err(ErrorVerb::Write, e))?;
-            let _ = snapshot_file::sync_dir(&self.snapshot_dir);
-        }
-        let got = self.install_file(&installing).await?;
+        // The file must hold what openraft says it received.
+        let header =
+            snapshot_file::read_meta_header(&received).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        let got: Meta = codec::from_bytes(&header).map_err(|e| snap_err(ErrorVerb::Read, e))?;
         if got.snapshot_id != meta.snapshot_id {
+            let _ = std::fs::remove_file(&received);
             return Err(snap_err(
                 ErrorVerb::Read,
                 format!("received {} but its file holds {}", meta.snapshot_id, got.snapshot_id),
             ));
         }
+        // Current (durable) before it is installed: openraft purges the log
+        // up to a received snapshot without waiting for the install
+        // (`following_handler`), so from here on a restart must find this
+        // file, not the previous one. `finish` synced its bytes.
+        let current = self.snapshot_dir.join(snapshot_file::complete_name(&meta.snapshot_id));
+        {
+            let _files = lock(&self.files);
+            std::fs::rename(&received, &current).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+            snapshot_file::sync_dir(&self.snapshot_dir)
+                .map_err(|e| snap_err(ErrorVerb::Write, e))?;
+            snapshot_file::remove_older(&self.snapshot_dir, &current);
+        }
+        self.install_file(&current).await?;
         tracing::info!(shard = self.shard, snapshot = %meta.snapshot_id, "snapshot installed");
         Ok(())
     }

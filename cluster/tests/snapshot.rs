@@ -6,8 +6,9 @@
 //!   leader's, and the metadata group's snapshot carries the registry (the
 //!   follower's registry view is reloaded);
 //! - a restart brings back exactly the newest snapshot's state (applied
-//!   state lives in memory; the snapshot is its durable copy), and drops an
-//!   install that a crash interrupted.
+//!   state lives in memory; the snapshot is its durable copy) and drops a
+//!   transfer a crash interrupted; an `installing.snap` an older version
+//!   left is promoted and loaded.
 
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
@@ -177,7 +178,7 @@ async fn the_metadata_groups_snapshot_carries_the_registry() {
 }
 
 #[tokio::test]
-async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_install() {
+async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_transfer() {
     let mut leader = replica(false).await;
     let dir = tempfile::tempdir().unwrap();
     let mut cmds = Vec::new();
@@ -199,15 +200,15 @@ async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_insta
         // after a restart (not here: there is no log in this test).
         follower.sm.apply(vec![entry(2, vec![like(5, 5, LikeAction::Dislike)])]).await.unwrap();
         assert_ne!(dump(&follower), at_snapshot);
-        // A crash during a later install leaves its file behind.
-        let installing = follower.sm.snapshot_dir.join("installing.snap");
-        std::fs::write(&installing, &bytes[..bytes.len() / 2]).unwrap();
+        // A crash during a later transfer leaves half a file behind.
+        let incoming = follower.sm.snapshot_dir.join("incoming-1-1.tmp");
+        std::fs::write(&incoming, &bytes[..bytes.len() / 2]).unwrap();
         follower.sm.handle.stop().await;
         at_snapshot.clone()
     };
     let (db, sm) = open(dir.path(), false).await;
     sm.remove_leftovers();
-    assert!(!sm.snapshot_dir.join("installing.snap").exists());
+    assert!(!sm.snapshot_dir.join("incoming-1-1.tmp").exists());
     let (applied, _) = {
         let mut sm = sm;
         let a = sm.applied_state().await.unwrap();
@@ -217,4 +218,85 @@ async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_insta
         a
     };
     assert_eq!(applied, snap.meta.last_log_id);
+}
+
+/// Older versions renamed a received snapshot to `installing.snap` before
+/// installing it, and openraft may have purged the log up to it already: a
+/// start promotes that file and loads it, not the older complete one.
+#[tokio::test]
+async fn an_installing_snapshot_left_by_an_older_version_is_what_a_start_loads() {
+    let mut leader = replica(false).await;
+    leader.sm.apply(vec![entry(1, vec![like(1, 1, LikeAction::Like)])]).await.unwrap();
+    let old = leader.sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    let old_bytes = std::fs::read(old.snapshot.path()).unwrap();
+    leader.sm.apply(vec![entry(2, vec![like(2, 2, LikeAction::Like)])]).await.unwrap();
+    let new = leader.sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    let new_bytes = std::fs::read(new.snapshot.path()).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let snaps = dir.path().join("snapshots").join("shard1");
+    std::fs::create_dir_all(&snaps).unwrap();
+    std::fs::write(snaps.join(format!("{}.snap", old.meta.snapshot_id)), &old_bytes).unwrap();
+    std::fs::write(snaps.join("installing.snap"), &new_bytes).unwrap();
+    let (db, mut sm) = open(dir.path(), false).await;
+    assert!(!snaps.join("installing.snap").exists());
+    let current = sm.get_current_snapshot().await.unwrap().expect("a current snapshot");
+    assert_eq!(current.meta.snapshot_id, new.meta.snapshot_id);
+    assert_eq!(sm.applied_state().await.unwrap().0, new.meta.last_log_id);
+    let follower = Replica { _dir: dir, _db: db, sm };
+    assert_eq!(dump(&follower), dump(&leader));
+    follower.sm.handle.stop().await;
+}
+
+/// openraft purges a follower's log up to a received snapshot without
+/// waiting for its install. A kill after the purge but before the file
+/// became current leaves the log purged past the newest complete snapshot
+/// and the received file as `incoming-*.tmp`: the start installs that file;
+/// without it, the group refuses to start rather than fail inside openraft.
+#[tokio::test]
+async fn a_log_purged_past_the_newest_snapshot_takes_the_received_file_or_refuses() {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use plaudit_storage::file_log::FileLogStore;
+    use plaudit_storage::group_commit::GroupCommit;
+    use plaudit_storage::wal::Wal;
+
+    let mut leader = replica(false).await;
+    leader.sm.apply(vec![entry(1, vec![like(1, 1, LikeAction::Like)])]).await.unwrap();
+    leader.sm.apply(vec![entry(2, vec![like(2, 2, LikeAction::Like)])]).await.unwrap();
+    let snap = leader.sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    let bytes = std::fs::read(snap.snapshot.path()).unwrap();
+    let purge_to = snap.meta.last_log_id.unwrap();
+
+    for with_file in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, sm) = open(dir.path(), false).await;
+        std::fs::create_dir_all(&sm.snapshot_dir).unwrap();
+        if with_file {
+            std::fs::write(sm.snapshot_dir.join("incoming-9-9.tmp"), &bytes).unwrap();
+        }
+        let commit = GroupCommit::start(db.clone(), &dir.path().join("sled")).unwrap();
+        let wal = Wal::open(&dir.path().join("raft")).unwrap();
+        let mut log = FileLogStore::<plaudit_cluster::types::TypeConfig>::open(wal, 1, commit);
+        let blank = |i| Entry {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), i),
+            payload: EntryPayload::Blank,
+        };
+        log.blocking_append([blank(1), blank(2)]).await.unwrap();
+        log.purge(purge_to).await.unwrap();
+        let got = sm.check_log_covers(&mut log).await;
+        if with_file {
+            got.expect("the received file covers the purge");
+            let mut sm = sm;
+            assert_eq!(sm.applied_state().await.unwrap().0, snap.meta.last_log_id);
+            let current = sm.get_current_snapshot().await.unwrap().expect("current");
+            assert_eq!(current.meta.snapshot_id, snap.meta.snapshot_id);
+            let follower = Replica { _dir: dir, _db: db, sm };
+            assert_eq!(dump(&follower), dump(&leader));
+            follower.sm.handle.stop().await;
+        } else {
+            let err = got.expect_err("nothing covers the purge").to_string();
+            assert!(err.contains("purged"), "{err}");
+            sm.handle.stop().await;
+        }
+    }
 }

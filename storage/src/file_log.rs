@@ -20,9 +20,10 @@
 //! replays what it had committed before serving; after a power loss an
 //! older committed id is re-learned, never over-claimed.
 //! `truncate` appends a truncate record, durable with the next round (the
-//! removed entries were not committed). `purge` first waits for a sled flush
-//! (the shards' checkpoints live in sled, and the log is the only other copy
-//! of what they hold), then appends its record.
+//! removed entries were not committed). `purge` appends its record; openraft
+//! purges only up to a snapshot, and applied state is durable in snapshot
+//! files (a follower's purge may race its install of a received snapshot:
+//! the cluster crate's state machine covers that at start).
 
 use std::fmt::Debug;
 use std::io;
@@ -391,9 +392,6 @@ where
 
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> StorageResult<(), C> {
         let io = |e: io::Error| err(ErrorSubject::Logs, ErrorVerb::Delete, &e);
-        // The shards' checkpoints up to here must be durable before the only
-        // other copy of them goes.
-        self.commit.flush().await.map_err(io)?;
         let payload = encode(&log_id).map_err(io)?;
         let r = Record { kind: KIND_PURGE, index: log_id.index, payload: &payload };
         self.wal.lock().append(self.group, &[r]).map_err(io)?;

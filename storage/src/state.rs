@@ -77,6 +77,10 @@ impl CheckpointPolicy {
     /// back) stops applying once this many times `max_keys` are staged,
     /// rather than growing without bound.
     pub const HARD_LIMIT_FACTOR: usize = 8;
+    /// ... and never below this many: an export of a large shard holds
+    /// checkpoints back for seconds, and apply must not stall meanwhile
+    /// (the floor is the limit the 1 s / 32,768-key default had).
+    pub const HARD_LIMIT_FLOOR: usize = 262_144;
 }
 
 impl Default for CheckpointPolicy {
@@ -252,7 +256,11 @@ impl StateStore {
 
     /// Whether `shard` has staged more than a failing checkpoint may leave behind.
     pub fn over_hard_limit(&self, shard: u32) -> bool {
-        let limit = self.policy.max_keys.saturating_mul(CheckpointPolicy::HARD_LIMIT_FACTOR);
+        let limit = self
+            .policy
+            .max_keys
+            .saturating_mul(CheckpointPolicy::HARD_LIMIT_FACTOR)
+            .max(CheckpointPolicy::HARD_LIMIT_FLOOR);
         self.slot(shard).layers().active.keys() >= limit
     }
 
