@@ -133,6 +133,7 @@ impl Group {
             snapshot_dir: sm_ctx.data_dir.join("snapshots").join(name),
             files: Default::default(),
         };
+        let (appended, snapshot_dir) = (log.appended_bytes(), sm.snapshot_dir.clone());
         // Before the leftovers go: a transfer's file may be what the log needs.
         sm.check_log_covers(&mut log).await?;
         sm.remove_leftovers();
@@ -172,6 +173,7 @@ impl Group {
         tokio::spawn(read_loop(id, raft.clone(), rrx));
         let sole_voter = Arc::new(AtomicBool::new(false));
         tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone(), logged));
+        tokio::spawn(crate::snapshot_policy::watch(raft.clone(), appended, snapshot_dir));
         Ok(Group {
             id,
             raft,

@@ -36,6 +36,7 @@ mod registry_read;
 pub mod retention;
 pub mod router;
 pub mod snapshot_file;
+pub mod snapshot_policy;
 pub mod staged;
 pub mod state_machine;
 mod status;

@@ -57,6 +57,9 @@ pub struct FileLogStore<C: RaftTypeConfig> {
     commit: GroupCommit,
     /// The last committed index openraft reported (+1; 0: none), for metrics.
     committed: Arc<AtomicU64>,
+    /// Bytes of entries appended since this store was opened: what a
+    /// restart would replay, for the snapshot policy.
+    appended: Arc<AtomicU64>,
     _config: PhantomData<fn() -> C>,
 }
 
@@ -67,6 +70,7 @@ impl<C: RaftTypeConfig> Clone for FileLogStore<C> {
             group: self.group,
             commit: self.commit.clone(),
             committed: self.committed.clone(),
+            appended: self.appended.clone(),
             _config: PhantomData,
         }
     }
@@ -86,11 +90,23 @@ where
     /// flusher: it syncs the log, and its sled flush is what a purge waits
     /// for. One handle per group id (clones aside).
     pub fn open(wal: Arc<Wal>, group: u32, commit: GroupCommit) -> Self {
-        let store =
-            FileLogStore { wal, group, commit, committed: Arc::default(), _config: PhantomData };
+        let store = FileLogStore {
+            wal,
+            group,
+            commit,
+            committed: Arc::default(),
+            appended: Arc::default(),
+            _config: PhantomData,
+        };
         let committed: Option<LogId<C::NodeId>> = store.hard_state(|g| &g.committed).flatten();
         store.note_committed(committed.as_ref());
         store
+    }
+
+    /// A counter of the bytes of entries appended since the store was
+    /// opened (shared: it goes on counting).
+    pub fn appended_bytes(&self) -> Arc<AtomicU64> {
+        self.appended.clone()
     }
 
     /// The last committed index this store was told of, if any.
@@ -349,6 +365,8 @@ where
             callback.log_io_completed(Ok(()));
             return Ok(());
         }
+        let bytes: usize = payloads.iter().map(|(_, p)| p.len()).sum();
+        self.appended.fetch_add(bytes as u64, Ordering::Relaxed);
         let records: Vec<Record<'_>> = payloads
             .iter()
             .map(|(index, p)| Record { kind: KIND_ENTRY, index: *index, payload: p })
