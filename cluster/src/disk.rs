@@ -137,12 +137,13 @@ pub async fn watch(guard: std::sync::Weak<DiskGuard>, dir: PathBuf) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use plaudit_proto::likes::{LikeAction, LikeRequest};
     use plaudit_proto::ErrorCode;
 
-    fn like() -> Command {
+    /// A like: new work, refused by the node's guards.
+    pub(crate) fn like() -> Command {
         Command::Like(LikeRequest {
             biz: 1,
             entity: 2,

@@ -125,18 +125,8 @@ pub async fn watch(guard: std::sync::Weak<MemoryGuard>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plaudit_proto::likes::{LikeAction, LikeRequest};
+    use crate::disk::tests::like;
     use plaudit_proto::ErrorCode;
-
-    fn like() -> Command {
-        Command::Like(LikeRequest {
-            biz: 1,
-            entity: 2,
-            user: 3,
-            owner: None,
-            action: LikeAction::Like,
-        })
-    }
 
     #[test]
     fn new_work_is_refused_at_the_ceiling_and_taken_again_below_it() {
