@@ -173,6 +173,13 @@ impl Conn {
                 Some(ended) = self.in_flight.next(), if want_results => {
                     self.ended(ended);
                     self.collect_ready();
+                    if !self.in_flight.is_empty() {
+                        // Results of other groups of the same round are
+                        // usually a task away: one yield lets them land, so
+                        // one write carries them all.
+                        tokio::task::yield_now().await;
+                        self.collect_ready();
+                    }
                 }
                 r = self.stream.readable(), if want_read => {
                     if r.is_err() {
