@@ -193,7 +193,7 @@ async fn a_full_shard_queue_is_overloaded() {
         .start();
     let c = node.client().await;
     let biz = c.create_biz(None, "queue", BizConfig::default()).await.unwrap().id;
-    let outcomes = burst_of_likes(&c, biz, 300).await;
+    let outcomes = burst_of_likes(std::slice::from_ref(&c), biz, 300).await;
     let overloaded = outcomes.iter().filter(|(_, r)| r == &Err(ErrorCode::Overloaded)).count();
     let ok = outcomes.iter().filter(|(_, r)| r.is_ok()).count();
     assert!(overloaded >= 1, "no Overloaded among 300 concurrent writes to one shard");
@@ -208,12 +208,16 @@ async fn a_full_shard_queue_is_overloaded() {
     }
 }
 
-/// `n` concurrent likes by user 1 on entities `1..=n` over one client;
-/// `(entity, Ok(now) or Err(code))` in entity order.
-async fn burst_of_likes(c: &Client, biz: u32, n: u64) -> Vec<(u64, Result<LikeState, ErrorCode>)> {
+/// `n` concurrent likes by user 1 on entities `1..=n`, spread over
+/// `clients` in turn; `(entity, Ok(now) or Err(code))` in entity order.
+async fn burst_of_likes(
+    clients: &[Client],
+    biz: u32,
+    n: u64,
+) -> Vec<(u64, Result<LikeState, ErrorCode>)> {
     let mut tasks = tokio::task::JoinSet::new();
     for e in 1..=n {
-        let c = c.clone();
+        let c = clients[e as usize % clients.len()].clone();
         tasks.spawn(async move {
             let r = c.like(biz, e, 1, None).await;
             (e, r.map(|r| r.now).map_err(|err| err.code().unwrap_or_else(|| panic!("{err}"))))
@@ -229,9 +233,12 @@ async fn burst_of_likes(c: &Client, biz: u32, n: u64) -> Vec<(u64, Result<LikeSt
 
 /// A 1 ms request timeout times out a burst of writes. To make this
 /// deterministic rather than a race against fsync, each write gets its own
-/// Raft entry (`batch_max_commands = 1`) and one entry is in flight at a
-/// time (`max_proposals_in_flight = 1`): the last of 200 queued writes waits
-/// for ~199 sequential commits, far beyond 1 ms on any machine.
+/// Raft entry and one entry is in flight at a time: every write comes over
+/// its own connection (a connection's pipelined writes of one read are
+/// proposed together, as one share that an entry does not split), entries
+/// hold one share (`batch_max_commands = 1`), and
+/// `max_proposals_in_flight = 1`. The last of 200 queued writes waits for
+/// ~199 sequential commits, far beyond 1 ms on any machine.
 #[tokio::test]
 async fn a_request_over_the_timeout_answers_timeout() {
     let mut node = Node::builder().shards(1).start();
@@ -244,8 +251,13 @@ async fn a_request_over_the_timeout_answers_timeout() {
     node.set_env("PLAUDIT_MAX_PROPOSALS_IN_FLIGHT", 1);
     node.restart();
 
-    let c = node.client().await;
-    let outcomes = burst_of_likes(&c, biz, 200).await;
+    let mut clients = Vec::new();
+    for _ in 0..200 {
+        clients.push(node.client().await);
+    }
+    let outcomes = burst_of_likes(&clients, biz, 200).await;
+    let c = clients.swap_remove(0);
+    drop(clients);
     let timeouts: Vec<u64> =
         outcomes.iter().filter(|(_, r)| r == &Err(ErrorCode::Timeout)).map(|(e, _)| *e).collect();
     assert!(!timeouts.is_empty(), "no Timeout among 200 writes with a 1 ms timeout");
