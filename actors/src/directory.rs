@@ -141,9 +141,7 @@ impl Directory {
 
     /// Up to `n` rankings with ids above `after`, in id order (a page).
     pub fn ranks_after(&self, after: Option<RankId>, n: usize) -> Vec<(RankId, Arc<RankDef>)> {
-        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let map = self.ranks_read();
-        map.range((from, Bound::Unbounded)).take(n).map(|(&id, d)| (id, d.clone())).collect()
+        page_after(&self.ranks_read(), after, n)
     }
 
     /// Applies a ranking create. The id is the creator's: it is what scoring
@@ -201,9 +199,7 @@ impl Directory {
 
     /// Up to `n` businesses with ids above `after`, in id order (a page).
     pub fn list_after(&self, after: Option<BizId>, n: usize) -> Vec<(BizId, Business)> {
-        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let map = self.read();
-        map.range((from, Bound::Unbounded)).take(n).map(|(&id, b)| (id, b.clone())).collect()
+        page_after(&self.read(), after, n)
     }
 
     /// Applies a create: deterministic, so every replica assigns the same
@@ -298,6 +294,16 @@ fn decode<T: serde::de::DeserializeOwned>(v: &[u8]) -> Result<T, StateError> {
         Some((&VALUE_V1, rest)) => codec::from_bytes(rest).map_err(|e| corrupt(e.to_string())),
         _ => Err(corrupt(format!("unknown format {:?}", v.first()))),
     }
+}
+
+/// Up to `n` entries of `map` with keys above `after`, in key order.
+fn page_after<K: Ord + Copy, V: Clone>(
+    map: &BTreeMap<K, V>,
+    after: Option<K>,
+    n: usize,
+) -> Vec<(K, V)> {
+    let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+    map.range((from, Bound::Unbounded)).take(n).map(|(&k, v)| (k, v.clone())).collect()
 }
 
 #[cfg(test)]

@@ -48,6 +48,9 @@ pub async fn watch(raft: Raft, appended: Arc<AtomicU64>, dir: PathBuf) {
             base = now;
             continue;
         }
+        if now - base < MIN_LOG_BYTES {
+            continue; // not due whatever the snapshot's size: no look at the disk
+        }
         let size = snapshot_file::newest_complete(&dir)
             .ok()
             .flatten()

@@ -3,7 +3,7 @@
 //! id unused, even when the boards sit on different shards; an event dated
 //! past the node's future horizon is filtered and creates no sub-board.
 
-use plaudit_client::proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
+use plaudit_client::proto::rankings::RankDef;
 use plaudit_client::proto::routing::board_shard;
 use plaudit_client::proto::scoring::{BoardRef, Outcome, ScoreRequest};
 use plaudit_client::proto::window::{window_start, Granularity, TypeId, UtcOffset};
@@ -19,16 +19,8 @@ fn now() -> i64 {
 }
 
 fn def(id: u32) -> RankDef {
-    RankDef {
-        id,
-        name: "bounds".into(),
-        dims: vec![],
-        granularities: vec![Granularity::Day, Granularity::Total],
-        utc_offset: UtcOffset::UTC,
-        aggregation: Aggregation::Incr,
-        ties: TieMode::EarlierFirst,
-        settings: RankSettings::default(),
-    }
+    let granularities = vec![Granularity::Day, Granularity::Total];
+    RankDef { granularities, ..plaudit_tests::total_ranking(id, "bounds") }
 }
 
 fn event(rank: u32, score: i64, ts: i64, event_id: u64) -> ScoreRequest {

@@ -3,7 +3,7 @@
 //! `PeerRequest::CheckScore` and `Propose`) is refused on every board when
 //! it would overflow one of them, and its event id stays free.
 
-use plaudit_client::proto::rankings::{Aggregation, RankDef, RankSettings, TieMode};
+use plaudit_client::proto::rankings::RankDef;
 use plaudit_client::proto::routing::board_shard;
 use plaudit_client::proto::scoring::{BoardRef, Outcome, ScoreRequest};
 use plaudit_client::proto::window::{window_start, Granularity, TypeId, UtcOffset};
@@ -44,16 +44,8 @@ async fn an_overflow_on_a_board_led_elsewhere_writes_no_board() {
         })
         .expect("a ranking whose boards are led by the other two nodes");
     let c = cluster.client().await;
-    let def = RankDef {
-        id: rank,
-        name: "spread".into(),
-        dims: vec![],
-        granularities: vec![Granularity::Day, Granularity::Total],
-        utc_offset: UtcOffset::UTC,
-        aggregation: Aggregation::Incr,
-        ties: TieMode::EarlierFirst,
-        settings: RankSettings::default(),
-    };
+    let granularities = vec![Granularity::Day, Granularity::Total];
+    let def = RankDef { granularities, ..plaudit_tests::total_ranking(rank, "spread") };
     c.create_rank(def).await.unwrap();
 
     // Through node 1, forwarded (a simple client's connection).
