@@ -15,9 +15,18 @@
 //! (`installing.snap`) is what the engine loads for it.
 
 use crate::keys::VALUE_V1;
-use crate::state::{corrupt, Op, Result, StateError, StateStore};
+use crate::state::{corrupt, Result, StateError, StateStore};
 use crate::trees::TreeRef;
 use plaudit_proto::codec;
+use serde::{Deserialize, Serialize};
+
+/// One op of an older version's redo record, as it encoded them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Op {
+    tree: TreeRef,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+}
 
 /// Entries moved per write lock.
 const BATCH: usize = 4096;

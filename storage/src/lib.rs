@@ -31,6 +31,7 @@
 //!   point (`freeze`), and installed from one.
 
 pub mod boards;
+mod compact;
 mod counts_cache;
 pub mod disk_space;
 pub mod file_log;

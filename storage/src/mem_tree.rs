@@ -7,17 +7,18 @@
 //! the shard's newest snapshot file instead: a restart loads the snapshot
 //! and openraft replays the log after it (`state.rs` has the whole story).
 //!
-//! Keys and values are boxed slices (16 bytes each in the map, no spare
-//! capacity). Scans copy the entries out in chunks under the read lock, so
+//! Keys and values are `Bytes` (`compact.rs`): short ones are held in the
+//! map's own nodes, long ones boxed without spare capacity. Scans copy the entries out in chunks under the read lock, so
 //! a scan's callback never runs with the lock held (it may read other keys,
 //! and a writer waiting for the lock would otherwise deadlock it).
 
+use crate::compact::Bytes;
 use crate::pending::{as_slice, KeyRange};
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-type Map = BTreeMap<Box<[u8]>, Box<[u8]>>;
+type Map = BTreeMap<Bytes, Bytes>;
 
 /// Entries a scan copies out per visit to the map.
 const SCAN_CHUNK: usize = 64;
@@ -43,7 +44,7 @@ impl MemTree {
 
     #[cfg(test)]
     pub fn insert(&self, key: &[u8], value: &[u8]) {
-        self.write().insert(key.into(), value.into());
+        self.write().insert(Bytes::from(key), Bytes::from(value));
     }
 
     /// Writes several puts (`Some`) and removals (`None`) under one lock.
@@ -51,13 +52,11 @@ impl MemTree {
         let mut map = self.write();
         for (k, v) in ops {
             match v {
-                Some(v) => match map.get_mut(k) {
-                    // Same key: replace the value, keep the key's box.
-                    Some(old) => *old = v.into(),
-                    None => {
-                        map.insert(k.into(), v.into());
-                    }
-                },
+                // One search per put: a short key costs no allocation to
+                // look up with (`Bytes`).
+                Some(v) => {
+                    map.insert(Bytes::from(k), Bytes::from(v));
+                }
                 None => {
                     map.remove(k);
                 }
@@ -65,17 +64,14 @@ impl MemTree {
         }
     }
 
-    /// `apply` for owned keys and values: boxed without another copy.
+    /// `apply` for owned keys and values: long ones boxed without another copy.
     pub fn apply_owned(&self, ops: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
         let mut map = self.write();
         for (k, v) in ops {
             match v {
-                Some(v) => match map.get_mut(&k[..]) {
-                    Some(old) => *old = v.into_boxed_slice(),
-                    None => {
-                        map.insert(k.into_boxed_slice(), v.into_boxed_slice());
-                    }
-                },
+                Some(v) => {
+                    map.insert(Bytes::from(k), Bytes::from(v));
+                }
                 None => {
                     map.remove(&k[..]);
                 }
@@ -94,7 +90,7 @@ impl MemTree {
             return;
         }
         let mut map = self.write();
-        let doomed: Vec<Box<[u8]>> =
+        let doomed: Vec<Bytes> =
             map.range::<[u8], _>(as_slices(range)).map(|(k, _)| k.clone()).collect();
         for k in doomed {
             map.remove(&k);
@@ -135,8 +131,7 @@ impl Scan {
         }
         let map = self.tree.read();
         let range = map.range::<[u8], _>(as_slices(&(self.lo.clone(), self.hi.clone())));
-        #[allow(clippy::borrowed_box)] // the map's own item type
-        let copy = |(k, v): (&Box<[u8]>, &Box<[u8]>)| (k.to_vec(), v.to_vec());
+        let copy = |(k, v): (&Bytes, &Bytes)| (k.to_vec(), v.to_vec());
         if self.rev {
             self.buf.extend(range.rev().take(SCAN_CHUNK).map(copy));
         } else {

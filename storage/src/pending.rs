@@ -15,13 +15,19 @@
 //! `flushing` only after the trees hold all of it, so no read ever misses a
 //! write that was staged before it started.
 
+use crate::compact::Bytes;
 use crate::trees::TreeRef;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Staged values of one tree: `None` is a deletion.
+/// Staged values of one tree: `None` is a deletion. Keys and values are
+/// held in place when short (`compact.rs`): staging a board member or a
+/// like allocates nothing, and a lookup compares bytes in the map's nodes.
+pub(crate) type Staged = BTreeMap<Bytes, Option<Bytes>>;
+
+/// Staged values copied out of the layers for a reader: `None` is a deletion.
 pub(crate) type Entries = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 
 /// A range of keys.
@@ -30,7 +36,7 @@ pub(crate) type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 /// The staged writes of one layer, per tree.
 #[derive(Debug, Default)]
 pub(crate) struct Overlay {
-    trees: HashMap<TreeRef, Entries>,
+    trees: HashMap<TreeRef, Staged>,
     keys: usize,
 }
 
@@ -44,7 +50,7 @@ impl Overlay {
         self.keys
     }
 
-    pub fn put(&mut self, tree: TreeRef, key: Vec<u8>, value: Option<Vec<u8>>) {
+    pub fn put(&mut self, tree: TreeRef, key: Bytes, value: Option<Bytes>) {
         if self.trees.entry(tree).or_default().insert(key, value).is_none() {
             self.keys += 1;
         }
@@ -61,12 +67,12 @@ impl Overlay {
         let Some(entries) = self.trees.get(&tree) else { return };
         let bounds = (as_slice(&range.0), as_slice(&range.1));
         for (k, v) in entries.range::<[u8], _>(bounds) {
-            out.entry(k.clone()).or_insert_with(|| v.clone());
+            out.entry(k.to_vec()).or_insert_with(|| v.as_deref().map(<[u8]>::to_vec));
         }
     }
 
     /// Every staged write, grouped by tree, keys ascending.
-    pub fn trees(&self) -> impl Iterator<Item = (&TreeRef, &Entries)> {
+    pub fn trees(&self) -> impl Iterator<Item = (&TreeRef, &Staged)> {
         self.trees.iter()
     }
 
@@ -152,9 +158,9 @@ mod tests {
     #[test]
     fn newest_write_wins_and_deletions_are_remembered() {
         let mut o = Overlay::default();
-        o.put(TreeRef::Biz(1), b"a".to_vec(), Some(b"1".to_vec()));
-        o.put(TreeRef::Biz(1), b"a".to_vec(), Some(b"2".to_vec()));
-        o.put(TreeRef::Biz(1), b"b".to_vec(), None);
+        o.put(TreeRef::Biz(1), b"a".to_vec().into(), Some(b"1".to_vec().into()));
+        o.put(TreeRef::Biz(1), b"a".to_vec().into(), Some(b"2".to_vec().into()));
+        o.put(TreeRef::Biz(1), b"b".to_vec().into(), None);
         assert_eq!(o.keys(), 2);
         assert_eq!(o.get(TreeRef::Biz(1), b"a"), Some(Some(&b"2"[..])));
         assert_eq!(o.get(TreeRef::Biz(1), b"b"), Some(None));
@@ -164,10 +170,10 @@ mod tests {
     #[test]
     fn the_active_layer_shadows_the_flushing_one() {
         let mut old = Overlay::default();
-        old.put(TreeRef::Rank(3), b"k1".to_vec(), Some(b"old".to_vec()));
-        old.put(TreeRef::Rank(3), b"k2".to_vec(), Some(b"kept".to_vec()));
+        old.put(TreeRef::Rank(3), b"k1".to_vec().into(), Some(b"old".to_vec().into()));
+        old.put(TreeRef::Rank(3), b"k2".to_vec().into(), Some(b"kept".to_vec().into()));
         let mut l = Layers { flushing: Some(Arc::new(old)), ..Layers::default() };
-        l.active.put(TreeRef::Rank(3), b"k1".to_vec(), None);
+        l.active.put(TreeRef::Rank(3), b"k1".to_vec().into(), None);
         assert_eq!(l.get(TreeRef::Rank(3), b"k1"), Some(None));
         assert_eq!(l.get(TreeRef::Rank(3), b"k2"), Some(Some(b"kept".to_vec())));
         let all = l.range(TreeRef::Rank(3), &prefix_range(b"k"));
@@ -181,7 +187,7 @@ mod tests {
     fn prefix_ranges_cover_exactly_the_prefix() {
         let mut o = Overlay::default();
         for k in [&b"ab"[..], b"ab\x00", b"ab\xff\xff", b"ac", b"aa\xff"] {
-            o.put(TreeRef::Registry, k.to_vec(), Some(vec![]));
+            o.put(TreeRef::Registry, k.to_vec().into(), Some(vec![].into()));
         }
         let mut out = Entries::new();
         o.collect_range(TreeRef::Registry, &prefix_range(b"ab"), &mut out);
@@ -194,12 +200,12 @@ mod tests {
     #[test]
     fn dropping_a_shard_keeps_other_shards_and_the_registry() {
         let mut o = Overlay::default();
-        o.put(TreeRef::Biz(1), [0, 0, 0, 5, 1].to_vec(), None);
-        o.put(TreeRef::Biz(1), [0, 0, 0, 6, 1].to_vec(), None);
-        o.put(TreeRef::Rank(2), [0, 0, 0, 5, 9].to_vec(), None);
-        o.put(TreeRef::Shard(5), b"a:applied".to_vec(), Some(vec![1]));
-        o.put(TreeRef::Shard(6), b"a:applied".to_vec(), Some(vec![1]));
-        o.put(TreeRef::Registry, [0, 0, 0, 5].to_vec(), Some(vec![1]));
+        o.put(TreeRef::Biz(1), [0, 0, 0, 5, 1].to_vec().into(), None);
+        o.put(TreeRef::Biz(1), [0, 0, 0, 6, 1].to_vec().into(), None);
+        o.put(TreeRef::Rank(2), [0, 0, 0, 5, 9].to_vec().into(), None);
+        o.put(TreeRef::Shard(5), b"a:applied".to_vec().into(), Some(vec![1].into()));
+        o.put(TreeRef::Shard(6), b"a:applied".to_vec().into(), Some(vec![1].into()));
+        o.put(TreeRef::Registry, [0, 0, 0, 5].to_vec().into(), Some(vec![1].into()));
         o.drop_shard(&[0, 0, 0, 5], TreeRef::Shard(5));
         assert_eq!(o.keys(), 3);
         assert!(o.get(TreeRef::Biz(1), &[0, 0, 0, 6, 1]).is_some());

@@ -28,6 +28,7 @@
 //! reads them in (`legacy.rs`), and a shard's snapshot file, if it has one,
 //! replaces its part.
 
+use crate::compact::Bytes;
 use crate::counts_cache::CountsCache;
 use crate::keys::read_u32;
 use crate::mem_tree::MemTree;
@@ -36,7 +37,6 @@ use crate::pending::{Entries, KeyRange, Layers, Overlay};
 use crate::states_cache::StatesCache;
 use crate::trees::TreeRef;
 use plaudit_proto::{BizId, EntityId, LikeState, Millis, UserId};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -311,12 +311,14 @@ impl StateStore {
     }
 }
 
-/// One absolute change: applying it twice is the same as once.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One absolute change: applying it twice is the same as once. Short keys
+/// and values are held in place (`compact.rs`), so the overlay takes them
+/// as they are.
+#[derive(Debug, Clone)]
 pub(crate) struct Op {
     pub tree: TreeRef,
-    pub key: Vec<u8>,
-    pub value: Option<Vec<u8>>,
+    pub key: Bytes,
+    pub value: Option<Bytes>,
 }
 
 impl Op {
@@ -352,11 +354,12 @@ impl WriteSet {
     }
 
     pub(crate) fn put(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>, value: &[u8]) {
-        self.ops.push(Op { tree, key: key.into(), value: Some(value.to_vec()) });
+        let key = Bytes::from(key.into());
+        self.ops.push(Op { tree, key, value: Some(Bytes::from(value)) });
     }
 
     pub(crate) fn del(&mut self, tree: TreeRef, key: impl Into<Vec<u8>>) {
-        self.ops.push(Op { tree, key: key.into(), value: None });
+        self.ops.push(Op { tree, key: Bytes::from(key.into()), value: None });
     }
 
     pub fn is_empty(&self) -> bool {
