@@ -5,13 +5,19 @@
 //! record per checkpoint rather than one per batch. Old records are dropped
 //! once the newer ones alone cover the memory bound.
 //!
+//! Records are small because the open one is copied out and encoded again
+//! on every batch: with 10,000 cold boards each batch adds one id to most
+//! boards it touches, and 512-id records made that ~2 KiB of copies per
+//! event (docs/benchmarks.md). Records stored with more ids (by older
+//! versions) load as they are and stay closed.
+//!
 //! Pure: it says which records to write and which to delete; the board
 //! actor hands that to the shard's write set.
 
 use std::collections::VecDeque;
 
 /// Event ids per stored record.
-pub const RECORD_IDS: usize = 512;
+pub const RECORD_IDS: usize = 64;
 
 /// What one batch changes in storage.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -32,15 +38,18 @@ pub struct EventRecords {
     next: u64,
     /// Ids the kept records must cover (the board's event memory).
     keep: usize,
+    /// Ids in `records`.
+    total: usize,
 }
 
 impl EventRecords {
     /// From stored records, oldest first, and the stored next seq.
     pub fn from_loaded(stored: &[(u64, Vec<u64>)], next: u64, keep: usize) -> EventRecords {
-        let records = stored.iter().map(|(seq, ids)| (*seq, ids.len())).collect();
+        let records: VecDeque<_> = stored.iter().map(|(seq, ids)| (*seq, ids.len())).collect();
+        let total = records.iter().map(|r| r.1).sum();
         let open = stored.last().filter(|(_, ids)| ids.len() < RECORD_IDS).cloned();
         let after_stored = stored.last().map_or(1, |(seq, _)| seq + 1);
-        EventRecords { records, open, next: next.max(after_stored), keep }
+        EventRecords { records, open, next: next.max(after_stored), keep, total }
     }
 
     /// The seq the next record will get (stored in the board's header).
@@ -65,6 +74,7 @@ impl EventRecords {
             if let Some(last) = records.back_mut() {
                 last.1 += 1;
             }
+            self.total += 1;
             if open.len() >= RECORD_IDS {
                 w.put.push((*seq, std::mem::take(open)));
                 self.open = None;
@@ -77,12 +87,11 @@ impl EventRecords {
             w.put.push((*seq, open.clone()));
         }
         // Keep the fewest records that still cover `keep` ids.
-        let mut total: usize = self.records.iter().map(|r| r.1).sum();
         while let Some(&(old, n)) = self.records.front() {
-            if total - n < self.keep || self.records.len() == 1 {
+            if self.total - n < self.keep || self.records.len() == 1 {
                 break;
             }
-            total -= n;
+            self.total -= n;
             self.records.pop_front();
             w.drop.push(old);
         }
