@@ -15,6 +15,7 @@
 //! into one result per proposed command.
 
 use crate::command::{CmdResult, Command, ScoreCmd};
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::rankings::{Aggregation, ItemId, RankId, TieMode};
 use std::collections::HashMap;
 
@@ -43,7 +44,7 @@ pub fn coalesce(cmds: Vec<Command>) -> (Vec<Command>, Vec<Route>) {
     }
     let mut out: Vec<Slot> = Vec::with_capacity(cmds.len());
     let mut routes = Vec::with_capacity(cmds.len());
-    let mut by_member: HashMap<MemberKey, usize> = HashMap::new();
+    let mut by_member: HashMap<MemberKey, usize, KeyedHash> = HashMap::default();
     for cmd in cmds {
         let Command::Score(c) = cmd else {
             routes.push(Route::Whole { cmd: out.len() });

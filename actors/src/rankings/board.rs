@@ -20,6 +20,7 @@
 //! many events for one member writes that member once.
 
 use crate::rankings::order::OrderList;
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::rankings::{Aggregation, ItemId, TieMode};
 use std::collections::{HashMap, HashSet};
 
@@ -65,12 +66,13 @@ pub enum BoardError {
 
 pub struct Board {
     rules: Rules,
-    members: HashMap<ItemId, Member>,
+    /// Member ids are chosen by clients: a keyed hash, not SipHash.
+    members: HashMap<ItemId, Member, KeyedHash>,
     order: OrderList<BoardKey>,
     /// The next stamp to hand out; stored with the board.
     next_stamp: u64,
     /// Members changed or removed since the last `take_dirty`.
-    dirty: HashSet<ItemId>,
+    dirty: HashSet<ItemId, KeyedHash>,
 }
 
 /// `current + delta`, or the overflow that refuses the event.
@@ -88,10 +90,10 @@ impl Board {
     pub fn new(rules: Rules) -> Board {
         Board {
             rules,
-            members: HashMap::new(),
+            members: HashMap::default(),
             order: OrderList::new(),
             next_stamp: 1,
-            dirty: HashSet::new(),
+            dirty: HashSet::default(),
         }
     }
 
