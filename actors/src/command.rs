@@ -17,16 +17,27 @@ use plaudit_proto::rankings::{Aggregation, ItemId, RankDef, RankId, TieMode, Upd
 use plaudit_proto::scoring::Outcome;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId, WireError};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// One Raft entry's payload. `now` is stamped by the leader when it proposes,
 /// so applying is deterministic (no clocks on replicas). Apply never lets
 /// time go backwards within a shard: it uses `max(now, the shard's floor)`,
 /// where the floor is the time of the previous entry, kept in the shard's
 /// replicated state (a new leader's clock may be behind the old one's).
+///
+/// The commands are shared (`Arc`): the log store keeps the entries it just
+/// appended and hands apply clones of them (`storage/src/file_log.rs`),
+/// which must not copy every command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
     pub now: Millis,
-    pub cmds: Vec<Command>,
+    pub cmds: Arc<Vec<Command>>,
+}
+
+impl Batch {
+    pub fn new(now: Millis, cmds: Vec<Command>) -> Batch {
+        Batch { now, cmds: Arc::new(cmds) }
+    }
 }
 
 /// How a `Batch` is written: the version tag first, then that version's
@@ -44,14 +55,14 @@ enum BatchFormat {
 
 impl Serialize for Batch {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        BatchFormatRef::V1 { now: self.now, cmds: &self.cmds }.serialize(s)
+        BatchFormatRef::V1 { now: self.now, cmds: &self.cmds[..] }.serialize(s)
     }
 }
 
 impl<'de> Deserialize<'de> for Batch {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match BatchFormat::deserialize(d)? {
-            BatchFormat::V1 { now, cmds } => Ok(Batch { now, cmds }),
+            BatchFormat::V1 { now, cmds } => Ok(Batch::new(now, cmds)),
         }
     }
 }
@@ -208,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_batch_is_written_under_a_version_tag() {
-        let b = Batch { now: 7, cmds: vec![Command::Ack { target: 2, seqs: vec![3] }] };
+        let b = Batch::new(7, vec![Command::Ack { target: 2, seqs: vec![3] }]);
         let bytes = codec::to_bytes(&b).unwrap();
         // Version tag V1 (variant 0), now, one command (Ack: variant 2,
         // target 2, one seq: 3). These exact bytes are what data directories
@@ -220,8 +231,7 @@ mod tests {
     #[test]
     fn both_business_creates_keep_their_tags() {
         let c = CreateBiz { id: None, name: "x".into(), config: Default::default() };
-        let b =
-            Batch { now: 7, cmds: vec![Command::CreateBiz(c.clone()), Command::CreateBizV2(c)] };
+        let b = Batch::new(7, vec![Command::CreateBiz(c.clone()), Command::CreateBizV2(c)]);
         let bytes = codec::to_bytes(&b).unwrap();
         // V1, now 7, two commands: CreateBiz (variant 3) as logged by every
         // build so far, then CreateBizV2 (variant 11, appended); each is
@@ -237,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_version_this_build_does_not_know_is_refused() {
-        let mut bytes = codec::to_bytes(&Batch { now: 1, cmds: vec![] }).unwrap();
+        let mut bytes = codec::to_bytes(&Batch::new(1, vec![])).unwrap();
         bytes[0] = 9;
         assert!(codec::from_bytes::<Batch>(&bytes).is_err());
     }

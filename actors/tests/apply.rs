@@ -68,7 +68,7 @@ fn entry(index: u64, now: Millis, cmds: Vec<Command>) -> ApplyEntry {
     ApplyEntry {
         log_id: index.to_be_bytes().to_vec(),
         membership: None,
-        batch: Some(Batch { now, cmds }),
+        batch: Some(Batch::new(now, cmds)),
     }
 }
 

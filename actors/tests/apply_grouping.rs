@@ -172,7 +172,7 @@ async fn build_history(
                 }
             }
         }
-        let batch = Batch { now: 1000 + i as u64 * 7, cmds };
+        let batch = Batch::new(1000 + i as u64 * 7, cmds);
         reference.apply(vec![entry(i as u64, &batch)]).await.unwrap();
         out.push((i as u64, batch));
     }

@@ -35,7 +35,7 @@ fn entry(index: u64, cmds: Vec<Command>) -> ApplyEntry {
     ApplyEntry {
         log_id: index.to_be_bytes().to_vec(),
         membership: None,
-        batch: Some(Batch { now: 1000 * index, cmds }),
+        batch: Some(Batch::new(1000 * index, cmds)),
     }
 }
 

@@ -150,7 +150,7 @@ pub(crate) async fn propose_loop(
         coalesced.fetch_add(merged as u64, Ordering::Relaxed);
         // Handing the entry to Raft here, in the loop, keeps entries in
         // arrival order; only waiting for the commit runs concurrently.
-        let rx = match raft.client_write_ff(Batch { now: last_now, cmds }).await {
+        let rx = match raft.client_write_ff(Batch::new(last_now, cmds)).await {
             Ok(rx) => rx,
             Err(e) => {
                 fail(replies, &WireError::internal(format!("raft stopped: {e}")));

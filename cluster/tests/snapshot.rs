@@ -94,7 +94,7 @@ async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
 fn entry(index: u64, cmds: Vec<Command>) -> Entry<TypeConfig> {
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
-        payload: EntryPayload::Normal(Batch { now: 1000 + index, cmds }),
+        payload: EntryPayload::Normal(Batch::new(1000 + index, cmds)),
     }
 }
 

@@ -30,7 +30,7 @@ use std::io;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
@@ -42,12 +42,18 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::group_commit::GroupCommit;
+use crate::recent::Recent;
 use crate::wal::{
     GroupLog, Record, Wal, FORMAT_V1, KIND_COMMITTED, KIND_ENTRY, KIND_PURGE, KIND_TRUNCATE,
     KIND_VOTE,
 };
 
 type StorageResult<T, C> = Result<T, StorageError<<C as RaftTypeConfig>::NodeId>>;
+
+/// Encoded bytes of a group's newest entries kept decoded for readers
+/// (`recent.rs`): a few rounds of a busy group; the newest entry is kept
+/// whatever its size.
+const RECENT_BYTES: usize = 256 << 10;
 
 /// openraft log storage for one group. Cloning gives another handle to the
 /// same log (openraft uses clones as log readers).
@@ -60,6 +66,9 @@ pub struct FileLogStore<C: RaftTypeConfig> {
     /// Bytes of entries appended since this store was opened: what a
     /// restart would replay, for the snapshot policy.
     appended: Arc<AtomicU64>,
+    /// The newest entries, shared by the store and its readers. Locked
+    /// after `wal`, never before it.
+    recent: Arc<Mutex<Recent<C::Entry>>>,
     _config: PhantomData<fn() -> C>,
 }
 
@@ -71,6 +80,7 @@ impl<C: RaftTypeConfig> Clone for FileLogStore<C> {
             commit: self.commit.clone(),
             committed: self.committed.clone(),
             appended: self.appended.clone(),
+            recent: self.recent.clone(),
             _config: PhantomData,
         }
     }
@@ -85,6 +95,7 @@ impl<C: RaftTypeConfig> Debug for FileLogStore<C> {
 impl<C> FileLogStore<C>
 where
     C: RaftTypeConfig<Entry = Entry<C>>,
+    C::D: Clone,
 {
     /// The log of `group` in the node's `wal`. `commit` is the node's
     /// flusher: it syncs the log, and its sled flush is what a purge waits
@@ -96,11 +107,18 @@ where
             commit,
             committed: Arc::default(),
             appended: Arc::default(),
+            recent: Arc::new(Mutex::new(Recent::new(RECENT_BYTES))),
             _config: PhantomData,
         };
         let committed: Option<LogId<C::NodeId>> = store.hard_state(|g| &g.committed).flatten();
         store.note_committed(committed.as_ref());
         store
+    }
+
+    // Only the cache's own methods run under this lock, and they do not
+    // panic; a poisoned lock still holds a consistent cache.
+    fn recent(&self) -> MutexGuard<'_, Recent<C::Entry>> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A counter of the bytes of entries appended since the store was
@@ -166,6 +184,15 @@ where
     ) -> StorageResult<Vec<C::Entry>, C> {
         let wal = self.wal.lock();
         let Some(g) = wal.groups.get(&self.group) else { return Ok(Vec::new()) };
+        // The cache answers only while its newest entry is the log's.
+        let last = g.locs.last_key_value().map(|(&i, _)| i);
+        let recent = self.recent();
+        if last.is_some() && recent.last() == last {
+            if let Some(entries) = recent.read(start, end, budget) {
+                return Ok(entries);
+            }
+        }
+        drop(recent);
         let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
         let mut out = Vec::new();
         let mut bytes = 0usize;
@@ -272,6 +299,7 @@ fn read_err<NID: openraft::NodeId>(index: u64, e: &io::Error) -> StorageError<NI
 impl<C> RaftLogReader<C> for FileLogStore<C>
 where
     C: RaftTypeConfig<Entry = Entry<C>>,
+    C::D: Clone,
 {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -293,6 +321,7 @@ where
 impl<C> RaftLogStorage<C> for FileLogStore<C>
 where
     C: RaftTypeConfig<Entry = Entry<C>>,
+    C::D: Clone,
 {
     type LogReader = Self;
 
@@ -356,10 +385,12 @@ where
         I::IntoIter: OptionalSend,
     {
         let mut payloads = Vec::new();
+        let mut kept = Vec::new();
         for entry in entries {
             let payload = encode(&entry)
                 .map_err(|e| err(ErrorSubject::Log(entry.log_id.clone()), ErrorVerb::Write, &e))?;
             payloads.push((entry.log_id.index, payload));
+            kept.push(entry);
         }
         if payloads.is_empty() {
             callback.log_io_completed(Ok(()));
@@ -380,8 +411,14 @@ where
                 let e = io::Error::other(format!("append of {} after {last}", records[0].index));
                 return Err(err(ErrorSubject::Logs, ErrorVerb::Write, &e));
             }
-            wal.append(self.group, &records)
-                .map_err(|e| err(ErrorSubject::Logs, ErrorVerb::Write, &e))?
+            let file = wal
+                .append(self.group, &records)
+                .map_err(|e| err(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
+            let mut recent = self.recent();
+            for (entry, (index, payload)) in kept.into_iter().zip(&payloads) {
+                recent.push(*index, payload.len(), entry);
+            }
+            file
         };
         let wal = self.wal.clone();
         self.commit.submit_file(
@@ -405,6 +442,7 @@ where
         }
         let r = Record { kind: KIND_TRUNCATE, index: log_id.index, payload: &[] };
         wal.append(self.group, &[r]).map_err(|e| err(ErrorSubject::Logs, ErrorVerb::Delete, &e))?;
+        self.recent().truncate(log_id.index);
         Ok(())
     }
 
@@ -412,7 +450,9 @@ where
         let io = |e: io::Error| err(ErrorSubject::Logs, ErrorVerb::Delete, &e);
         let payload = encode(&log_id).map_err(io)?;
         let r = Record { kind: KIND_PURGE, index: log_id.index, payload: &payload };
-        self.wal.lock().append(self.group, &[r]).map_err(io)?;
+        let mut wal = self.wal.lock();
+        wal.append(self.group, &[r]).map_err(io)?;
+        self.recent().purge(log_id.index);
         Ok(())
     }
 }

@@ -42,6 +42,7 @@ mod likes;
 mod mem_tree;
 mod merge;
 mod pending;
+mod recent;
 mod registry;
 mod shard_meta;
 pub mod sled_log;
