@@ -79,7 +79,7 @@ impl<K: Hash + Eq + Clone, V: Identified> ActiveSet<K, V> {
     /// A touch only notes the tick: moving the key in `lru` on every use
     /// was a BTreeMap remove and insert per board per batch (4% of cold
     /// scoring's CPU with 10,000 boards). An entry found stale at the head
-    /// of `lru` is moved to its last use then (`pop_coldest`).
+    /// of `lru` is moved to its last use then (`coldest`).
     pub fn touch_mut(&mut self, k: &K, now: Instant) -> Option<&mut V> {
         self.tick += 1;
         let e = self.map.get_mut(k)?;

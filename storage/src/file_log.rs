@@ -237,6 +237,10 @@ where
             let payload = encode(&purged)?;
             let r = Record { kind: KIND_PURGE, index: purged.index, payload: &payload };
             self.append_durable(&[r]).await?;
+            // The old log may hold entries up to its purge point (it wrote
+            // the point before deleting them): the cache must not keep them.
+            let _wal = self.wal.lock();
+            self.recent().purge(purged.index);
         }
         // The vote last: its presence says the move is complete.
         if let Some(vote) = vote {

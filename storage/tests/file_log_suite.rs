@@ -258,6 +258,28 @@ async fn a_log_in_sled_trees_moves_over_once() {
     node.close();
 }
 
+/// The sled store recorded its purge point before it deleted entries, so
+/// an old log may still hold entries up to that point: after the move,
+/// reads (served from the newest entries kept in memory when they can be)
+/// see the log as purged.
+#[tokio::test]
+async fn entries_an_old_log_kept_up_to_its_purge_point_stay_purged() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = open(dir.path());
+    write_old_log(&node.db, "g1", &[1, 2, 3, 4, 5], log_id(1, 3), Vote::new(3, 1));
+    let old = sled_log::read::<TestConfig>(&node.db, "g1").unwrap().expect("the old log");
+    let mut store = node.store.clone();
+    assert!(store.import(old).await.unwrap());
+    assert_eq!(indexes(&mut store).await, vec![4, 5]);
+    let from_one = store.try_get_log_entries(1..6).await.unwrap();
+    assert_eq!(from_one.iter().map(|e| e.log_id.index).collect::<Vec<_>>(), vec![4, 5]);
+    // Appends after the move are read back whole.
+    store.blocking_append([normal(1, 6, payload(6))]).await.unwrap();
+    assert_eq!(indexes(&mut store).await, vec![4, 5, 6]);
+    drop(store);
+    node.close();
+}
+
 #[tokio::test]
 async fn replication_reads_are_bounded_in_bytes_but_never_empty() {
     let dir = tempfile::tempdir().unwrap();
