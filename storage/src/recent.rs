@@ -27,16 +27,21 @@ impl<E: Clone> Recent<E> {
         Recent { entries: VecDeque::new(), bytes: 0, budget }
     }
 
-    /// Records an appended entry.
-    pub fn push(&mut self, index: u64, size: usize, entry: E) {
+    /// Records an appended entry. The entries it lets go are moved to
+    /// `gone`, for the caller to drop once it holds no lock: dropping a
+    /// large batch takes a while, and the append that evicts it should not
+    /// wait for that before it asks for its sync.
+    pub fn push(&mut self, index: u64, size: usize, entry: E, gone: &mut Vec<E>) {
         if self.entries.back().is_some_and(|(last, _, _)| last + 1 != index) {
-            self.clear();
+            gone.extend(self.entries.drain(..).map(|(_, _, e)| e));
+            self.bytes = 0;
         }
         self.entries.push_back((index, size, entry));
         self.bytes += size;
         while self.bytes > self.budget && self.entries.len() > 1 {
-            if let Some((_, n, _)) = self.entries.pop_front() {
+            if let Some((_, n, e)) = self.entries.pop_front() {
                 self.bytes -= n;
+                gone.push(e);
             }
         }
     }
@@ -57,11 +62,6 @@ impl<E: Clone> Recent<E> {
                 self.bytes -= n;
             }
         }
-    }
-
-    pub fn clear(&mut self) {
-        self.entries.clear();
-        self.bytes = 0;
     }
 
     /// The newest cached index, if any.
@@ -117,7 +117,7 @@ mod tests {
                         let index = log.keys().next_back().map_or(n, |l| l + 1);
                         version += 1;
                         log.insert(index, version);
-                        r.push(index, size, version);
+                        r.push(index, size, version, &mut Vec::new());
                     }
                     2 => {
                         log.retain(|&i, _| i < n);
@@ -142,15 +142,18 @@ mod tests {
     #[test]
     fn keeps_the_last_entry_whatever_its_size_and_reads_within_a_budget() {
         let mut r = Recent::new(10);
-        r.push(1, 4, 'a');
-        r.push(2, 4, 'b');
-        r.push(3, 4, 'c'); // over budget: 1 goes
+        let mut gone = Vec::new();
+        r.push(1, 4, 'a', &mut gone);
+        r.push(2, 4, 'b', &mut gone);
+        r.push(3, 4, 'c', &mut gone); // over budget: 1 goes
+        assert_eq!(gone, vec!['a']);
         assert_eq!(r.read(1, None, usize::MAX), None);
         assert_eq!(r.read(2, None, usize::MAX), Some(vec!['b', 'c']));
         assert_eq!(r.read(2, None, 1), Some(vec!['b']), "at least one entry");
-        r.push(4, 100, 'd');
+        r.push(4, 100, 'd', &mut gone);
         assert_eq!(r.read(4, None, usize::MAX), Some(vec!['d']));
-        r.push(9, 1, 'x'); // a gap: the run starts afresh
+        r.push(9, 1, 'x', &mut gone); // a gap: the run starts afresh
+        assert_eq!(gone, vec!['a', 'b', 'c', 'd']);
         assert_eq!(r.read(4, None, usize::MAX), None);
         assert_eq!(r.last(), Some(9));
     }
