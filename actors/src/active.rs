@@ -8,7 +8,6 @@
 //! finding it by scanning every active actor cost 7% of a like's CPU with a
 //! thousand users active per shard.
 
-use plaudit_proto::keyed_hash::KeyedHash;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::time::Instant;
@@ -20,15 +19,13 @@ pub trait Identified {
 }
 
 pub struct ActiveSet<K, V: Identified> {
-    /// Keys (ids of users, entities, boards) come from clients: a keyed
-    /// hash, not SipHash, which was 3% of cold scoring.
-    map: HashMap<K, Entry<V>, KeyedHash>,
+    map: HashMap<K, Entry<V>>,
     /// tick -> key, one per entry, under the tick it was *registered* at
     /// (which may be older than its last use); the first is the coldest
     /// candidate.
     lru: BTreeMap<u64, K>,
     /// value id -> key, for every entry of `map`.
-    ids: HashMap<V::Id, K, KeyedHash>,
+    ids: HashMap<V::Id, K>,
     tick: u64,
 }
 
@@ -43,12 +40,7 @@ struct Entry<V> {
 
 impl<K: Hash + Eq + Clone, V: Identified> Default for ActiveSet<K, V> {
     fn default() -> Self {
-        ActiveSet {
-            map: HashMap::default(),
-            lru: BTreeMap::new(),
-            ids: HashMap::default(),
-            tick: 0,
-        }
+        ActiveSet { map: HashMap::new(), lru: BTreeMap::new(), ids: HashMap::new(), tick: 0 }
     }
 }
 

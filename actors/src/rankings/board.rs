@@ -20,7 +20,6 @@
 //! many events for one member writes that member once.
 
 use crate::rankings::order::OrderList;
-use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::rankings::{Aggregation, ItemId, TieMode};
 use std::collections::{HashMap, HashSet};
 
@@ -66,13 +65,12 @@ pub enum BoardError {
 
 pub struct Board {
     rules: Rules,
-    /// Member ids are chosen by clients: a keyed hash, not SipHash.
-    members: HashMap<ItemId, Member, KeyedHash>,
+    members: HashMap<ItemId, Member>,
     order: OrderList<BoardKey>,
     /// The next stamp to hand out; stored with the board.
     next_stamp: u64,
     /// Members changed or removed since the last `take_dirty`.
-    dirty: HashSet<ItemId, KeyedHash>,
+    dirty: HashSet<ItemId>,
 }
 
 /// `current + delta`, or the overflow that refuses the event.
@@ -90,10 +88,10 @@ impl Board {
     pub fn new(rules: Rules) -> Board {
         Board {
             rules,
-            members: HashMap::default(),
+            members: HashMap::new(),
             order: OrderList::new(),
             next_stamp: 1,
-            dirty: HashSet::default(),
+            dirty: HashSet::new(),
         }
     }
 

@@ -17,7 +17,6 @@ use super::rankings::BoardsPlan;
 use super::{registry, ApplyEntry, ApplyResult, ShardActor, ShardState};
 use crate::command::{CmdResult, Command};
 use crate::error::Fatal;
-use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::{Millis, ShardId};
 use plaudit_storage::WriteSet;
 use std::collections::HashMap;
@@ -30,13 +29,13 @@ pub(super) type Slot = Option<(usize, usize)>;
 /// Commands of one batch grouped by the actor that owns them, in order of
 /// first appearance so that result processing is deterministic.
 pub(super) struct Grouped<K, Op> {
-    index: HashMap<K, usize, KeyedHash>,
+    index: HashMap<K, usize>,
     pub groups: Vec<(K, Vec<Op>, Vec<Slot>)>,
 }
 
 impl<K: std::hash::Hash + Eq + Clone, Op> Grouped<K, Op> {
     pub fn new() -> Self {
-        Grouped { index: HashMap::default(), groups: Vec::new() }
+        Grouped { index: HashMap::new(), groups: Vec::new() }
     }
 
     pub fn push(&mut self, k: K, op: Op, slot: Slot) {
