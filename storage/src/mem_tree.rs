@@ -7,10 +7,11 @@
 //! the shard's newest snapshot file instead: a restart loads the snapshot
 //! and openraft replays the log after it (`state.rs` has the whole story).
 //!
-//! Keys and values are `Bytes` (`compact.rs`): short ones are held in the
-//! map's own nodes, long ones boxed without spare capacity. Scans copy the entries out in chunks under the read lock, so
-//! a scan's callback never runs with the lock held (it may read other keys,
-//! and a writer waiting for the lock would otherwise deadlock it).
+//! Keys are `Bytes` (`compact.rs`): short ones are held in the map's own
+//! nodes, long ones boxed; values are boxed slices without spare capacity.
+//! Scans copy the entries out in chunks under the read lock, so a scan's
+//! callback never runs with the lock held (it may read other keys, and a
+//! writer waiting for the lock would otherwise deadlock it).
 
 use crate::compact::Bytes;
 use crate::pending::{as_slice, KeyRange};
@@ -18,7 +19,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-type Map = BTreeMap<Bytes, Bytes>;
+/// Keys in place when short (`Bytes`); values boxed. Values in place too
+/// made every slot of the map's nodes 64 bytes, and nodes are partly empty:
+/// 2M like records took 829 MiB of RSS against 714 with boxed values, for
+/// no measurable gain in time.
+type Map = BTreeMap<Bytes, Box<[u8]>>;
 
 /// Entries a scan copies out per visit to the map.
 const SCAN_CHUNK: usize = 64;
@@ -44,7 +49,7 @@ impl MemTree {
 
     #[cfg(test)]
     pub fn insert(&self, key: &[u8], value: &[u8]) {
-        self.write().insert(Bytes::from(key), Bytes::from(value));
+        self.write().insert(Bytes::from(key), value.into());
     }
 
     /// Writes several puts (`Some`) and removals (`None`) under one lock.
@@ -55,7 +60,7 @@ impl MemTree {
                 // One search per put: a short key costs no allocation to
                 // look up with (`Bytes`).
                 Some(v) => {
-                    map.insert(Bytes::from(k), Bytes::from(v));
+                    map.insert(Bytes::from(k), v.into());
                 }
                 None => {
                     map.remove(k);
@@ -70,7 +75,7 @@ impl MemTree {
         for (k, v) in ops {
             match v {
                 Some(v) => {
-                    map.insert(Bytes::from(k), Bytes::from(v));
+                    map.insert(Bytes::from(k), v.into_boxed_slice());
                 }
                 None => {
                     map.remove(&k[..]);
@@ -131,7 +136,8 @@ impl Scan {
         }
         let map = self.tree.read();
         let range = map.range::<[u8], _>(as_slices(&(self.lo.clone(), self.hi.clone())));
-        let copy = |(k, v): (&Bytes, &Bytes)| (k.to_vec(), v.to_vec());
+        #[allow(clippy::borrowed_box)] // the map's own item type
+        let copy = |(k, v): (&Bytes, &Box<[u8]>)| (k.to_vec(), v.to_vec());
         if self.rev {
             self.buf.extend(range.rev().take(SCAN_CHUNK).map(copy));
         } else {
