@@ -53,32 +53,22 @@ impl MemTree {
     }
 
     /// Writes several puts (`Some`) and removals (`None`) under one lock.
-    pub fn apply<'a>(&self, ops: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>) {
-        let mut map = self.write();
-        for (k, v) in ops {
-            match v {
-                // One search per put: a short key costs no allocation to
-                // look up with (`Bytes`).
-                Some(v) => {
-                    map.insert(Bytes::from(k), v.into());
-                }
-                None => {
-                    map.remove(k);
-                }
-            }
-        }
-    }
-
-    /// `apply` for owned keys and values: long ones boxed without another copy.
-    pub fn apply_owned(&self, ops: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
+    /// Borrowed or owned: an owned long key or value is boxed without
+    /// another copy. One search per put: a short key costs no allocation
+    /// to look up with (`Bytes`).
+    pub fn apply<K, V>(&self, ops: impl IntoIterator<Item = (K, Option<V>)>)
+    where
+        K: AsRef<[u8]> + Into<Bytes>,
+        V: Into<Box<[u8]>>,
+    {
         let mut map = self.write();
         for (k, v) in ops {
             match v {
                 Some(v) => {
-                    map.insert(Bytes::from(k), v.into_boxed_slice());
+                    map.insert(k.into(), v.into());
                 }
                 None => {
-                    map.remove(&k[..]);
+                    map.remove(k.as_ref());
                 }
             }
         }
@@ -199,7 +189,7 @@ mod tests {
         t.insert(b"a", b"1");
         t.apply([(&b"a"[..], Some(&b"2"[..])), (&b"b"[..], Some(&b"3"[..])), (&b"c"[..], None)]);
         assert_eq!(t.get(b"a"), Some(b"2".to_vec()));
-        t.apply([(&b"b"[..], None)]);
+        t.apply([(&b"b"[..], None::<&[u8]>)]);
         assert_eq!(t.get(b"b"), None);
         assert_eq!(t.len(), 1);
     }
@@ -225,7 +215,7 @@ mod tests {
         }
         let mut seen = 0;
         for (k, _) in t.scan(all(), false) {
-            t.apply([(&k[..], None)]);
+            t.apply([(&k[..], None::<&[u8]>)]);
             seen += 1;
         }
         assert_eq!((seen, t.len()), (200, 0));

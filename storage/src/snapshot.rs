@@ -342,8 +342,7 @@ impl StateStore {
                         stats.bytes += (k.len() + v.len()) as u64;
                     }
                     stats.items += items.len() as u64;
-                    self.tree(tree)
-                        .apply_owned(items.into_iter().map(|(k, v)| (k, Some(v))).collect());
+                    self.tree(tree).apply(items.into_iter().map(|(k, v)| (k, Some(v))));
                 }
                 Record::End { items } if items == stats.items => return Ok(stats),
                 Record::End { items } => {
