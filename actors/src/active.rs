@@ -57,6 +57,11 @@ impl<K: Hash + Eq + Clone, V: Identified> ActiveSet<K, V> {
         self.map.contains_key(k)
     }
 
+    /// Every value, in no particular order (marks none used).
+    pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
+        self.map.values().map(|e| &e.value)
+    }
+
     /// The value for `k`, marking it most recently used.
     pub fn touch(&mut self, k: &K, now: Instant) -> Option<V>
     where

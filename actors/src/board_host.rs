@@ -1,25 +1,31 @@
 //! One active sub-board, held by its shard: a `Board` and its
 //! `EventMemory`, loaded from the ranking's tree on activation; the shard's
-//! apply runs a batch's scoring events on it in log order and stores what
-//! it hands back.
+//! apply runs a batch's scoring events on it in log order.
+//!
+//! While held, the host is the board's truth and its tree rows may be
+//! stale: nothing is staged per batch. The shard writes the board's whole
+//! image back when it lets the board go, and a snapshot takes the image of
+//! every changed held board (`plaudit_storage::board_image`). Staging each
+//! changed member, the header and the open event-id record with every
+//! batch, and checkpointing them into a tree of millions of keys, was a
+//! fifth of cold scoring's CPU (docs/benchmarks.md). A new board is written
+//! with its first batch, so listings and the retention sweep find it.
 //!
 //! Why not an actor of its own (it was one): apply already runs on the
 //! shard's task and waits for every board of the batch, and queries read
 //! the board's view without any mailbox. A message, a task wake-up and a
 //! reply channel per board per batch bought nothing; with 10,000 cold
 //! boards they were a fifth of a scoring event's CPU (docs/benchmarks.md).
-//! Passivating a board is dropping it: everything it changed was staged
-//! with the batch that changed it.
+//! Passivating a board is writing its image back and dropping it.
 
 use crate::command::{EventResult, ScoreCmd, ScoreEvent};
 use crate::rankings::board::{Board, Member, Ranked, Rules};
 use crate::rankings::dedup::EventMemory;
-use crate::rankings::records::EventRecords;
 use crate::shard::ShardGauges;
 use plaudit_proto::rankings::{ItemId, RankId};
 use plaudit_proto::scoring::{BoardQuery, Outcome, RankedItem};
 use plaudit_proto::WireError;
-use plaudit_storage::{BoardMeta, StateError, StateStore};
+use plaudit_storage::{BoardImage, BoardMeta, StateError, StateStore};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -28,20 +34,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 /// board and costs ~160 KiB only on boards that busy.
 pub const EVENT_MEMORY: usize = 10_000;
 
-/// What one batch changed, for the shard to store.
-#[derive(Debug, Default)]
-pub struct BoardWrites {
-    pub members: Vec<(ItemId, Option<Member>)>,
-    pub meta: BoardMeta,
-    /// Event-id records `(seq, ids)` to store: those this batch filled and
-    /// the open one it added to.
-    pub events: Vec<(u64, Vec<u64>)>,
-    /// Event-id records no longer needed to cover the memory bound.
-    pub drop_events: Vec<u64>,
-}
-
-/// Per command, per event, and what to store.
-pub type ApplyReply = (Vec<Vec<EventResult>>, BoardWrites);
+/// Per command, per event.
+pub type ApplyReply = Vec<Vec<EventResult>>;
 
 /// The answer to a query on one board.
 #[derive(Debug, Clone)]
@@ -109,8 +103,11 @@ pub struct BoardArgs {
 pub struct BoardHost {
     core: BoardView,
     events: EventMemory,
-    /// How the remembered ids are stored.
-    records: EventRecords,
+    /// Whether anything changed since the board was loaded or last written
+    /// back (its tree rows are stale).
+    changed: bool,
+    /// Whether the tree holds the board at all (its header).
+    stored: bool,
     /// `(members, heap bytes)` last added to the shard's gauges.
     reported: (usize, usize),
     /// Tells hosts apart in the shard's active set (a board dropped and
@@ -127,12 +124,7 @@ fn row(r: Ranked) -> RankedItem {
 
 /// One member's events, in order: a repeated event id is a duplicate (and
 /// changes nothing), an overflow fails that event alone.
-fn apply_run(
-    core: &mut Board,
-    events: &mut EventMemory,
-    c: &ScoreCmd,
-    applied_ids: &mut Vec<u64>,
-) -> Vec<EventResult> {
+fn apply_run(core: &mut Board, events: &mut EventMemory, c: &ScoreCmd) -> Vec<EventResult> {
     let mut run = core.run(c.item);
     c.events
         .iter()
@@ -143,7 +135,6 @@ fn apply_run(
             let score =
                 run.apply(e.score, e.sub).map_err(|e| WireError::bad_request(e.to_string()))?;
             events.insert(e.event_id);
-            applied_ids.push(e.event_id);
             Ok((Outcome::Applied, score))
         })
         .collect()
@@ -155,7 +146,9 @@ impl BoardHost {
     /// ranking's current one: a lowered cap takes effect with the next event.
     pub fn load(store: &StateStore, args: BoardArgs, serial: u64) -> Result<BoardHost, StateError> {
         let BoardArgs { rank, type_key, shard, mut rules } = args;
-        let meta = store.board_meta(rank, shard, &type_key)?.unwrap_or_default();
+        let meta = store.board_meta(rank, shard, &type_key)?;
+        let exists = meta.is_some();
+        let meta = meta.unwrap_or_default();
         let loaded = store.board_members(rank, shard, &type_key)?;
         let members =
             loaded.into_iter().map(|(i, score, tie)| (i, Member { score, tie })).collect();
@@ -164,13 +157,13 @@ impl BoardHost {
         }
         let board = Board::from_loaded(rules, members, meta.next_stamp);
         let stored = store.board_events(rank, shard, &type_key)?;
-        let records = EventRecords::from_loaded(&stored, meta.next_events, EVENT_MEMORY);
         let events =
             EventMemory::from_loaded(stored.into_iter().flat_map(|(_, ids)| ids), EVENT_MEMORY);
         Ok(BoardHost {
             core: Arc::new(RwLock::new(board)),
             events,
-            records,
+            changed: false,
+            stored: exists,
             reported: (0, 0),
             serial,
             rank,
@@ -200,30 +193,57 @@ impl BoardHost {
         answer(&read_own(&self.core), q)
     }
 
-    /// Applies a batch of commands in order, under one write lock.
+    /// Applies a batch of commands in order, under one write lock. Marks
+    /// the board changed even if every event was a duplicate: cheaper than
+    /// finding out, and a write-back of an unchanged board is harmless.
     pub fn apply(&mut self, cmds: &[ScoreCmd]) -> ApplyReply {
         let mut core = write_view(&self.core);
-        let mut results = Vec::with_capacity(cmds.len());
-        let mut applied_ids = Vec::new();
-        for c in cmds {
-            if c.cap as usize != core.rules().cap {
-                core.set_cap(c.cap as usize);
-            }
-            results.push(apply_run(&mut core, &mut self.events, c, &mut applied_ids));
-        }
-        let stored = self.records.add(applied_ids);
-        let w = BoardWrites {
-            members: core.take_dirty(),
-            meta: BoardMeta {
-                size: core.len() as u64,
-                next_stamp: core.next_stamp(),
-                next_events: self.records.next_seq(),
-                cap: core.rules().cap as u64,
-            },
-            events: stored.put,
-            drop_events: stored.drop,
+        self.changed = true;
+        cmds.iter()
+            .map(|c| {
+                if c.cap as usize != core.rules().cap {
+                    core.set_cap(c.cap as usize);
+                }
+                apply_run(&mut core, &mut self.events, c)
+            })
+            .collect()
+    }
+
+    /// Whether the tree's rows of the board are stale.
+    pub fn changed(&self) -> bool {
+        self.changed
+    }
+
+    /// Whether the tree holds the board at all.
+    pub fn stored(&self) -> bool {
+        self.stored
+    }
+
+    /// The board's state as its stored rows (`BoardImage`).
+    pub fn image(&self) -> BoardImage {
+        let core = read_own(&self.core);
+        let members = core.members().into_iter().map(|(i, m)| (i, m.score, m.tie)).collect();
+        let meta = BoardMeta {
+            size: 0, // set by `BoardImage::new`
+            next_stamp: core.next_stamp(),
+            next_events: 0,
+            cap: core.rules().cap as u64,
         };
-        (results, w)
+        BoardImage::new(
+            self.rank,
+            self.type_key.clone(),
+            members,
+            meta,
+            self.events.iter().collect(),
+        )
+    }
+
+    /// The image to write back, marking the rows up to date: the caller
+    /// stages it before anything reads the tree for this board again.
+    pub fn take_image(&mut self) -> BoardImage {
+        self.changed = false;
+        self.stored = true;
+        self.image()
     }
 
     /// What `apply` would answer for this one event, without applying it.

@@ -13,7 +13,6 @@ pub mod all_or_nothing;
 pub mod board;
 pub mod dedup;
 pub mod order;
-pub mod records;
 pub mod route;
 
 /// Windows and type ids are part of the wire contract; they live in proto.

@@ -1,8 +1,10 @@
 //! The shard actor: the scheduler of one shard replica. It applies
 //! committed Raft entries by handing each command to the virtual actor that
 //! owns its key, waits for the whole batch, and stages every change together
-//! with the applied log id (the store checkpoints staged writes into sled
-//! when they are due). It also routes reads that need an actor (list pages),
+//! with the applied log id (the store checkpoints staged writes into its
+//! in-memory trees when they are due). Boards are the exception: a held
+//! board is the truth, written back when the shard lets it go and taken
+//! into snapshots as an image (`board_host.rs`). It also routes reads that need an actor (list pages),
 //! answers board queries for boards not loaded yet, and passivates idle
 //! actors and boards.
 //!
@@ -12,7 +14,8 @@
 //!    command family)       │                                one message per actor per batch
 //!                          └─> BoardHost (rank, board): applied here, on this task
 //!        collect, in log order ─> WriteSet + outbox records + applied id + time floor ─> staged
-//!        (visible to reads at once; written to sled by a checkpoint when due) ─> evict over budget
+//!        (visible to reads at once; moved into the trees by a checkpoint when due)
+//!        ─> evict over budget (boards written back)
 //! ```
 //!
 //! How one command family is applied lives in its own module: `likes`
@@ -22,8 +25,9 @@
 //! `apply` is the order in which they run.
 //!
 //! Supervision: children are linked; one that dies is dropped from the active
-//! set and re-activated from storage on next use. Children hold no unsaved
-//! state between batches, so passivating one never loses anything.
+//! set and re-activated from storage on next use. User and entity actors
+//! hold no unsaved state between batches, so passivating one never loses
+//! anything; a board is written back first.
 
 mod apply;
 mod delivery;
@@ -50,6 +54,7 @@ use plaudit_proto::likes::{ListItem, PageCursor};
 use plaudit_proto::rankings::{ItemId, RankId};
 use plaudit_proto::scoring::BoardQuery;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId};
+use plaudit_storage::snapshot::Frozen;
 use plaudit_storage::StateStore;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use std::collections::HashMap;
@@ -118,6 +123,8 @@ pub enum ShardMsg {
     CheckpointTick,
     /// Drop every child and cached counter (after a snapshot replaced the state).
     Reset(RpcReplyPort<()>),
+    /// Freeze the shard's state for an export (`ShardHandle::freeze`).
+    Freeze(RpcReplyPort<Result<Frozen, ShardError>>),
 }
 
 // A local message: never sent to another node (ractor's `cluster` feature
@@ -175,6 +182,11 @@ pub struct ShardState {
     floor: Option<Millis>,
     /// The checkpoint running on the blocking pool, if any.
     checkpointing: Option<tokio::task::JoinHandle<Result<(), plaudit_storage::StateError>>>,
+    /// Set by a failed apply: held boards may have lost changes that no
+    /// tree holds, so nothing is applied or read here until a snapshot
+    /// replaces the state (`Reset`). openraft stops the group on a failed
+    /// apply anyway; a restart rebuilds it from its snapshot and log.
+    broken: bool,
 }
 
 /// A sub-board: its ranking and binary type id.
@@ -203,6 +215,7 @@ impl Actor for ShardActor {
             outbox_next: HashMap::new(),
             floor: None,
             checkpointing: None,
+            broken: false,
         })
     }
 
@@ -214,12 +227,20 @@ impl Actor for ShardActor {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             ShardMsg::Apply(entries, reply) => {
+                if state.broken {
+                    let _ = reply.send(Err(broken()));
+                    return Ok(());
+                }
                 let res = self.apply(state, entries).await;
                 if res.is_err() {
                     // Children may hold changes that never reached storage.
                     self.reset(state);
+                    state.broken = true;
                 }
                 let _ = reply.send(res);
+            }
+            ShardMsg::Freeze(reply) => {
+                let _ = reply.send(self.freeze(state).await);
             }
             ShardMsg::UserPage { biz, user, after, limit, reply } => {
                 match self.user(&myself, state, biz, user).await {
@@ -242,12 +263,12 @@ impl Actor for ShardActor {
                 }
             }
             ShardMsg::BoardQuery { rank, type_key, rules, query, reply } => {
-                let out = self.board(state, rank, type_key, rules).map(|b| b.answer(&query));
-                let _ = reply.send(out.map_err(Into::into));
+                let out = self.live(state).and_then(|s| self.board(s, rank, type_key, rules));
+                let _ = reply.send(out.map(|b| b.answer(&query)).map_err(Into::into));
             }
             ShardMsg::BoardCheck { rank, type_key, rules, item, event, reply } => {
-                let out = self.board(state, rank, type_key, rules).map(|b| b.check(item, &event));
-                let _ = reply.send(out.map_err(Into::into));
+                let out = self.live(state).and_then(|s| self.board(s, rank, type_key, rules));
+                let _ = reply.send(out.map(|b| b.check(item, &event)).map_err(Into::into));
             }
             ShardMsg::CheckpointTick => {
                 if let Err(e) = self.checkpoint_if_due(state).await {
@@ -264,7 +285,11 @@ impl Actor for ShardActor {
                         let _ = a.cast(EntityMsg::Passivate);
                     }
                     let idle = state.boards.evict_idle(cutoff);
-                    self.unload_boards(idle);
+                    if let Err(e) = self.unload_boards(idle) {
+                        tracing::error!(shard = self.cfg.shard, error = %e, "writing back idle boards failed");
+                        self.reset(state);
+                        state.broken = true;
+                    }
                 }
                 self.publish(state);
             }
@@ -273,6 +298,7 @@ impl Actor for ShardActor {
             }
             ShardMsg::Reset(reply) => {
                 self.reset(state);
+                state.broken = false;
                 let _ = reply.send(());
             }
         }
@@ -407,16 +433,55 @@ impl ShardActor {
     }
 
     /// Lets boards go: unlisted for readers, their share of the gauges
-    /// returned. Nothing else to do: what they changed is staged.
-    fn unload_boards(&self, hosts: Vec<BoardHost>) {
+    /// returned, and the changed ones written back (staged before anything
+    /// can load them again: loads run on this actor).
+    fn unload_boards(&self, hosts: Vec<BoardHost>) -> Result<(), Fatal> {
+        let mut ws = plaudit_storage::WriteSet::new(self.cfg.shard);
+        let mut res = Ok(());
+        for mut host in hosts {
+            if host.changed() && res.is_ok() {
+                res = self.write_back(&mut ws, &mut host);
+            }
+            self.discard_boards(vec![host]);
+        }
+        self.store.stage(ws);
+        res
+    }
+
+    /// Lets boards go without writing anything back: their state was
+    /// replaced (a snapshot), deleted (a drop) or is not to be trusted.
+    fn discard_boards(&self, hosts: Vec<BoardHost>) {
         for mut host in hosts {
             self.boards.remove(host.rank, &host.type_key);
             host.report(&self.gauges, true);
         }
     }
 
+    /// `Err` once a failed apply broke the shard (see `ShardState::broken`).
+    fn live<'s>(&self, state: &'s mut ShardState) -> Result<&'s mut ShardState, Fatal> {
+        if state.broken {
+            return Err(broken());
+        }
+        Ok(state)
+    }
+
+    /// Freezes the shard's trees for a snapshot, with the images of the
+    /// changed boards it holds: between applies, so the trees and the
+    /// images are the same point. The checkpoint that freezing runs goes
+    /// to the blocking pool; this actor waits, so no apply slips in.
+    async fn freeze(&self, state: &mut ShardState) -> Result<Frozen, ShardError> {
+        self.live(state)?;
+        let held: Vec<_> =
+            state.boards.values().filter(|h| h.changed()).map(|h| h.image()).collect();
+        let (store, shard) = (self.store.clone(), self.cfg.shard);
+        match tokio::task::spawn_blocking(move || store.freeze_with(shard, held)).await {
+            Ok(res) => Ok(res.map_err(Fatal::from)?),
+            Err(e) => Err(Fatal::Actor(format!("freezing shard {shard}: {e}")).into()),
+        }
+    }
+
     /// Passivates the least recently used actors of each kind over budget.
-    fn evict_over_budget(&self, state: &mut ShardState) {
+    fn evict_over_budget(&self, state: &mut ShardState) -> Result<(), Fatal> {
         for a in state.users.evict_over(self.cfg.actor_budget) {
             let _ = a.cast(UserMsg::Passivate);
         }
@@ -424,7 +489,7 @@ impl ShardActor {
             let _ = a.cast(EntityMsg::Passivate);
         }
         let over = state.boards.evict_over(self.cfg.actor_budget);
-        self.unload_boards(over);
+        self.unload_boards(over)
     }
 
     fn reset(&self, state: &mut ShardState) {
@@ -438,7 +503,7 @@ impl ShardActor {
         // snapshot replaced.
         self.boards.clear();
         let all = state.boards.drain();
-        self.unload_boards(all);
+        self.discard_boards(all);
         state.inbox.clear();
         state.outbox_next.clear();
         state.floor = None;
@@ -490,4 +555,10 @@ impl ShardActor {
         }
         Ok(())
     }
+}
+
+fn broken() -> Fatal {
+    Fatal::Invariant(
+        "an earlier apply failed on this shard; it serves again after a restart".into(),
+    )
 }

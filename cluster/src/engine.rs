@@ -511,24 +511,34 @@ impl Engine {
 
     /// `(group, applied index, state hash)` of every group held here, for
     /// tests that compare replicas (`GET /debug/digest`).
-    pub fn digests(&self) -> Vec<(u32, u64, u64)> {
-        self.router
-            .local()
-            .iter()
-            .map(|g| {
-                let meta = g.id == self.router.meta_id;
-                match self.store.digest(g.id, meta) {
-                    Ok((applied, hash)) => {
-                        let applied: Option<crate::types::LogId> =
-                            applied.and_then(|a| plaudit_proto::codec::from_bytes(&a).ok());
-                        (g.id, applied.map_or(0, |l| l.index), hash)
-                    }
-                    // A snapshot export holds the shard: no comparable answer
-                    // now (an index no replica reports makes the caller retry).
-                    Err(_) => (g.id, u64::MAX, 0),
+    pub async fn digests(&self) -> Vec<(u32, u64, u64)> {
+        let mut out = Vec::new();
+        for g in self.router.local() {
+            let meta = g.id == self.router.meta_id;
+            // Frozen by the shard, with the boards it holds; hashed on the
+            // blocking pool (a walk of the whole state).
+            let digest = match g.handle.freeze().await {
+                Ok(frozen) => {
+                    let store = self.store.clone();
+                    tokio::task::spawn_blocking(move || store.digest_frozen(&frozen, meta))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()))
                 }
-            })
-            .collect()
+                Err(e) => Err(e.to_string()),
+            };
+            out.push(match digest {
+                Ok((applied, hash)) => {
+                    let applied: Option<crate::types::LogId> =
+                        applied.and_then(|a| plaudit_proto::codec::from_bytes(&a).ok());
+                    (g.id, applied.map_or(0, |l| l.index), hash)
+                }
+                // A snapshot export holds the shard: no comparable answer
+                // now (an index no replica reports makes the caller retry).
+                Err(_) => (g.id, u64::MAX, 0),
+            });
+        }
+        out
     }
 
     /// Pending outbox records of every group held here: `(group, target,

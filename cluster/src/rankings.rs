@@ -280,7 +280,22 @@ impl Engine {
     ) -> Result<Vec<(Vec<u8>, u64)>, WireError> {
         g.read_barrier().await?;
         let page = self.store.boards_on_shard(rank, g.id, after, limit).map_err(internal)?;
-        Ok(page.into_iter().map(|(k, m)| (k, m.size)).collect())
+        // A held board's stored header is as of its load or first batch. A
+        // board let go after the page was read was written back before it
+        // was unlisted: its header, read again, is current.
+        let size = |k: &[u8], stored: u64| match g.handle.board_size_now(rank, k) {
+            Some(size) => Ok(size),
+            None => match self.store.board_meta(rank, g.id, k).map_err(internal)? {
+                Some(m) => Ok(m.size),
+                None => Ok(stored),
+            },
+        };
+        page.into_iter()
+            .map(|(k, m)| {
+                let s = size(&k, m.size)?;
+                Ok((k, s))
+            })
+            .collect()
     }
 
     /// Sub-boards in type-id order (granularity, window, dimension values),

@@ -83,6 +83,14 @@ fn now_ms() -> u128 {
 // feed them do the same rather than boxing and unboxing on every call.
 #[allow(clippy::result_large_err)]
 impl ShardStateMachine {
+    /// A hash of the shard's applied state and its applied id
+    /// (`StateStore::digest_frozen`), frozen by the shard with the boards
+    /// it holds. For tests that compare replicas.
+    pub async fn digest(&self) -> Result<(Option<Vec<u8>>, u64), String> {
+        let frozen = self.handle.freeze().await.map_err(|e| e.to_string())?;
+        self.store.digest_frozen(&frozen, self.is_meta).map_err(|e| e.to_string())
+    }
+
     fn applied(&self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
         let applied =
             match self.store.applied(self.shard).map_err(|e| sm_err(ErrorVerb::Read, e))? {
@@ -168,6 +176,9 @@ impl ShardStateMachine {
         while self.store.is_frozen(self.shard) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // Held boards let go first, written back nowhere: the shard must not
+        // write a board back (an idle sweep) over the state being installed.
+        self.handle.reset().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
         let (store, shard, registry) = (self.store.clone(), self.shard, self.is_meta);
         let file = path.to_path_buf();
         let meta = tokio::task::spawn_blocking(move || -> Result<Meta, String> {
@@ -288,13 +299,12 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         // moment: wait for it rather than fail the build (a failed build
         // stops the group).
         let frozen = loop {
-            let (store, shard) = (self.store.clone(), self.shard);
-            match tokio::task::spawn_blocking(move || store.freeze(shard)).await {
-                Ok(Ok(f)) => break Ok(f),
-                Ok(Err(_)) if self.store.is_frozen(self.shard) => {
+            // Through the shard: it adds the images of the boards it holds.
+            match self.handle.freeze().await {
+                Ok(f) => break Ok(f),
+                Err(_) if self.store.is_frozen(self.shard) => {
                     tokio::time::sleep(Duration::from_millis(10)).await
                 }
-                Ok(Err(e)) => break Err(e.to_string()),
                 Err(e) => break Err(e.to_string()),
             }
         };

@@ -13,12 +13,14 @@
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
 use plaudit_actors::command::{ScoreCmd, ScoreEvent};
-use plaudit_actors::{Batch, Command, Directory, ShardActor, ShardConfig, ShardHandle};
+use plaudit_actors::rankings::board::Rules;
+use plaudit_actors::{Batch, CmdResult, Command, Directory, ShardActor, ShardConfig, ShardHandle};
 use plaudit_cluster::state_machine::ShardStateMachine;
 use plaudit_cluster::types::TypeConfig;
 use plaudit_proto::business::CreateBiz;
 use plaudit_proto::likes::LikeRequest;
 use plaudit_proto::rankings::{Aggregation, TieMode};
+use plaudit_proto::scoring::{BoardQuery, Outcome};
 use plaudit_proto::{BizConfig, LikeAction};
 use plaudit_storage::StateStore;
 use std::path::Path;
@@ -35,8 +37,13 @@ struct Replica {
 const SHARD: u32 = 1;
 
 async fn replica(is_meta: bool) -> Replica {
+    replica_with(is_meta, 100).await
+}
+
+/// A replica that holds at most `budget` actors and boards.
+async fn replica_with(is_meta: bool, budget: usize) -> Replica {
     let dir = tempfile::tempdir().unwrap();
-    let (db, sm) = open(dir.path(), is_meta).await;
+    let (db, sm) = open_with(dir.path(), is_meta, budget).await;
     Replica { _dir: dir, _db: db, sm }
 }
 
@@ -60,6 +67,10 @@ async fn open_db(path: &Path) -> sled::Db {
 /// Opens a replica in `dir` as the engine does at start: the store, then
 /// the group's newest snapshot loaded into it.
 async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
+    open_with(dir, is_meta, 100).await
+}
+
+async fn open_with(dir: &Path, is_meta: bool, budget: usize) -> (sled::Db, ShardStateMachine) {
     let db = open_db(&dir.join("sled")).await;
     let store = StateStore::open(&db).unwrap();
     plaudit_cluster::durable::load_snapshots(&store, dir, SHARD).unwrap();
@@ -69,7 +80,7 @@ async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
             shard: SHARD,
             shard_count: 4,
             is_meta,
-            actor_budget: 100,
+            actor_budget: budget,
             actor_idle: Duration::from_secs(60),
         },
         store: store.clone(),
@@ -103,6 +114,10 @@ fn like(user: u64, entity: u64, action: LikeAction) -> Command {
 }
 
 fn score(item: u64, event_id: u64) -> Command {
+    scored(item, 10, event_id)
+}
+
+fn scored(item: u64, score: i64, event_id: u64) -> Command {
     Command::Score(ScoreCmd {
         rank: 4,
         type_key: vec![1, 2, 3],
@@ -110,14 +125,14 @@ fn score(item: u64, event_id: u64) -> Command {
         aggregation: Aggregation::Incr,
         ties: TieMode::EarlierFirst,
         cap: 100,
-        events: vec![ScoreEvent { score: 10, sub: None, event_id }],
+        events: vec![ScoreEvent { score, sub: None, event_id }],
     })
 }
 
 /// A hash of the replica's state (what a snapshot of it holds) and its
 /// applied id: equal hashes at the same id mean the same keys and values.
-fn dump(r: &Replica) -> (Option<Vec<u8>>, u64) {
-    r.sm.store.digest(SHARD, r.sm.is_meta).unwrap()
+async fn dump(r: &Replica) -> (Option<Vec<u8>>, u64) {
+    r.sm.digest().await.unwrap()
 }
 
 /// Copies a snapshot's bytes as the chunked transfer would.
@@ -153,16 +168,59 @@ async fn a_follower_installs_the_leaders_snapshot_and_holds_the_same_state() {
 
     let meta = transfer(&mut leader, &mut follower).await;
     assert_eq!(meta.last_log_id.map(|l| l.index), Some(2));
-    assert_eq!(dump(&follower), dump(&leader));
+    assert_eq!(dump(&follower).await, dump(&leader).await);
     let (applied, _) = follower.sm.applied_state().await.unwrap();
     assert_eq!(applied, meta.last_log_id);
     // The follower's actors were reset: a later entry applies on the new state.
     follower.sm.apply(vec![entry(3, vec![like(5, 5, LikeAction::Undislike)])]).await.unwrap();
     leader.sm.apply(vec![entry(3, vec![like(5, 5, LikeAction::Undislike)])]).await.unwrap();
-    assert_eq!(dump(&follower), dump(&leader));
+    assert_eq!(dump(&follower).await, dump(&leader).await);
     // The snapshot is kept as the follower's current one, to serve on.
     let current = follower.sm.get_current_snapshot().await.unwrap().expect("a current snapshot");
     assert_eq!(current.meta.snapshot_id, meta.snapshot_id);
+}
+
+/// The whole of board `[1, 2, 3]` of ranking 4 as `r` answers it.
+async fn board(r: &Replica) -> String {
+    let rules = Rules { aggregation: Aggregation::Incr, ties: TieMode::EarlierFirst, cap: 100 };
+    let top = BoardQuery::Top { offset: 0, limit: 1000 };
+    format!("{:?}", r.sm.handle.board_query(4, vec![1, 2, 3], rules, top).await.unwrap())
+}
+
+/// A board the shard holds is the truth, and its tree rows may be stale
+/// (only its first batch and a write-back store them): a snapshot takes the
+/// held board's image. The snapshot must not depend on which boards a
+/// replica happens to hold: one replica holds the board throughout, the
+/// other (a budget of 0) writes it back after every apply. Without the
+/// images, the first replica's snapshot would lack everything after the
+/// board's first batch.
+#[tokio::test]
+async fn a_snapshot_holds_a_held_boards_changes_whichever_boards_a_replica_holds() {
+    let mut holding = replica_with(false, 100).await;
+    let mut letting_go = replica_with(false, 0).await;
+    for r in [&mut holding, &mut letting_go] {
+        let first: Vec<_> = (0..100).map(|u| scored(u % 50, u as i64, u)).collect();
+        // Past the cap of 100 members, 200 event ids (four records): members
+        // leave the board, and old records are rewritten.
+        let second: Vec<_> = (0..300).map(|u| scored(u % 140, (u % 7) as i64, 1000 + u)).collect();
+        // The board is new in the first call, which stores it whole; the
+        // second call's changes are only in the held board (and retries
+        // of the first call's events change nothing).
+        r.sm.apply(vec![entry(1, first)]).await.unwrap();
+        let retries: Vec<_> = (0..10).map(|u| scored(u, 5, u)).collect();
+        r.sm.apply(vec![entry(2, second), entry(3, retries)]).await.unwrap();
+    }
+    assert_eq!(board(&holding).await, board(&letting_go).await);
+    assert_eq!(dump(&holding).await, dump(&letting_go).await);
+
+    let mut follower = replica(false).await;
+    transfer(&mut holding, &mut follower).await;
+    assert_eq!(dump(&follower).await, dump(&holding).await);
+    assert_eq!(board(&follower).await, board(&holding).await);
+    // The remembered event ids came along: a retry is a duplicate.
+    let res = follower.sm.apply(vec![entry(4, vec![scored(3, 5, 1003)])]).await.unwrap();
+    let CmdResult::Scored(outs) = &res[0][0] else { panic!("{res:?}") };
+    assert!(matches!(outs[0], Ok((Outcome::Duplicate, _))), "{outs:?}");
 }
 
 #[tokio::test]
@@ -174,7 +232,7 @@ async fn the_metadata_groups_snapshot_carries_the_registry() {
     assert!(follower.sm.directory.get(3).is_none());
     transfer(&mut leader, &mut follower).await;
     assert_eq!(follower.sm.directory.get(3).map(|b| b.name), Some("video".to_string()));
-    assert_eq!(dump(&follower), dump(&leader));
+    assert_eq!(dump(&follower).await, dump(&leader).await);
 }
 
 #[tokio::test]
@@ -189,7 +247,7 @@ async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_trans
     leader.sm.apply(vec![entry(1, cmds)]).await.unwrap();
     let snap = leader.sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
     let bytes = std::fs::read(snap.snapshot.path()).unwrap();
-    let at_snapshot = dump(&leader);
+    let at_snapshot = dump(&leader).await;
 
     let at_install = {
         let (db, mut sm) = open(dir.path(), false).await;
@@ -199,7 +257,7 @@ async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_trans
         // Applied after the snapshot: in memory only, replayed from the log
         // after a restart (not here: there is no log in this test).
         follower.sm.apply(vec![entry(2, vec![like(5, 5, LikeAction::Dislike)])]).await.unwrap();
-        assert_ne!(dump(&follower), at_snapshot);
+        assert_ne!(dump(&follower).await, at_snapshot);
         // A crash during a later transfer leaves half a file behind.
         let incoming = follower.sm.snapshot_dir.join("incoming-1-1.tmp");
         std::fs::write(&incoming, &bytes[..bytes.len() / 2]).unwrap();
@@ -213,7 +271,11 @@ async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_trans
         let mut sm = sm;
         let a = sm.applied_state().await.unwrap();
         let follower = Replica { _dir: dir, _db: db, sm };
-        assert_eq!(dump(&follower), at_install, "the state the snapshot held, nothing after it");
+        assert_eq!(
+            dump(&follower).await,
+            at_install,
+            "the state the snapshot held, nothing after it"
+        );
         follower.sm.handle.stop().await;
         a
     };
@@ -244,7 +306,7 @@ async fn an_installing_snapshot_left_by_an_older_version_is_what_a_start_loads()
     assert_eq!(current.meta.snapshot_id, new.meta.snapshot_id);
     assert_eq!(sm.applied_state().await.unwrap().0, new.meta.last_log_id);
     let follower = Replica { _dir: dir, _db: db, sm };
-    assert_eq!(dump(&follower), dump(&leader));
+    assert_eq!(dump(&follower).await, dump(&leader).await);
     follower.sm.handle.stop().await;
 }
 
@@ -291,7 +353,7 @@ async fn a_log_purged_past_the_newest_snapshot_takes_the_received_file_or_refuse
             let current = sm.get_current_snapshot().await.unwrap().expect("current");
             assert_eq!(current.meta.snapshot_id, snap.meta.snapshot_id);
             let follower = Replica { _dir: dir, _db: db, sm };
-            assert_eq!(dump(&follower), dump(&leader));
+            assert_eq!(dump(&follower).await, dump(&leader).await);
             follower.sm.handle.stop().await;
         } else {
             let err = got.expect_err("nothing covers the purge").to_string();

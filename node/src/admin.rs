@@ -43,7 +43,7 @@ pub trait AdminSource: Send + Sync + 'static {
     fn set_links(&self, cut: &str) -> Option<Result<String, String>>;
     /// Per group held here, its applied index and a hash of its state, as
     /// JSON; `None` when fault injection (test mode) is off.
-    fn digests_json(&self) -> Option<String>;
+    fn digests_json(&self) -> BoxFuture<'_, Option<String>>;
 }
 
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -319,7 +319,7 @@ async fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
             body: source.metrics_text(),
             allow: false,
         },
-        "/debug/digest" => match source.digests_json() {
+        "/debug/digest" => match source.digests_json().await {
             Some(body) => Response {
                 status: 200,
                 reason: "OK",

@@ -31,28 +31,8 @@ impl AdminSource for NodeStatus {
         })
     }
 
-    fn digests_json(&self) -> Option<String> {
-        if !self.fault_injection {
-            return None;
-        }
-        let outbox = self.engine.outbox_dump();
-        let rows: Vec<serde_json::Value> = self
-            .engine
-            .digests()
-            .into_iter()
-            .map(|(g, applied, hash)| {
-                let pending: Vec<_> = outbox
-                    .iter()
-                    .filter(|(og, _, _)| *og == g)
-                    .map(|(_, t, seqs)| serde_json::json!({"target": t, "seqs": seqs}))
-                    .collect();
-                serde_json::json!({
-                    "group": g, "applied": applied, "digest": format!("{hash:016x}"),
-                    "outbox": pending,
-                })
-            })
-            .collect();
-        Some(serde_json::Value::Array(rows).to_string())
+    fn digests_json(&self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(self.digests_json_now())
     }
 
     fn set_links(&self, cut: &str) -> Option<Result<String, String>> {
@@ -228,5 +208,32 @@ impl AdminSource for NodeStatus {
             value: if memory.is_high() { 1.0 } else { 0.0 },
         });
         self.metrics.render(&gauges)
+    }
+}
+
+impl NodeStatus {
+    async fn digests_json_now(&self) -> Option<String> {
+        if !self.fault_injection {
+            return None;
+        }
+        let outbox = self.engine.outbox_dump();
+        let rows: Vec<serde_json::Value> = self
+            .engine
+            .digests()
+            .await
+            .into_iter()
+            .map(|(g, applied, hash)| {
+                let pending: Vec<_> = outbox
+                    .iter()
+                    .filter(|(og, _, _)| *og == g)
+                    .map(|(_, t, seqs)| serde_json::json!({"target": t, "seqs": seqs}))
+                    .collect();
+                serde_json::json!({
+                    "group": g, "applied": applied, "digest": format!("{hash:016x}"),
+                    "outbox": pending,
+                })
+            })
+            .collect();
+        Some(serde_json::Value::Array(rows).to_string())
     }
 }

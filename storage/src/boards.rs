@@ -11,9 +11,13 @@
 //! `type_key` is the sub-board's binary type id (granularity, window start,
 //! dimension values), fixed-length within one ranking because a ranking's
 //! dimension count never changes; that is what lets a member key end in the
-//! item id and still be parsed. Event ids are written as one record per
-//! applied batch per board, not one key per event: a hot board applies
-//! hundreds of events per batch.
+//! item id and still be parsed. Event ids are stored in records of up to
+//! 64, not one key per event.
+//!
+//! While a shard holds a board, these rows may be stale: the held board is
+//! the truth, and its rows are written from its image
+//! (`board_image.rs`) when it is new, when the shard lets it go, and into
+//! snapshots.
 
 use crate::keys::{read_u64, VALUE_V1};
 use crate::pending::prefix_range;
@@ -40,7 +44,7 @@ pub struct BoardMeta {
     pub cap: u64,
 }
 
-fn key(shard: u32, kind: u8, type_key: &[u8], tail: Option<u64>) -> Vec<u8> {
+pub(crate) fn key(shard: u32, kind: u8, type_key: &[u8], tail: Option<u64>) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + 1 + type_key.len() + 8);
     k.extend_from_slice(&shard.to_be_bytes());
     k.push(kind);
@@ -150,6 +154,33 @@ fn decode_meta(v: &[u8]) -> Result<BoardMeta> {
     }
 }
 
+pub(crate) fn member_value(score: i64, tie: u64) -> [u8; 17] {
+    let mut v = [0u8; 17];
+    v[0] = VALUE_V1;
+    v[1..9].copy_from_slice(&score.to_be_bytes());
+    v[9..17].copy_from_slice(&tie.to_be_bytes());
+    v
+}
+
+pub(crate) fn meta_value(m: BoardMeta) -> [u8; 33] {
+    let mut v = [0u8; 33];
+    v[0] = VALUE_V1;
+    v[1..9].copy_from_slice(&m.size.to_be_bytes());
+    v[9..17].copy_from_slice(&m.next_stamp.to_be_bytes());
+    v[17..25].copy_from_slice(&m.next_events.to_be_bytes());
+    v[25..33].copy_from_slice(&m.cap.to_be_bytes());
+    v
+}
+
+pub(crate) fn events_value(ids: &[u64]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1 + ids.len() * 8);
+    v.push(VALUE_V1);
+    for id in ids {
+        v.extend_from_slice(&id.to_be_bytes());
+    }
+    v
+}
+
 impl WriteSet {
     pub fn put_board_member(
         &mut self,
@@ -160,10 +191,7 @@ impl WriteSet {
         score: i64,
         tie: u64,
     ) {
-        let mut v = [0u8; 17];
-        v[0] = VALUE_V1;
-        v[1..9].copy_from_slice(&score.to_be_bytes());
-        v[9..17].copy_from_slice(&tie.to_be_bytes());
+        let v = member_value(score, tie);
         self.put(TreeRef::Rank(rank), key(shard, KIND_MEMBER, type_key, Some(item)), &v);
     }
 
@@ -172,12 +200,7 @@ impl WriteSet {
     }
 
     pub fn put_board_meta(&mut self, rank: u32, shard: u32, type_key: &[u8], m: BoardMeta) {
-        let mut v = [0u8; 33];
-        v[0] = VALUE_V1;
-        v[1..9].copy_from_slice(&m.size.to_be_bytes());
-        v[9..17].copy_from_slice(&m.next_stamp.to_be_bytes());
-        v[17..25].copy_from_slice(&m.next_events.to_be_bytes());
-        v[25..33].copy_from_slice(&m.cap.to_be_bytes());
+        let v = meta_value(m);
         self.put(TreeRef::Rank(rank), key(shard, KIND_BOARD, type_key, None), &v);
     }
 
@@ -211,11 +234,7 @@ impl WriteSet {
         seq: u64,
         ids: &[u64],
     ) {
-        let mut v = Vec::with_capacity(1 + ids.len() * 8);
-        v.push(VALUE_V1);
-        for id in ids {
-            v.extend_from_slice(&id.to_be_bytes());
-        }
+        let v = events_value(ids);
         self.put(TreeRef::Rank(rank), key(shard, KIND_EVENTS, type_key, Some(seq)), &v);
     }
 

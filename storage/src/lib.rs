@@ -30,6 +30,7 @@
 //! - `snapshot`: a shard's state streamed to a snapshot file from a consistent
 //!   point (`freeze`), and installed from one.
 
+pub mod board_image;
 pub mod boards;
 mod compact;
 mod counts_cache;
@@ -52,5 +53,6 @@ mod states_cache;
 mod trees;
 pub mod wal;
 
+pub use board_image::BoardImage;
 pub use boards::BoardMeta;
 pub use state::{CheckpointPolicy, CountsRec, StateError, StateStore, WriteSet};

@@ -5,15 +5,20 @@
 //! **What a shard's state is.** Every key of the shard in every business
 //! and ranking tree (each starts with the shard id, so the slice is one
 //! prefix scan per tree), its whole meta tree (applied id, membership, time
-//! floor, inbox and outbox), and, for the metadata group, the registry.
+//! floor, inbox and outbox), and, for the metadata group, the registry;
+//! with the rows of the boards the shard holds taken from their images,
+//! since a held board's tree rows may be stale (`board_image.rs`).
 //!
 //! **A consistent point without stopping apply.** Applied state is staged
 //! (`state.rs`): a shard's trees change only when a checkpoint moves a
-//! staged overlay into them. `freeze` checkpoints the shard (so its trees
-//! hold exactly what is applied, with its applied id) and then stops
-//! further checkpoints of it until the returned guard drops. Apply goes on
+//! staged overlay into them. `freeze_with` checkpoints the shard (so its
+//! trees hold exactly what is applied, with its applied id, except for the
+//! held boards whose images it is given) and then stops further
+//! checkpoints of it until the returned guard drops. Apply goes on
 //! meanwhile, staging into the overlay, while the export walks the
-//! unchanging trees, chunk by chunk, with memory bounded by one chunk.
+//! unchanging trees, chunk by chunk. Memory: one chunk, plus the images
+//! (a copy of each changed held board: ~24 B per member and 8 B per
+//! remembered event id), held until the export ends.
 //!
 //! **Durability.** The snapshot files are the durable state of a shard
 //! (with the Raft log after them): a restart installs each shard's newest
@@ -27,6 +32,7 @@
 //! then records: len u32 BE | bincode(Record)      Record = Chunk { tree, [(key, value)] } | End { items }
 //! ```
 
+use crate::board_image::{BoardImage, Merged};
 use crate::keys;
 use crate::pending::{prefix_range, KeyRange};
 use crate::state::{Result, StateError, StateStore};
@@ -63,6 +69,9 @@ pub struct SnapshotStats {
 pub struct Frozen {
     shard: u32,
     slot: Arc<crate::state::PendingSlot>,
+    /// Changed boards the shard holds: the snapshot takes their rows from
+    /// these images, not from the trees (`board_image.rs`).
+    held: Vec<BoardImage>,
 }
 
 impl Frozen {
@@ -157,9 +166,17 @@ impl<W: Write> ChunkWriter<'_, W> {
 impl StateStore {
     /// Checkpoints `shard` and stops further checkpoints of it until the
     /// guard drops, so that its trees hold exactly the applied state, at
-    /// the applied id stored with it. Call between applies (the state
-    /// machine task does).
+    /// the applied id stored with it, *except for boards the shard holds*:
+    /// a shard with boards is frozen through its actor
+    /// (`ShardHandle::freeze`, which calls `freeze_with`). Call between
+    /// applies.
     pub fn freeze(&self, shard: u32) -> Result<Frozen> {
+        self.freeze_with(shard, Vec::new())
+    }
+
+    /// `freeze`, with the images of the changed boards the shard holds
+    /// (taken at the same point, between applies).
+    pub fn freeze_with(&self, shard: u32, held: Vec<BoardImage>) -> Result<Frozen> {
         let slot = self.slot(shard);
         // Holding the checkpoint lock while setting the flag: a checkpoint
         // that waits for the lock finds the shard frozen and does nothing.
@@ -169,7 +186,7 @@ impl StateStore {
         }
         self.checkpoint_locked(shard, &slot)?;
         slot.frozen.store(true, Ordering::Release);
-        Ok(Frozen { shard, slot: slot.clone() })
+        Ok(Frozen { shard, slot: slot.clone(), held })
     }
 
     /// Whether a snapshot export holds `shard`'s trees still.
@@ -198,11 +215,26 @@ impl StateStore {
             size: 0,
             stats: SnapshotStats::default(),
         };
-        for (tree, range) in self.slices(shard, registry) {
-            if let Some(t) = self.find_tree(tree) {
-                for (k, v) in t.scan(range, false) {
-                    w.push(tree, &k, &v)?;
-                }
+        let mut slices = self.slices(shard, registry);
+        // A held board's ranking always has a tree (a new board is written
+        // back with its first batch); listed anyway, so its rows are never
+        // left out.
+        for b in &frozen.held {
+            let tree = TreeRef::Rank(b.rank);
+            if !slices.iter().any(|(t, _)| *t == tree) {
+                let at = slices.iter().position(|(t, _)| *t == TreeRef::Registry);
+                let mine = prefix_range(&keys::shard_prefix(shard));
+                slices.insert(at.unwrap_or(slices.len()), (tree, mine));
+            }
+        }
+        for (tree, range) in slices {
+            let stored = self.find_tree(tree).map(|t| t.scan(range, false)).into_iter().flatten();
+            let held: Vec<&BoardImage> = match tree {
+                TreeRef::Rank(r) => frozen.held.iter().filter(|b| b.rank == r).collect(),
+                _ => Vec::new(),
+            };
+            for (k, v) in Merged::new(shard, stored, &held) {
+                w.push(tree, &k, &v)?;
             }
         }
         w.flush()?;
@@ -214,8 +246,17 @@ impl StateStore {
 
     /// A hash of `shard`'s applied state (what a snapshot of it would
     /// hold) and the applied id it is at. Two replicas at the same applied
-    /// id must have the same hash: tests compare them.
+    /// id must have the same hash: tests compare them. Like `freeze`, it
+    /// sees held boards as their (possibly stale) tree rows: with a shard
+    /// running, use `digest_frozen` on the shard's own freeze.
     pub fn digest(&self, shard: u32, registry: bool) -> Result<(Option<Vec<u8>>, u64)> {
+        let frozen = self.freeze(shard)?;
+        self.digest_frozen(&frozen, registry)
+    }
+
+    /// `digest` of a shard frozen by the caller (with its held boards).
+    pub fn digest_frozen(&self, frozen: &Frozen, registry: bool) -> Result<(Option<Vec<u8>>, u64)> {
+        let shard = frozen.shard;
         struct Hashing(std::collections::hash_map::DefaultHasher);
         impl Write for Hashing {
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -226,13 +267,12 @@ impl StateStore {
                 Ok(())
             }
         }
-        let frozen = self.freeze(shard)?;
         // From the trees, as frozen: what is applied meanwhile is only staged.
         let applied = self
             .find_tree(TreeRef::Shard(shard))
             .and_then(|t| t.get(crate::shard_meta::meta::APPLIED));
         let mut h = Hashing(Default::default());
-        self.export(&frozen, registry, b"", &mut h)?;
+        self.export(frozen, registry, b"", &mut h)?;
         Ok((applied, std::hash::Hasher::finish(&h.0)))
     }
 

@@ -16,12 +16,13 @@
 //! every replica computes the same stamps; event timestamps would not do (many
 //! events share a second, and late events would reorder the past).
 //!
-//! Pure: no IO. Changes are collected as a dirty set so that a batch with
-//! many events for one member writes that member once.
+//! Pure: no IO. The board is the truth while its shard holds it; its
+//! members are written out whole (`members`) when the shard lets it go or
+//! takes a snapshot, not member by member as they change.
 
 use crate::rankings::order::OrderList;
 use plaudit_proto::rankings::{Aggregation, ItemId, TieMode};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// A member's stored value: its score and the raw tie value (a stamp, or
 /// the sub-score in `custom` mode).
@@ -69,8 +70,6 @@ pub struct Board {
     order: OrderList<BoardKey>,
     /// The next stamp to hand out; stored with the board.
     next_stamp: u64,
-    /// Members changed or removed since the last `take_dirty`.
-    dirty: HashSet<ItemId>,
 }
 
 /// `current + delta`, or the overflow that refuses the event.
@@ -86,13 +85,7 @@ fn score_key(score: i64) -> u64 {
 
 impl Board {
     pub fn new(rules: Rules) -> Board {
-        Board {
-            rules,
-            members: HashMap::new(),
-            order: OrderList::new(),
-            next_stamp: 1,
-            dirty: HashSet::new(),
-        }
+        Board { rules, members: HashMap::new(), order: OrderList::new(), next_stamp: 1 }
     }
 
     /// Rebuilds a board from stored members (any order) and its stored stamp.
@@ -217,7 +210,6 @@ impl Board {
         }
         self.order.insert(self.key(item, new));
         self.members.insert(item, new);
-        self.dirty.insert(item);
         self.enforce_cap();
     }
 
@@ -240,15 +232,13 @@ impl Board {
         while self.order.len() > self.rules.cap {
             let Some(k) = self.order.pop_last() else { break };
             self.members.remove(&k.item);
-            self.dirty.insert(k.item);
         }
     }
 
-    /// Members changed since the last call: `Some` to store, `None` to delete.
-    pub fn take_dirty(&mut self) -> Vec<(ItemId, Option<Member>)> {
-        let mut out: Vec<_> =
-            self.dirty.drain().map(|i| (i, self.members.get(&i).copied())).collect();
-        // Deterministic write order makes stored state independent of hashing.
+    /// Every member, in item order (what is stored for the board: the
+    /// order is that of its keys, whatever the hashing).
+    pub fn members(&self) -> Vec<(ItemId, Member)> {
+        let mut out: Vec<_> = self.members.iter().map(|(&i, &m)| (i, m)).collect();
         out.sort_unstable_by_key(|(i, _)| *i);
         out
     }

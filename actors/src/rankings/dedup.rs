@@ -5,8 +5,9 @@
 //! It remembers the most recent `cap` ids in arrival (log) order. The bound
 //! is the contract: a retry that arrives after `cap` newer events on the
 //! same sub-board is applied again. Replicas apply the same log, so they
-//! remember the same ids; the ids are stored with the board's changes, so
-//! the memory survives passivation and restarts.
+//! remember the same ids; the ids are stored with the board (its image,
+//! `plaudit_storage::board_image`), so the memory survives passivation and
+//! restarts.
 
 use plaudit_proto::keyed_hash::KeyedHash;
 use std::collections::{HashSet, VecDeque};

@@ -226,7 +226,7 @@ impl ShardActor {
         self.checkpoint_if_due(state).await?;
         // After staging: the worker reads what it is told about.
         self.signal_outbox(targets);
-        self.evict_over_budget(state);
+        self.evict_over_budget(state)?;
         self.gauges.applied_batches.fetch_add(entries.len(), Ordering::Relaxed);
         self.publish(state);
         Ok(results)

@@ -104,6 +104,21 @@ impl ShardHandle {
         self.ask(|reply| ShardMsg::BoardCheck { rank, type_key, rules, item, event, reply }).await?
     }
 
+    /// Freezes the shard for an export or a digest: its trees held still,
+    /// with the images of the changed boards it holds
+    /// (`StateStore::freeze_with`), all at one point between applies.
+    pub async fn freeze(&self) -> Result<Frozen, ShardError> {
+        self.ask(ShardMsg::Freeze).await?
+    }
+
+    /// Whether `rank`'s sub-board is held, and its size if so (its stored
+    /// header may be stale while it is held).
+    pub fn board_size_now(&self, rank: RankId, type_key: &[u8]) -> Option<u64> {
+        let e = self.boards.get(rank, type_key)?;
+        let size = crate::board_host::read_view(&e.view)?.len() as u64;
+        Some(size)
+    }
+
     pub async fn reset(&self) -> Result<(), ShardError> {
         self.ask(ShardMsg::Reset).await
     }

@@ -3,8 +3,8 @@
 //! expired).
 //!
 //! ```text
-//! Score ─────> BoardHost (rank, type_key): dedup, aggregate, re-rank ─> dirty members,
-//!                                            header, event-id records ─> WriteSet
+//! Score ─────> BoardHost (rank, type_key): dedup, aggregate, re-rank (held in memory;
+//!              a new board's image ─> WriteSet, the rest when the board is let go)
 //! DropBoard ─> let the board go, delete its stored keys
 //! ```
 //!
@@ -15,12 +15,13 @@
 
 use super::apply::{Applied, Grouped, Slot};
 use super::{BoardKey, ShardActor, ShardState};
-use crate::board_host::ApplyReply;
+use crate::board_host::{ApplyReply, BoardHost};
 use crate::command::{CmdResult, ScoreCmd};
 use crate::error::Fatal;
 use crate::rankings::board::Rules;
 use plaudit_proto::rankings::RankId;
-use plaudit_storage::WriteSet;
+use plaudit_storage::board_image::RECORD_IDS;
+use plaudit_storage::{BoardImage, WriteSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The rankings work of one apply call: score commands grouped per board,
@@ -44,9 +45,11 @@ impl BoardsPlan {
     }
 }
 
-/// What each board made of its score commands, to be stored in order.
+/// What each board made of its score commands, and the images of boards
+/// new to the tree, to be stored in order.
 pub(super) struct BoardsApplied {
-    done: Vec<(BoardKey, Vec<Slot>, ApplyReply)>,
+    done: Vec<(Vec<Slot>, ApplyReply)>,
+    new: Vec<BoardImage>,
 }
 
 /// The rules a board applies a command under, as the command carries them.
@@ -58,14 +61,15 @@ impl ShardActor {
     /// Runs each board's commands on it (loaded with the rules of its
     /// first command if it is not held); returns the boards to drop after
     /// storing. A board whose apply panics fails the batch like a broken
-    /// store would (the caller resets the shard, which drops every board,
-    /// so the half-applied one is loaded again from storage).
+    /// store would (the caller drops every board and marks the shard
+    /// broken: held boards may hold changes no tree has).
     pub(super) fn apply_boards(
         &self,
         state: &mut ShardState,
         plan: BoardsPlan,
     ) -> Result<(BoardsApplied, Vec<BoardKey>), Fatal> {
         let mut done = Vec::with_capacity(plan.boards.groups.len());
+        let mut new = Vec::new();
         for (key, cmds, slots) in plan.boards.groups {
             let Some(first) = cmds.first() else { continue };
             let rules = rules_of(first);
@@ -73,9 +77,41 @@ impl ShardActor {
             let reply = catch_unwind(AssertUnwindSafe(|| host.apply(&cmds)))
                 .map_err(|_| lost(key.0, "its apply panicked"))?;
             host.report(&self.gauges, false);
-            done.push((key, slots, reply));
+            if !host.stored() {
+                new.push(host.take_image());
+            }
+            done.push((slots, reply));
         }
-        Ok((BoardsApplied { done }, plan.drops))
+        Ok((BoardsApplied { done, new }, plan.drops))
+    }
+
+    /// Stages `host`'s image in place of the rows the tree holds for it.
+    pub(super) fn write_back(&self, ws: &mut WriteSet, host: &mut BoardHost) -> Result<(), Fatal> {
+        let was_stored = host.stored();
+        let image = host.take_image();
+        let (rank, shard, tk) = (image.rank, self.cfg.shard, &image.type_key);
+        if !was_stored {
+            ws.write_back_board(&image, [], []);
+            return Ok(());
+        }
+        let kept = |i: &u64| image.members.binary_search_by_key(i, |m| m.0).is_ok();
+        let stale_items: Vec<u64> = self
+            .store
+            .board_members(rank, shard, tk)?
+            .into_iter()
+            .map(|m| m.0)
+            .filter(|i| !kept(i))
+            .collect();
+        let records = image.events.len().div_ceil(RECORD_IDS) as u64;
+        let stale_seqs: Vec<u64> = self
+            .store
+            .board_events(rank, shard, tk)?
+            .into_iter()
+            .map(|e| e.0)
+            .filter(|&seq| seq == 0 || seq > records)
+            .collect();
+        ws.write_back_board(&image, stale_items, stale_seqs);
+        Ok(())
     }
 
     /// Stops the boards' actors and deletes every stored key of each.
@@ -91,7 +127,7 @@ impl ShardActor {
             // applies must not find the old board.
             self.boards.remove(rank, &type_key);
             if let Some(host) = state.boards.remove(&(rank, type_key.clone())) {
-                self.unload_boards(vec![host]);
+                self.discard_boards(vec![host]);
             }
             for (item, _, _) in self.store.board_members(rank, shard, &type_key)? {
                 ws.del_board_member(rank, shard, &type_key, item);
@@ -112,28 +148,15 @@ fn lost(rank: RankId, e: impl std::fmt::Display) -> Fatal {
 }
 
 impl BoardsApplied {
-    /// Each event's outcome, and each board's dirty members, header and
-    /// event-id records as writes.
+    /// Each event's outcome, and the new boards' images as writes.
     pub fn collect(self, out: &mut Applied) {
-        let shard = out.ws.owner();
-        for ((rank, type_key), slots, (outs, w)) in self.done {
+        for (slots, outs) in self.done {
             for (slot, o) in slots.into_iter().zip(outs) {
                 out.set(slot, CmdResult::Scored(o));
             }
-            let ws = &mut out.ws;
-            for (item, m) in w.members {
-                match m {
-                    Some(m) => ws.put_board_member(rank, shard, &type_key, item, m.score, m.tie),
-                    None => ws.del_board_member(rank, shard, &type_key, item),
-                }
-            }
-            ws.put_board_meta(rank, shard, &type_key, w.meta);
-            for (seq, ids) in &w.events {
-                ws.put_board_events(rank, shard, &type_key, *seq, ids);
-            }
-            for seq in w.drop_events {
-                ws.del_board_events(rank, shard, &type_key, seq);
-            }
+        }
+        for image in &self.new {
+            out.ws.write_back_board(image, [], []);
         }
     }
 }

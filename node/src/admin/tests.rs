@@ -23,8 +23,8 @@ impl AdminSource for TestSource {
     fn set_links(&self, cut: &str) -> Option<Result<String, String>> {
         Some(Ok(cut.to_string()))
     }
-    fn digests_json(&self) -> Option<String> {
-        None
+    fn digests_json(&self) -> BoxFuture<'_, Option<String>> {
+        Box::pin(async { None })
     }
 }
 

@@ -128,17 +128,10 @@ proptest! {
     ) {
         let mut board = Board::new(rules);
         let mut model = Model::new(rules);
-        let mut stored: HashMap<ItemId, Member> = HashMap::new();
         for (item, score, sub) in events {
             let got = board.apply(item, score, sub).map_err(|_| ());
             let want = model.apply(item, score, sub);
             prop_assert_eq!(got, want, "apply({}, {}, {:?})", item, score, sub);
-            for (i, m) in board.take_dirty() {
-                match m {
-                    Some(m) => stored.insert(i, m),
-                    None => stored.remove(&i),
-                };
-            }
             let expected = model.ranked();
             prop_assert_eq!(board.top(0, usize::MAX), expected.clone());
             prop_assert_eq!(board.len(), expected.len());
@@ -158,8 +151,10 @@ proptest! {
                 }
             }
         }
-        // What was written out (the dirty sets) rebuilds the same board.
-        let loaded = Board::from_loaded(rules, stored.into_iter().collect(), board.next_stamp());
+        // What is written out rebuilds the same board.
+        let stored = board.members();
+        prop_assert!(stored.windows(2).all(|w| w[0].0 < w[1].0), "in item order");
+        let loaded = Board::from_loaded(rules, stored, board.next_stamp());
         prop_assert_eq!(loaded.top(0, usize::MAX), board.top(0, usize::MAX));
     }
 
@@ -211,7 +206,7 @@ proptest! {
                 .collect();
             prop_assert_eq!(got, want);
             prop_assert_eq!(fast.top(0, usize::MAX), slow.top(0, usize::MAX));
-            prop_assert_eq!(fast.take_dirty(), slow.take_dirty());
+            prop_assert_eq!(fast.members(), slow.members());
             prop_assert_eq!(fast.next_stamp(), slow.next_stamp());
         }
     }
@@ -233,12 +228,11 @@ proptest! {
             let _ = board.apply(item, score, sub);
         }
         for (item, score, sub) in probes {
-            board.take_dirty();
-            let (top, stamp) = (board.top(0, usize::MAX), board.next_stamp());
+            let (top, stamp, members) = (board.top(0, usize::MAX), board.next_stamp(), board.members());
             let checked = board.check(item, score);
             prop_assert_eq!(board.top(0, usize::MAX), top, "a check moves no one");
             prop_assert_eq!(board.next_stamp(), stamp, "a check takes no stamp");
-            prop_assert!(board.take_dirty().is_empty(), "a check writes nothing");
+            prop_assert_eq!(board.members(), members, "a check changes no member");
             let applied = board.apply(item, score, sub);
             prop_assert_eq!(checked.is_err(), applied.is_err(), "{:?} vs {:?}", checked, applied);
             if let (Err(c), Err(a)) = (checked, applied) {
@@ -305,14 +299,14 @@ fn increments_that_overflow_fail_and_change_nothing() {
 }
 
 #[test]
-fn the_cap_drops_the_lowest_and_reports_them_for_deletion() {
+fn the_cap_drops_the_lowest() {
     let mut b = Board::new(Rules { cap: 2, ..rules(Aggregation::Incr, TieMode::EarlierFirst) });
     b.apply(1, 5, None).unwrap();
     b.apply(2, 9, None).unwrap();
-    b.take_dirty();
     b.apply(3, 7, None).unwrap();
     assert_eq!(items(&b), vec![2, 3]);
-    assert_eq!(b.take_dirty(), vec![(1, None), (3, Some(Member { score: 7, tie: 3 }))]);
+    let stored = vec![(2, Member { score: 9, tie: 2 }), (3, Member { score: 7, tie: 3 })];
+    assert_eq!(b.members(), stored);
     // A member below the cap's floor is dropped at once.
     assert_eq!(b.apply(4, 1, None), Ok(1));
     assert_eq!(b.rank_of(4), None);
