@@ -196,7 +196,7 @@ impl BoardHost {
     /// Applies a batch of commands in order, under one write lock. Marks
     /// the board changed even if every event was a duplicate: cheaper than
     /// finding out, and a write-back of an unchanged board is harmless.
-    pub fn apply(&mut self, cmds: &[ScoreCmd]) -> ApplyReply {
+    pub fn apply(&mut self, cmds: &[&ScoreCmd]) -> ApplyReply {
         let mut core = write_view(&self.core);
         self.changed = true;
         cmds.iter()
