@@ -5,16 +5,25 @@
 use anyhow::Context;
 use plaudit_client::{Client, ClientError, ClientOptions};
 use plaudit_proto::ErrorCode;
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
-/// The name an error is counted under in the report.
+/// The name an error is counted under in the report. The first error of
+/// each name is also printed to stderr with its message: the report only
+/// counts them, and a count says nothing about the cause.
 pub fn error_name(e: &ClientError) -> &'static str {
-    match e {
+    let name = match e {
         ClientError::Io(_) => "Io",
         ClientError::Closed => "Closed",
         ClientError::Protocol(_) => "Protocol",
         other => other.code().map(ErrorCode::as_str).unwrap_or("Other"),
+    };
+    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    if SEEN.lock().unwrap_or_else(|p| p.into_inner()).insert(name) {
+        eprintln!("plaudit-bench: first {name} error: {e}");
     }
+    name
 }
 
 /// `connections` separate clients with one connection each, so the load
