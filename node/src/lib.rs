@@ -8,10 +8,12 @@
 //!
 //! Modules: `config` (TOML + env + flags), `server` (client listener),
 //! `admin` (HTTP endpoints), `metrics` (Prometheus text), `status` (what the
-//! admin endpoint reads from the engine).
+//! admin endpoint reads from the engine), `lag` (a probe that logs late
+//! wake-ups, to tell a blocked runtime from a paused machine).
 
 pub mod admin;
 pub mod config;
+pub mod lag;
 pub mod metrics;
 pub mod server;
 pub mod status;

@@ -101,6 +101,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         request_timeout: cfg.request_timeout(),
     };
     let metrics = Arc::new(Metrics::new());
+    plaudit_node::lag::start();
     let engine = Engine::start(engine_cfg, peer_listener).await.context("starting the engine")?;
     let status = Arc::new(NodeStatus {
         engine: engine.clone(),
