@@ -497,69 +497,6 @@ impl Engine {
         self.cluster_status().await
     }
 
-    /// Cuts this node's links to `nodes` (and heals all others): the fault
-    /// injection seam for tests.
-    pub fn cut_links(&self, nodes: std::collections::BTreeSet<NodeId>) {
-        let newly = self.links.set(nodes);
-        for n in &newly {
-            self.peers.disconnect(*n);
-        }
-        if let Some(c) = self.control.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            c.cut(&newly);
-        }
-    }
-
-    /// `(group, applied index, state hash)` of every group held here, for
-    /// tests that compare replicas (`GET /debug/digest`).
-    pub async fn digests(&self) -> Vec<(u32, u64, u64)> {
-        let mut out = Vec::new();
-        for g in self.router.local() {
-            let meta = g.id == self.router.meta_id;
-            // Frozen by the shard, with the boards it holds; hashed on the
-            // blocking pool (a walk of the whole state).
-            let digest = match g.handle.freeze().await {
-                Ok(frozen) => {
-                    let store = self.store.clone();
-                    tokio::task::spawn_blocking(move || store.digest_frozen(&frozen, meta))
-                        .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|r| r.map_err(|e| e.to_string()))
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            out.push(match digest {
-                Ok((applied, hash)) => {
-                    let applied: Option<crate::types::LogId> =
-                        applied.and_then(|a| plaudit_proto::codec::from_bytes(&a).ok());
-                    (g.id, applied.map_or(0, |l| l.index), hash)
-                }
-                // A snapshot export holds the shard: no comparable answer
-                // now (an index no replica reports makes the caller retry).
-                Err(_) => (g.id, u64::MAX, 0),
-            });
-        }
-        out
-    }
-
-    /// Pending outbox records of every group held here: `(group, target,
-    /// seqs)`, for tests that look into a stuck delivery.
-    pub fn outbox_dump(&self) -> Vec<(u32, u32, Vec<u64>)> {
-        let mut out = Vec::new();
-        for g in self.router.local() {
-            for t in self.store.outbox_targets(g.id).unwrap_or_default() {
-                let seqs = self
-                    .store
-                    .outbox_after(g.id, t, 0, 10_000)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(s, _)| s)
-                    .collect();
-                out.push((g.id, t, seqs));
-            }
-        }
-        out
-    }
-
     /// `(peer, dial failures, call failures)`.
     pub fn peer_errors(&self) -> Vec<(NodeId, u64, u64)> {
         self.peers.counters()

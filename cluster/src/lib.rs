@@ -22,6 +22,7 @@ mod dispatch;
 pub mod durable;
 pub mod engine;
 mod failover;
+mod fault;
 pub mod group;
 mod inline;
 pub mod memory;
