@@ -36,6 +36,7 @@ mod rankings;
 mod registry_read;
 pub mod retention;
 pub mod router;
+pub mod score_route;
 pub mod snapshot_file;
 pub mod snapshot_policy;
 pub mod staged;

@@ -365,9 +365,18 @@ pub(crate) fn score_cmd(
     r: &ScoreRequest,
     type_id: &TypeId,
 ) -> ScoreCmd {
+    score_cmd_keyed(def, r, type_id.to_key())
+}
+
+/// [`score_cmd`] for a sub-board whose binary key is known.
+pub(crate) fn score_cmd_keyed(
+    def: &plaudit_proto::rankings::RankDef,
+    r: &ScoreRequest,
+    type_key: Vec<u8>,
+) -> ScoreCmd {
     ScoreCmd {
         rank: r.rank,
-        type_key: type_id.to_key(),
+        type_key,
         item: r.item,
         aggregation: def.aggregation,
         ties: def.ties,

@@ -18,11 +18,12 @@
 use crate::engine::{internal, Engine};
 use crate::group::Group;
 use crate::router::Leader;
+use crate::score_route::ScoreRoutes;
 use plaudit_actors::rankings::all_or_nothing;
-use plaudit_actors::rankings::route::{self, Admission};
+use plaudit_actors::rankings::route;
 use plaudit_actors::{CmdResult, Command};
 use plaudit_proto::rankings::MAX_PRIORITY;
-use plaudit_proto::routing::{board_shard, shard_of};
+use plaudit_proto::routing::shard_of;
 use plaudit_proto::scoring::{BoardOutcome, Outcome, ScoreReply};
 use plaudit_proto::{Request, Response, WireError};
 use std::sync::Arc;
@@ -39,7 +40,7 @@ pub struct Staged {
 pub enum Finish {
     Like,
     /// A scoring event on one board (its formatted type id).
-    Score(String),
+    Score(Arc<str>),
 }
 
 /// What `stage_write` decided.
@@ -59,7 +60,7 @@ impl Finish {
             (Finish::Score(type_id), Ok(CmdResult::Scored(events))) => {
                 match <[_; 1]>::try_from(events) {
                     Ok([Ok((outcome, score))]) => {
-                        let board = BoardOutcome { type_id: type_id.clone(), outcome, score };
+                        let board = BoardOutcome { type_id: type_id.to_string(), outcome, score };
                         Ok(Response::Score(ScoreReply { boards: vec![board] }))
                     }
                     Ok([Err(e)]) => Err(e),
@@ -82,7 +83,7 @@ impl Engine {
     /// (anything to look up or catch up first, a leader elsewhere, an
     /// event on several boards). Bad requests are left to `handle_as` too,
     /// which reports them the same way.
-    pub fn stage_write(&self, req: &Request) -> Option<Stage> {
+    pub fn stage_write(&self, req: &Request, routes: &mut ScoreRoutes) -> Option<Stage> {
         match req {
             Request::Like(r) => {
                 let dislikes_allowed = self.directory.with(r.biz, |b| b.config.dislike_enabled)?;
@@ -98,22 +99,27 @@ impl Engine {
                 let def = self.directory.rank(r.rank)?;
                 let horizon =
                     i64::try_from(self.cfg.score_future_horizon.as_secs()).unwrap_or(i64::MAX);
-                let Ok(Admission::Boards(targets)) = route::admit(&def, r, now_secs(), horizon)
-                else {
-                    return None;
-                };
-                let [t] = targets.as_slice() else { return None };
-                if t.expired || all_or_nothing::must_check(def.aggregation, r.score, 1) {
+                let now = now_secs();
+                // What `route::admit` checks, in two parts: the event's own
+                // (here) and its board's (remembered per connection).
+                if route::beyond_horizon(r, now, horizon)
+                    || route::event_filtered(&def, r).is_some()
+                {
                     return None;
                 }
-                let cmd = crate::rankings::score_cmd(&def, r, &t.type_id);
-                let group = self.led_here(board_shard(r.rank, &cmd.type_key, self.cfg.shards))?;
-                let type_id = t.type_id.format();
+                let board = routes.route(&def, r, now, self.cfg.shards)?;
+                if all_or_nothing::must_check(def.aggregation, r.score, 1) {
+                    return None;
+                }
+                let group = self.led_here(board.shard)?;
                 if group.should_shed(def.settings.priority, MAX_PRIORITY) {
-                    let board = BoardOutcome { type_id, outcome: Outcome::Shed, score: None };
+                    let outcome = Outcome::Shed;
+                    let board =
+                        BoardOutcome { type_id: board.type_id.to_string(), outcome, score: None };
                     return Some(Stage::Now(Response::Score(ScoreReply { boards: vec![board] })));
                 }
-                let finish = Finish::Score(type_id);
+                let cmd = crate::rankings::score_cmd_keyed(&def, r, board.type_key);
+                let finish = Finish::Score(board.type_id);
                 Some(Stage::Staged(Staged { group, cmd: Command::Score(cmd), finish }))
             }
             _ => None,

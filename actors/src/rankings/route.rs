@@ -79,6 +79,11 @@ pub fn targets(def: &RankDef, dims: Vec<u64>, ts: i64, now: i64) -> Vec<Target> 
 
 /// Checks one event at `now` (epoch seconds) and names its sub-boards; an
 /// event stamped later than `now + future_horizon` is filtered.
+///
+/// The checks come in two parts so that a caller that remembers routes
+/// (`cluster/src/score_route.rs`) runs exactly these: what depends on the
+/// event alone ([`beyond_horizon`], [`event_filtered`]) and what depends
+/// on its dimension values ([`dims_filtered`], [`targets`]).
 pub fn admit(
     def: &RankDef,
     ev: &ScoreRequest,
@@ -86,24 +91,42 @@ pub fn admit(
     future_horizon: i64,
 ) -> Result<Admission, WireError> {
     let dims = dim_values(def, &ev.dims)?;
-    if ev.ts > now.saturating_add(future_horizon) {
+    if beyond_horizon(ev, now, future_horizon) {
         return Ok(Admission::Filtered("beyond the future horizon"));
     }
-    let f = &def.settings.filters;
-    for (name, filter) in &f.dims {
-        let admitted = def.dim_index(name).is_some_and(|i| filter.admits(dims[i]));
-        if !admitted {
-            return Ok(Admission::Filtered("dimension"));
-        }
-    }
-    if f.items.as_ref().is_some_and(|filter| !filter.admits(ev.item)) {
-        return Ok(Admission::Filtered("item"));
-    }
-    if f.score_range.is_some_and(|(lo, hi)| ev.score < lo || ev.score > hi) {
-        return Ok(Admission::Filtered("score range"));
+    if let Some(why) = dims_filtered(def, &dims).or_else(|| event_filtered(def, ev)) {
+        return Ok(Admission::Filtered(why));
     }
     let targets = targets(def, dims, ev.ts, now);
     Ok(Admission::Boards(targets))
+}
+
+/// Is the event stamped later than `now + future_horizon`?
+pub fn beyond_horizon(ev: &ScoreRequest, now: i64, future_horizon: i64) -> bool {
+    ev.ts > now.saturating_add(future_horizon)
+}
+
+/// Why the ranking's dimension filters refuse these values, if they do.
+pub fn dims_filtered(def: &RankDef, dims: &[u64]) -> Option<&'static str> {
+    let refused = def
+        .settings
+        .filters
+        .dims
+        .iter()
+        .any(|(name, filter)| !def.dim_index(name).is_some_and(|i| filter.admits(dims[i])));
+    refused.then_some("dimension")
+}
+
+/// Why the ranking's item and score filters refuse the event, if they do.
+pub fn event_filtered(def: &RankDef, ev: &ScoreRequest) -> Option<&'static str> {
+    let f = &def.settings.filters;
+    if f.items.as_ref().is_some_and(|filter| !filter.admits(ev.item)) {
+        return Some("item");
+    }
+    if f.score_range.is_some_and(|(lo, hi)| ev.score < lo || ev.score > hi) {
+        return Some("score range");
+    }
+    None
 }
 
 /// The sub-board a query names, checked against the ranking.

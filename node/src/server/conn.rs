@@ -39,12 +39,13 @@
 use super::access::Access;
 use super::batch::WriteBatch;
 pub use super::close::Close;
-use super::done::{Done, Ended};
+use super::done::{error_code, Done, Ended};
 use super::inbuf::{InBuf, FREE_ROOM};
 use super::table::Entry;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
+use plaudit_cluster::score_route::ScoreRoutes;
 use plaudit_cluster::staged::Stage;
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame::{self, FrameError};
@@ -83,6 +84,8 @@ pub(super) struct Conn {
     requests: usize,
     /// Writes of the read pass under way, proposed when it ends.
     staged: WriteBatch,
+    /// Where this connection's recent scoring events went.
+    routes: ScoreRoutes,
     routing: Routing,
     access: Access,
     /// An `Auth` is being checked: later frames wait for it.
@@ -123,6 +126,7 @@ impl Conn {
             in_flight: FuturesUnordered::new(),
             requests: 0,
             staged: WriteBatch::default(),
+            routes: ScoreRoutes::default(),
             routing: Routing::Forward,
             authing: false,
             greeted: false,
@@ -334,7 +338,7 @@ impl Conn {
         // entry was never appended): a redirecting client (the SDK) retries
         // it; a forwarding one is served by `handle_as`, which forwards.
         let staged = match self.routing {
-            Routing::Redirect => self.server.engine.stage_write(&body),
+            Routing::Redirect => self.server.engine.stage_write(&body, &mut self.routes),
             Routing::Forward => None,
         };
         if let Some(stage) = staged {
@@ -571,16 +575,6 @@ impl Conn {
         }
         None
     }
-}
-
-/// The error code of a reply, if it is an error; logs an `Internal` one.
-fn error_code(op: &str, resp: &Response) -> Option<ErrorCode> {
-    let Response::Error(e) = resp else { return None };
-    if e.code == ErrorCode::Internal {
-        // A broken node, not a rejected request: say what broke.
-        tracing::warn!(op, error = %e.message, "request failed inside the node");
-    }
-    Some(e.code)
 }
 
 /// Waits for `n` bytes of the node-wide frame budget.

@@ -1,7 +1,7 @@
 //! What a connection's in-flight futures end with (`conn.rs`).
 
 use plaudit_proto::auth::Role;
-use plaudit_proto::Response;
+use plaudit_proto::{ErrorCode, Response};
 use std::time::Instant;
 
 /// A request that finished.
@@ -31,4 +31,14 @@ impl Done {
 pub(super) enum Ended {
     One(Done),
     Many(Vec<Done>),
+}
+
+/// The error code of a reply, if it is an error; logs an `Internal` one.
+pub(super) fn error_code(op: &str, resp: &Response) -> Option<ErrorCode> {
+    let Response::Error(e) = resp else { return None };
+    if e.code == ErrorCode::Internal {
+        // A broken node, not a rejected request: say what broke.
+        tracing::warn!(op, error = %e.message, "request failed inside the node");
+    }
+    Some(e.code)
 }

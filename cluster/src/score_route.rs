@@ -1,0 +1,273 @@
+//! A connection's memory of where its recent scoring events went: the next
+//! event on the same sub-board skips the work that names the board (its
+//! dimension values in the ranking's order, the filters on them, its
+//! windows, the binary key, the shard's hash and the formatted type id).
+//!
+//! ```text
+//! event ─> same definition (pointer), dimensions, windows, clock second as an entry? ─> its route
+//!              no ─> route::dim_values, dims_filtered, targets ─> remembered (round robin, ROUTES)
+//! ```
+//!
+//! Why a hit is the answer the full check gives: what is remembered is a
+//! pure function of the ranking's definition, the event's dimensions as
+//! given, the windows its timestamp falls in, and the clock's second (a
+//! window's expiry depends on it). An entry is used only when all four
+//! match. The definition is compared by pointer: the directory puts a new
+//! `Arc` for every change, and the entry holds its `Arc`, so an old one's
+//! address cannot be reused while it is remembered. What depends on the
+//! event itself (the future horizon, the item and score filters) is checked
+//! by the caller on every event (`staged.rs`).
+//!
+//! Measured on a hot board (`docs/benchmarks.md`): naming the board was a
+//! fifth of the connection's CPU per event, most of it formatting the type
+//! id and hashing the key.
+//!
+//! Memory: at most `ROUTES` entries per connection; an event whose
+//! dimension names exceed `MAX_NAME_BYTES` or that has more than
+//! `MAX_DIMS` dimensions is routed without being remembered.
+
+use plaudit_actors::rankings::route;
+use plaudit_proto::rankings::RankDef;
+use plaudit_proto::routing::board_shard;
+use plaudit_proto::scoring::ScoreRequest;
+use plaudit_proto::window::{window_end, window_start, Granularity};
+use plaudit_proto::ShardId;
+use std::sync::Arc;
+
+/// Routes one connection remembers.
+pub const ROUTES: usize = 8;
+/// Dimension names (bytes, all of an event's together) beyond which an
+/// event's route is not remembered.
+pub const MAX_NAME_BYTES: usize = 128;
+/// Dimensions beyond which an event's route is not remembered.
+pub const MAX_DIMS: usize = 4;
+
+/// Where an event that lands on exactly one live sub-board goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoardRoute {
+    /// `TypeId::to_key` of the sub-board.
+    pub type_key: Vec<u8>,
+    /// `TypeId::format` of the sub-board, for the reply.
+    pub type_id: Arc<str>,
+    pub shard: ShardId,
+}
+
+struct Entry {
+    def: Arc<RankDef>,
+    dims: Vec<(String, u64)>,
+    /// The timestamps whose windows are the entry's: `[from, to)`.
+    window: (i64, i64),
+    now: i64,
+    /// `None`: not one live board (several, an expired one, or refused by
+    /// a dimension filter).
+    route: Option<BoardRoute>,
+}
+
+impl Entry {
+    fn matches(&self, def: &Arc<RankDef>, ev: &ScoreRequest, now: i64) -> bool {
+        Arc::ptr_eq(&self.def, def)
+            && self.now == now
+            && (self.window.0..self.window.1).contains(&ev.ts)
+            && self.dims == ev.dims
+    }
+}
+
+/// One connection's remembered routes.
+#[derive(Default)]
+pub struct ScoreRoutes {
+    entries: Vec<Entry>,
+    /// The entry a new route replaces once all `ROUTES` are used.
+    next: usize,
+}
+
+impl ScoreRoutes {
+    /// The route of `ev` under `def` at `now` (epoch seconds) if it lands
+    /// on exactly one live sub-board its dimension filters admit; `None`
+    /// otherwise (including dimensions that do not fit the ranking).
+    pub fn route(
+        &mut self,
+        def: &Arc<RankDef>,
+        ev: &ScoreRequest,
+        now: i64,
+        shards: u32,
+    ) -> Option<BoardRoute> {
+        if let Some(e) = self.entries.iter().find(|e| e.matches(def, ev, now)) {
+            return e.route.clone();
+        }
+        let route = board_route(def, ev, now, shards).ok()?;
+        let names: usize = ev.dims.iter().map(|(n, _)| n.len()).sum();
+        let window = windows_of(def, ev.ts);
+        if ev.dims.len() <= MAX_DIMS && names <= MAX_NAME_BYTES && window.0 <= ev.ts {
+            let entry = Entry {
+                def: def.clone(),
+                dims: ev.dims.clone(),
+                window,
+                now,
+                route: route.clone(),
+            };
+            if self.entries.len() < ROUTES {
+                self.entries.push(entry);
+            } else {
+                self.entries[self.next] = entry;
+                self.next = (self.next + 1) % ROUTES;
+            }
+        }
+        route
+    }
+
+    /// Routes remembered now.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The full check, remembering nothing: `Err` for dimensions that do not
+/// fit the ranking, `Ok(None)` for anything but one live, admitted board.
+pub fn board_route(
+    def: &RankDef,
+    ev: &ScoreRequest,
+    now: i64,
+    shards: u32,
+) -> Result<Option<BoardRoute>, plaudit_proto::WireError> {
+    let dims = route::dim_values(def, &ev.dims)?;
+    if route::dims_filtered(def, &dims).is_some() {
+        return Ok(None);
+    }
+    let targets = route::targets(def, dims, ev.ts, now);
+    let [t] = targets.as_slice() else { return Ok(None) };
+    if t.expired {
+        return Ok(None);
+    }
+    let type_key = t.type_id.to_key();
+    let shard = board_shard(ev.rank, &type_key, shards);
+    Ok(Some(BoardRoute { type_key, type_id: t.type_id.format().into(), shard }))
+}
+
+/// The timestamps that fall in the same window as `ts` for every
+/// granularity of the ranking: `[from, to)`.
+fn windows_of(def: &RankDef, ts: i64) -> (i64, i64) {
+    def.granularities.iter().fold((i64::MIN, i64::MAX), |(from, to), &g| {
+        if g == Granularity::Total {
+            return (from, to);
+        }
+        let start = window_start(g, def.utc_offset, ts);
+        (from.max(start), to.min(window_end(g, def.utc_offset, ts)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plaudit_proto::rankings::{Aggregation, RankSettings, TieMode, ValueFilter};
+    use plaudit_proto::window::UtcOffset;
+    use proptest::prelude::*;
+
+    const TS: i64 = 1713165315; // 2024-04-15 15:15:15 at +08:00
+
+    fn def(grans: Vec<Granularity>) -> Arc<RankDef> {
+        Arc::new(RankDef {
+            id: 1,
+            name: "gifts".into(),
+            dims: vec!["ruid".into()],
+            granularities: grans,
+            utc_offset: UtcOffset::parse("+08:00").unwrap(),
+            aggregation: Aggregation::Incr,
+            ties: TieMode::EarlierFirst,
+            settings: RankSettings { retention: 2, ..RankSettings::default() },
+        })
+    }
+
+    fn event(ruid: u64, ts: i64) -> ScoreRequest {
+        ScoreRequest {
+            rank: 1,
+            item: 5,
+            score: 10,
+            sub: None,
+            dims: vec![("ruid".into(), ruid)],
+            ts,
+            event_id: 1,
+        }
+    }
+
+    #[test]
+    fn a_remembered_route_is_the_full_checks() {
+        let d = def(vec![Granularity::Day]);
+        let mut routes = ScoreRoutes::default();
+        let first = routes.route(&d, &event(7, TS), TS, 16).expect("one live board");
+        assert_eq!(first.type_id.as_ref(), "day:1713110400_7");
+        assert_eq!(Some(first.clone()), board_route(&d, &event(7, TS), TS, 16).unwrap());
+        // The same day later on: remembered, not added again.
+        assert_eq!(routes.route(&d, &event(7, TS + 60), TS, 16), Some(first));
+        assert_eq!(routes.len(), 1);
+    }
+
+    #[test]
+    fn another_window_definition_dimension_or_second_is_routed_afresh() {
+        let d = def(vec![Granularity::Day]);
+        let mut routes = ScoreRoutes::default();
+        routes.route(&d, &event(7, TS), TS, 16);
+        let next_day = routes.route(&d, &event(7, TS + 86_400), TS + 86_400, 16).unwrap();
+        assert_eq!(next_day.type_id.as_ref(), "day:1713196800_7");
+        assert_eq!(
+            routes.route(&d, &event(8, TS), TS, 16).unwrap().type_id.as_ref(),
+            "day:1713110400_8"
+        );
+        // A changed ranking (a new `Arc`): a dimension filter now refuses 7.
+        let mut changed = (*d).clone();
+        changed.settings.filters.dims = vec![("ruid".into(), ValueFilter::Allow(vec![8]))];
+        let changed = Arc::new(changed);
+        assert_eq!(routes.route(&changed, &event(7, TS), TS, 16), None);
+        assert!(routes.route(&d, &event(7, TS), TS, 16).is_some(), "the old one still routes");
+        assert!(routes.len() <= ROUTES);
+    }
+
+    #[test]
+    fn an_expired_window_several_boards_or_bad_dimensions_are_not_one_route() {
+        let mut routes = ScoreRoutes::default();
+        let d = def(vec![Granularity::Day]);
+        assert_eq!(routes.route(&d, &event(7, TS - 3 * 86_400), TS, 16), None);
+        let two = def(vec![Granularity::Day, Granularity::Total]);
+        assert_eq!(routes.route(&two, &event(7, TS), TS, 16), None);
+        let mut bad = event(7, TS);
+        bad.dims = vec![("nope".into(), 1)];
+        assert_eq!(routes.route(&d, &bad, TS, 16), None);
+        assert!(board_route(&d, &bad, TS, 16).is_err());
+    }
+
+    #[test]
+    fn no_more_than_routes_entries_are_kept() {
+        let d = def(vec![Granularity::Total]);
+        let mut routes = ScoreRoutes::default();
+        for ruid in 0..100 {
+            assert!(routes.route(&d, &event(ruid, TS), TS, 16).is_some());
+        }
+        assert_eq!(routes.len(), ROUTES);
+    }
+
+    proptest! {
+        /// Whatever sequence of events, rankings and clocks a connection
+        /// sees, every route it is given is the one the full check gives.
+        #[test]
+        fn routes_are_always_the_full_checks(
+            steps in prop::collection::vec((0u64..4, -200_000i64..200_000, 0i64..3, 0usize..3), 1..200)
+        ) {
+            let defs = [
+                def(vec![Granularity::Day]),
+                def(vec![Granularity::Hour, Granularity::Month]),
+                def(vec![Granularity::Total]),
+            ];
+            let mut routes = ScoreRoutes::default();
+            for (ruid, dt, dnow, which) in steps {
+                let d = &defs[which];
+                let ev = event(ruid, TS + dt);
+                let now = TS + dnow * 100_000;
+                let want = board_route(d, &ev, now, 16).unwrap();
+                prop_assert_eq!(routes.route(d, &ev, now, 16), want);
+            }
+        }
+    }
+}
