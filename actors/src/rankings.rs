@@ -12,6 +12,7 @@
 pub mod all_or_nothing;
 pub mod board;
 pub mod dedup;
+mod fenwick;
 pub mod order;
 pub mod route;
 

@@ -205,10 +205,10 @@ impl Board {
 
     /// Moves a member from `old` to `new` in rank order, then enforces the cap.
     fn place(&mut self, item: ItemId, old: Option<Member>, new: Member) {
-        if let Some(o) = old {
-            self.order.remove(&self.key(item, o));
-        }
-        self.order.insert(self.key(item, new));
+        match old {
+            Some(o) => self.order.replace(&self.key(item, o), self.key(item, new)),
+            None => self.order.insert(self.key(item, new)),
+        };
         self.members.insert(item, new);
         self.enforce_cap();
     }

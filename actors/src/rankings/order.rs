@@ -12,6 +12,7 @@
 //! 24-byte key costs about 26 bytes, and inserts move at most `2 * LOAD` keys
 //! with one `memmove`, which is cheap next to the cache misses of a tree.
 
+use super::fenwick::Fenwick;
 use std::fmt;
 use std::mem::size_of;
 
@@ -119,6 +120,49 @@ impl<K: Ord + Copy, const LOAD: usize> OrderList<K, LOAD> {
             self.split(ci);
         } else {
             self.index.inc(ci);
+        }
+        true
+    }
+
+    /// Moves `old` to `new` (a member whose score changed): what
+    /// `remove(old)` then `insert(new)` do. When `new` belongs in `old`'s
+    /// chunk, the keys between the two shift by one in place: one chunk
+    /// search, no chunk length or index to update (a member's move on a
+    /// board usually stays within its chunk of ~`LOAD` neighbours). False,
+    /// changing nothing, if `old` is absent or `new` is present (and not
+    /// `old`).
+    pub fn replace(&mut self, old: &K, new: K) -> bool {
+        let Some((ci, j)) = self.locate(old) else { return false };
+        if new == *old {
+            return true;
+        }
+        // `new` may stay in chunk `ci` if it sorts after the previous
+        // chunk and before the next one (below this chunk's max is enough:
+        // that is below every key of the next chunk).
+        let after_prev = ci == 0 || self.maxes[ci - 1] < new;
+        let before_next = ci + 1 == self.chunks.len() || new < self.maxes[ci];
+        if !(after_prev && before_next) {
+            self.remove_at(ci, j);
+            if self.insert(new) {
+                return true;
+            }
+            // `new` was there already: put `old` back (no search for `new`
+            // up front, which would cost every move to another chunk).
+            self.insert(*old);
+            return false;
+        }
+        let chunk = &mut self.chunks[ci];
+        let Err(p) = chunk.binary_search(&new) else { return false };
+        // One `memmove` of the keys between (`rotate_*` was slower here).
+        if p > j {
+            chunk.copy_within(j + 1..p, j);
+            chunk[p - 1] = new;
+        } else {
+            chunk.copy_within(p..j, p + 1);
+            chunk[p] = new;
+        }
+        if let Some(&m) = chunk.last() {
+            self.maxes[ci] = m;
         }
         true
     }
@@ -264,79 +308,6 @@ impl<K: Ord + Copy, const LOAD: usize> OrderList<K, LOAD> {
     }
 }
 
-/// A Fenwick (binary indexed) tree of chunk lengths: prefix sums and the
-/// chunk holding a position in O(log chunks), rebuilt in O(chunks) when
-/// chunks split or merge (once per ~LOAD inserts).
-#[derive(Clone, Default)]
-struct Fenwick {
-    /// 1-based: `tree[i]` sums the `i & -i` lengths ending at chunk `i - 1`;
-    /// `tree[0]` is unused.
-    tree: Vec<usize>,
-}
-
-fn lowbit(i: usize) -> usize {
-    i & i.wrapping_neg()
-}
-
-impl Fenwick {
-    fn rebuild<K>(&mut self, chunks: &[Vec<K>]) {
-        self.tree.clear();
-        self.tree.push(0);
-        self.tree.extend(chunks.iter().map(Vec::len));
-        let n = chunks.len();
-        for i in 1..=n {
-            let parent = i + lowbit(i);
-            if parent <= n {
-                self.tree[parent] += self.tree[i];
-            }
-        }
-    }
-
-    fn inc(&mut self, ci: usize) {
-        let mut i = ci + 1;
-        while i < self.tree.len() {
-            self.tree[i] += 1;
-            i += lowbit(i);
-        }
-    }
-
-    fn dec(&mut self, ci: usize) {
-        let mut i = ci + 1;
-        while i < self.tree.len() {
-            self.tree[i] -= 1;
-            i += lowbit(i);
-        }
-    }
-
-    /// Total length of the chunks before `ci`.
-    fn prefix(&self, ci: usize) -> usize {
-        let (mut i, mut sum) = (ci, 0);
-        while i > 0 {
-            sum += self.tree[i];
-            i -= lowbit(i);
-        }
-        sum
-    }
-
-    /// The chunk holding position `pos` and the offset in it. Descends from
-    /// the largest power of two, keeping the longest prefix that ends at or
-    /// before `pos`; `pos` must be below the total length.
-    fn find(&self, pos: usize) -> (usize, usize) {
-        let n = self.tree.len().saturating_sub(1);
-        let (mut idx, mut rem) = (0, pos);
-        let mut step = n.checked_ilog2().map_or(0, |b| 1usize << b);
-        while step > 0 {
-            let next = idx + step;
-            if next <= n && self.tree[next] <= rem {
-                idx = next;
-                rem -= self.tree[next];
-            }
-            step >>= 1;
-        }
-        (idx, rem)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,6 +363,7 @@ mod tests {
     enum Op {
         Insert(u32),
         Remove(u32),
+        Replace(u32, u32),
         PopLast,
     }
 
@@ -399,6 +371,7 @@ mod tests {
         let op = prop_oneof![
             4 => (0..keys).prop_map(Op::Insert),
             2 => (0..keys).prop_map(Op::Remove),
+            3 => (0..keys, 0..keys).prop_map(|(a, b)| Op::Replace(a, b)),
             1 => Just(Op::PopLast),
         ];
         proptest::collection::vec((op, 0..keys, any::<usize>()), 0..250)
@@ -414,6 +387,15 @@ mod tests {
             match *op {
                 Op::Insert(k) => assert_eq!(l.insert(key(k)), model.insert(key(k))),
                 Op::Remove(k) => assert_eq!(l.remove(&key(k)), model.remove(&key(k))),
+                Op::Replace(a, b) => {
+                    let (a, b) = (key(a), key(b));
+                    let moves = model.contains(&a) && (a == b || !model.contains(&b));
+                    if moves {
+                        model.remove(&a);
+                        model.insert(b);
+                    }
+                    assert_eq!(l.replace(&a, b), moves);
+                }
                 Op::PopLast => assert_eq!(l.pop_last(), model.pop_last()),
             }
             check(l, model, key(*probe), *from);
