@@ -129,13 +129,12 @@ fn apply_run(core: &mut Board, events: &mut EventMemory, c: &ScoreCmd) -> Vec<Ev
     c.events
         .iter()
         .map(|e| {
-            if events.contains(e.event_id) {
-                return Ok((Outcome::Duplicate, run.score()));
+            let applied = events.apply_new(e.event_id, || run.apply(e.score, e.sub));
+            match applied {
+                None => Ok((Outcome::Duplicate, run.score())),
+                Some(Ok(score)) => Ok((Outcome::Applied, score)),
+                Some(Err(err)) => Err(WireError::bad_request(err.to_string())),
             }
-            let score =
-                run.apply(e.score, e.sub).map_err(|e| WireError::bad_request(e.to_string()))?;
-            events.insert(e.event_id);
-            Ok((Outcome::Applied, score))
         })
         .collect()
 }

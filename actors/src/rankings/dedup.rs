@@ -10,7 +10,8 @@
 //! restarts.
 
 use plaudit_proto::keyed_hash::KeyedHash;
-use std::collections::{HashSet, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 
 /// A client-chosen id, unique per event (e.g. a hash of the gift order id).
 pub type EventId = u64;
@@ -20,12 +21,13 @@ pub struct EventMemory {
     cap: usize,
     order: VecDeque<EventId>,
     /// Ids are chosen by clients: a keyed hash (`plaudit_proto::keyed_hash`).
-    seen: HashSet<EventId, KeyedHash>,
+    /// A map rather than a set for its entry API (`apply_new`).
+    seen: HashMap<EventId, (), KeyedHash>,
 }
 
 impl EventMemory {
     pub fn new(cap: usize) -> EventMemory {
-        EventMemory { cap, order: VecDeque::new(), seen: HashSet::default() }
+        EventMemory { cap, order: VecDeque::new(), seen: HashMap::default() }
     }
 
     /// From stored ids, oldest first; keeps the newest `cap`.
@@ -42,20 +44,47 @@ impl EventMemory {
         if self.cap == 0 {
             return true; // remembering nothing: every event is new
         }
-        if !self.seen.insert(id) {
+        if self.seen.insert(id, ()).is_some() {
             return false;
         }
+        self.remember(id);
+        true
+    }
+
+    /// Runs `apply` for an id not remembered, and records the id if it
+    /// succeeds; `None` (nothing run) for a remembered one. What
+    /// `contains`, then `apply`, then `insert` do, with one lookup of the
+    /// id instead of two (a hot board's apply spent a fifth of its time in
+    /// this memory).
+    pub fn apply_new<T, E>(
+        &mut self,
+        id: EventId,
+        apply: impl FnOnce() -> Result<T, E>,
+    ) -> Option<Result<T, E>> {
+        if self.cap == 0 {
+            return Some(apply());
+        }
+        let Entry::Vacant(slot) = self.seen.entry(id) else { return None };
+        let res = apply();
+        if res.is_ok() {
+            slot.insert(());
+            self.remember(id);
+        }
+        Some(res)
+    }
+
+    /// Puts a newly seen id last, forgetting the oldest past `cap`.
+    fn remember(&mut self, id: EventId) {
         self.order.push_back(id);
         while self.order.len() > self.cap {
             if let Some(old) = self.order.pop_front() {
                 self.seen.remove(&old);
             }
         }
-        true
     }
 
     pub fn contains(&self, id: EventId) -> bool {
-        self.seen.contains(&id)
+        self.seen.contains_key(&id)
     }
 
     pub fn len(&self) -> usize {
@@ -97,23 +126,43 @@ mod tests {
     }
 
     proptest! {
+        /// `insert`, and `apply_new` whose apply succeeds or fails, against
+        /// a list of the newest ids: a failed apply records nothing.
         #[test]
         fn remembers_exactly_the_newest_distinct_ids(
-            ids in prop::collection::vec(0u64..30, 0..200),
+            ids in prop::collection::vec((0u64..30, 0u8..3), 0..200),
             cap in 1usize..10,
         ) {
             let mut m = EventMemory::new(cap);
             let mut model: Vec<u64> = Vec::new();
-            for id in ids {
+            for (id, how) in ids {
                 let fresh = !model.contains(&id);
-                prop_assert_eq!(m.insert(id), fresh);
-                if fresh {
+                let recorded = match how {
+                    0 => m.insert(id),
+                    1 => m.apply_new(id, || Ok::<(), ()>(())).is_some(),
+                    _ => {
+                        let mut ran = false;
+                        let got = m.apply_new(id, || {
+                            ran = true;
+                            Err::<(), ()>(())
+                        });
+                        prop_assert_eq!(ran, fresh);
+                        prop_assert_eq!(got.is_some(), fresh);
+                        false
+                    }
+                };
+                if how < 2 {
+                    prop_assert_eq!(recorded, fresh);
+                }
+                if fresh && how < 2 {
                     model.push(id);
                     if model.len() > cap {
                         model.remove(0);
                     }
                 }
                 prop_assert_eq!(m.iter().collect::<Vec<_>>(), model.clone());
+                prop_assert!(model.iter().all(|&i| m.contains(i)));
+                prop_assert_eq!(m.contains(id), model.contains(&id));
             }
             let reloaded = EventMemory::from_loaded(m.iter(), cap);
             prop_assert_eq!(reloaded.iter().collect::<Vec<_>>(), model);

@@ -86,6 +86,8 @@ pub(super) struct Conn {
     staged: WriteBatch,
     /// Where this connection's recent scoring events went.
     routes: ScoreRoutes,
+    /// The wall clock (epoch seconds) when the read pass under way began.
+    pass_secs: i64,
     routing: Routing,
     access: Access,
     /// An `Auth` is being checked: later frames wait for it.
@@ -127,6 +129,7 @@ impl Conn {
             requests: 0,
             staged: WriteBatch::default(),
             routes: ScoreRoutes::default(),
+            pass_secs: 0,
             routing: Routing::Forward,
             authing: false,
             greeted: false,
@@ -256,6 +259,7 @@ impl Conn {
     /// Handles the whole frames in the buffer (while replies fit).
     fn frames(&mut self) {
         let now = Instant::now();
+        self.pass_secs = plaudit_cluster::staged::wall_secs();
         while self.backlog() < OUT_LIMIT && !self.authing {
             let env = match self.inbuf.next_frame() {
                 Ok(Some(payload)) => frame::decode_payload::<Request>(payload),
@@ -338,7 +342,9 @@ impl Conn {
         // entry was never appended): a redirecting client (the SDK) retries
         // it; a forwarding one is served by `handle_as`, which forwards.
         let staged = match self.routing {
-            Routing::Redirect => self.server.engine.stage_write(&body, &mut self.routes),
+            Routing::Redirect => {
+                self.server.engine.stage_write(&body, &mut self.routes, self.pass_secs)
+            }
             Routing::Forward => None,
         };
         if let Some(stage) = staged {
