@@ -176,6 +176,12 @@ impl Cluster {
             .unwrap_or_default()
     }
 
+    /// The shards `id` leads, as the status reports it.
+    pub fn shards_led_by(&self, id: u64) -> Vec<u32> {
+        let leaders = self.leaders();
+        (0..leaders.len() as u32).filter(|&s| leaders[s as usize] == Some(id)).collect()
+    }
+
     /// The node leading the most shards (the lowest id among equals).
     pub fn most_leading(&self) -> u64 {
         let mut count: BTreeMap<u64, usize> = BTreeMap::new();

@@ -29,13 +29,7 @@ async fn an_isolated_leader_acknowledges_nothing_and_catches_up_after_healing() 
     w.wait_acks(200, Duration::from_secs(30), "the load runs before the cut").await;
 
     // The shards the isolated node leads, as it sees them before the cut.
-    let led: Vec<u32> = cluster
-        .leaders()
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| **l == Some(isolated))
-        .map(|(s, _)| s as u32)
-        .collect();
+    let led = cluster.shards_led_by(isolated);
     assert!(!led.is_empty());
     cluster.cut(isolated, &majority);
     let cut_at = Instant::now();

@@ -18,13 +18,7 @@ async fn a_read_waits_out_a_short_loss_of_quorum() {
     let biz = admin.create_biz(None, "quorum", BizConfig::default()).await.expect("biz").id;
     let leader = cluster.most_leading();
     let others: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != leader).collect();
-    let led: Vec<u32> = cluster
-        .leaders()
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| **l == Some(leader))
-        .map(|(s, _)| s as u32)
-        .collect();
+    let led = cluster.shards_led_by(leader);
     let shards = cluster.status_via(leader).unwrap()["shards"].as_array().unwrap().len() as u32;
     let user = (1..u64::MAX).find(|u| led.contains(&shard_of(biz, *u, shards))).unwrap();
     let status = || Request::Status(StatusRequest { biz, user, entities: vec![1, 2, 3] });
