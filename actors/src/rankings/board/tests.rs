@@ -333,3 +333,18 @@ fn memory_per_member_of_a_large_board() {
     let r = b.rank_of(n / 2).unwrap();
     assert_eq!(b.top(r.rank as usize - 1, 1)[0].item, n / 2);
 }
+
+proptest! {
+    /// Rows are read from keys (`ranked`): the key must give the score back.
+    #[test]
+    fn a_score_key_gives_its_score_back(score in any::<i64>()) {
+        prop_assert_eq!(score_of_key(score_key(score)), score);
+    }
+}
+
+#[test]
+fn score_keys_at_the_edges() {
+    for s in [i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX - 1, i64::MAX] {
+        assert_eq!(score_of_key(score_key(s)), s);
+    }
+}
