@@ -151,6 +151,11 @@ pub struct ShardGauges {
     /// Members on the active boards, and the heap their structures hold.
     pub board_members: AtomicUsize,
     pub board_heap_bytes: AtomicUsize,
+    /// Boards read from the store into memory, and changed boards written
+    /// back when let go: counters, so that churn past the actor budget
+    /// (a whole board read and rewritten per eviction) shows.
+    pub boards_loaded: AtomicUsize,
+    pub boards_written_back: AtomicUsize,
 }
 
 pub struct ShardActor {
@@ -422,6 +427,7 @@ impl ShardActor {
             state.board_serial += 1;
             let args = BoardArgs { rank, type_key: key.1.clone(), shard: self.cfg.shard, rules };
             let mut host = BoardHost::load(&self.store, args, state.board_serial)?;
+            self.gauges.boards_loaded.fetch_add(1, Ordering::Relaxed);
             host.report(&self.gauges, false);
             self.boards.insert(rank, key.1.clone(), host.view());
             state.boards.insert(key.clone(), host, now);
@@ -441,6 +447,7 @@ impl ShardActor {
         for mut host in hosts {
             if host.changed() && res.is_ok() {
                 res = self.write_back(&mut ws, &mut host);
+                self.gauges.boards_written_back.fetch_add(1, Ordering::Relaxed);
             }
             self.discard_boards(vec![host]);
         }

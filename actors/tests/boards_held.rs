@@ -1,7 +1,8 @@
 //! Boards are held by their shard, not by actors of their own: what the
 //! shard lets go (over its budget) it loads again from the staged and
 //! stored state, with its members and its memory of event ids, and the
-//! gauges and the readers' list follow exactly the boards it holds.
+//! gauges, the load and write-back counters and the readers' list follow
+//! exactly the boards it holds.
 
 use plaudit_actors::active_boards::ActiveBoards;
 use plaudit_actors::board_host::QueryOut;
@@ -83,6 +84,15 @@ async fn a_board_let_go_comes_back_whole_and_the_gauges_follow() {
     // A second board: the first is let go after this batch.
     s.apply(vec![entry(2, vec![score(2, 50, 3, 7)])]).await.unwrap();
     assert_eq!(held(), (1, 1, 1), "only board 2 is held, listed and counted");
+    let churn = || {
+        (
+            gauges.boards_loaded.load(Ordering::Relaxed),
+            gauges.boards_written_back.load(Ordering::Relaxed),
+        )
+    };
+    // A new board's rows are written with its first batch: nothing left
+    // to write back when it goes unchanged since.
+    assert_eq!(churn(), (2, 0), "two loads, nothing written back");
     assert!(boards.get(7, &[1]).is_none() && boards.get(7, &[2]).is_some());
     assert!(s.board_query_now(7, &[1], &BoardQuery::Size).is_none(), "readers ask the shard");
 
@@ -101,5 +111,9 @@ async fn a_board_let_go_comes_back_whole_and_the_gauges_follow() {
     let out = s.apply(vec![entry(4, vec![score(1, 42, 4, 5)])]).await.unwrap();
     assert_eq!(outcome(&out), (Outcome::Applied, Some(10)));
     assert_eq!(held(), (1, 2, 1), "board 2 let go in turn");
+    assert_eq!(churn(), (3, 0), "board 1 loaded again; board 2 unchanged since its first batch");
+    // Board 2 again: board 1, changed since it was loaded, is written back.
+    s.apply(vec![entry(5, vec![score(2, 50, 5, 1)])]).await.unwrap();
+    assert_eq!(churn(), (4, 1));
     s.stop().await;
 }

@@ -126,6 +126,9 @@ pub struct ShardStats {
     /// Members on active boards, and the heap their structures hold.
     pub board_members: usize,
     pub board_heap_bytes: usize,
+    /// Boards loaded into memory and written back since start.
+    pub boards_loaded: usize,
+    pub boards_written_back: usize,
     /// Scoring events shed under overload since start.
     pub shed_events: u64,
     /// Scoring events merged into an earlier event's command since start.
@@ -465,6 +468,8 @@ impl Engine {
                     active_boards: gauges.active_boards.load(Ordering::Relaxed),
                     board_members: gauges.board_members.load(Ordering::Relaxed),
                     board_heap_bytes: gauges.board_heap_bytes.load(Ordering::Relaxed),
+                    boards_loaded: gauges.boards_loaded.load(Ordering::Relaxed),
+                    boards_written_back: gauges.boards_written_back.load(Ordering::Relaxed),
                     shed_events: g.shed.load(Ordering::Relaxed),
                     coalesced_events: g.coalesced.load(Ordering::Relaxed),
                     outbox_len: self.store.outbox_len(g.id).unwrap_or(0),

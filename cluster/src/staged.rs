@@ -85,7 +85,9 @@ impl Engine {
     /// can propose it right now; `None` when it must take `handle_as`
     /// (anything to look up or catch up first, a leader elsewhere, an
     /// event on several boards). Bad requests are left to `handle_as` too,
-    /// which reports them the same way.
+    /// which reports them the same way. `routes` is the connection's memory
+    /// of scoring routes, `now` the wall clock of its read pass
+    /// ([`wall_secs`]).
     pub fn stage_write(&self, req: &Request, routes: &mut ScoreRoutes, now: i64) -> Option<Stage> {
         match req {
             Request::Like(r) => {

@@ -143,6 +143,19 @@ impl AdminSource for NodeStatus {
                 s.board_heap_bytes as f64,
             ));
             gauges.push(shard_gauge(
+                "plaudit_boards_loaded_total",
+                "Sub-boards read from the store into memory, per shard.",
+                s.shard,
+                s.boards_loaded as f64,
+            ));
+            gauges.push(shard_gauge(
+                "plaudit_boards_written_back_total",
+                "Changed sub-boards written back when let go (idle, or past the \
+                 shard's actor budget), per shard: a steady rate means boards churn.",
+                s.shard,
+                s.boards_written_back as f64,
+            ));
+            gauges.push(shard_gauge(
                 "plaudit_rank_events_shed_total",
                 "Scoring events shed under overload (lowest priority classes first), per shard.",
                 s.shard,
