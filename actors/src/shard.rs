@@ -447,7 +447,9 @@ impl ShardActor {
         for mut host in hosts {
             if host.changed() && res.is_ok() {
                 res = self.write_back(&mut ws, &mut host);
-                self.gauges.boards_written_back.fetch_add(1, Ordering::Relaxed);
+                if res.is_ok() {
+                    self.gauges.boards_written_back.fetch_add(1, Ordering::Relaxed);
+                }
             }
             self.discard_boards(vec![host]);
         }

@@ -170,7 +170,7 @@ impl Group {
             cfg.max_in_flight,
             coalesced.clone(),
         ));
-        tokio::spawn(read_loop(id, raft.clone(), rrx));
+        tokio::spawn(read_loop(id, raft.clone(), rrx, cfg.election_max_ms));
         let sole_voter = Arc::new(AtomicBool::new(false));
         tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone(), logged));
         tokio::spawn(crate::snapshot_policy::watch(raft.clone(), appended, snapshot_dir));
@@ -416,13 +416,13 @@ async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>, logged: u64) {
     }
 }
 
-async fn read_loop(shard: u32, raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>) {
+async fn read_loop(shard: u32, raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>, lease_ms: u64) {
     while let Some(first) = rx.recv().await {
         let mut waiters = vec![first];
         while let Ok(w) = rx.try_recv() {
             waiters.push(w);
         }
-        let res = confirm_leadership(shard, &raft).await;
+        let res = confirm_leadership(shard, &raft, lease_ms).await;
         for w in waiters {
             let _ = w.send(res.clone());
         }
@@ -430,11 +430,15 @@ async fn read_loop(shard: u32, raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>) {
 }
 
 /// How long reads wait for a quorum to confirm this node's leadership
-/// before they are answered `Timeout` (below the default request timeout
-/// of 5 s, so the client learns why).
-const CONFIRM_FOR: Duration = Duration::from_secs(3);
-/// The pause between two attempts at confirming it.
+/// before they are answered `Timeout`: with the next batch's wait after it,
+/// still below the default request timeout of 5 s, so the client learns why.
+const CONFIRM_FOR: Duration = Duration::from_secs(2);
+/// The first pause between two attempts at confirming it; it doubles up
+/// to `CONFIRM_PAUSE_MAX`. A cut link fails an attempt at once, and
+/// openraft logs every failed heartbeat: a fixed 20 ms would log ~100
+/// lines a second per shard through a partition.
 const CONFIRM_PAUSE: Duration = Duration::from_millis(20);
+const CONFIRM_PAUSE_MAX: Duration = Duration::from_millis(320);
 
 /// A read-index check, tried again while no quorum answers.
 ///
@@ -446,11 +450,15 @@ const CONFIRM_PAUSE: Duration = Duration::from_millis(20);
 /// (`docs/benchmarks.md`). Nothing is lost by asking again: the waiters
 /// asked before the first attempt, so any later confirmation still covers
 /// every write committed before they asked. A node that lost its
-/// leadership hears of it and answers `NotLeader`; one that stays cut off
-/// answers `Timeout`, which clients retry.
-async fn confirm_leadership(shard: u32, raft: &Raft) -> Result<(), WireError> {
+/// leadership hears of it and answers `NotLeader`, and so does one that
+/// has not heard from a quorum for the followers' lease (`lease_ms`, as
+/// `Group::is_leader` judges it: they may have elected another leader);
+/// one that stays cut off for less than that answers `Timeout`, which
+/// clients retry.
+async fn confirm_leadership(shard: u32, raft: &Raft, lease_ms: u64) -> Result<(), WireError> {
     use openraft::error::CheckIsLeaderError;
     let deadline = Instant::now() + CONFIRM_FOR;
+    let mut pause = CONFIRM_PAUSE;
     loop {
         let short = match raft.ensure_linearizable().await {
             Ok(_) => return Ok(()),
@@ -462,13 +470,19 @@ async fn confirm_leadership(shard: u32, raft: &Raft) -> Result<(), WireError> {
                 return Err(WireError::internal(format!("raft stopped: {e}")))
             }
         };
+        let out_of_touch =
+            raft.metrics().borrow().millis_since_quorum_ack.is_some_and(|ms| ms > lease_ms);
+        if out_of_touch {
+            return Err(not_leader(shard, None));
+        }
         if Instant::now() >= deadline {
             return Err(WireError::timeout(format!(
                 "shard {shard}: no quorum confirmed this node's leadership for {} s ({short})",
                 CONFIRM_FOR.as_secs()
             )));
         }
-        tokio::time::sleep(CONFIRM_PAUSE).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(CONFIRM_PAUSE_MAX);
     }
 }
 

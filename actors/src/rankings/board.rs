@@ -210,10 +210,11 @@ impl Board {
 
     /// Moves a member from `old` to `new` in rank order, then enforces the cap.
     fn place(&mut self, item: ItemId, old: Option<Member>, new: Member) {
-        match old {
+        let placed = match old {
             Some(o) => self.order.replace(&self.key(item, o), self.key(item, new)),
             None => self.order.insert(self.key(item, new)),
         };
+        debug_assert!(placed, "keys hold their item: no two members share one");
         self.members.insert(item, new);
         self.enforce_cap();
     }
