@@ -53,7 +53,13 @@ enum Request {
 /// now carries more appends, for at most this much added latency. A round
 /// after a lone request does not wait: with one busy group (a hot board)
 /// the wait was a third of every entry's cycle and nobody shared it.
-const MIN_ROUND: std::time::Duration = std::time::Duration::from_millis(1);
+///
+/// 2 ms rather than 1 (ninth Step 4 session, alternating builds, server
+/// on one core, µs of node CPU per op, mean of 5–7 runs): cold scoring
+/// 12.8 -> 11.2 (`fdatasync`s 920 -> 525 a second, ops per `sendto` 6.6
+/// -> 8.3), likes mix 9.4 -> 8.3 with like p99 12.5 -> 11.4 ms, rankings
+/// mix 9.6 -> 8.7; a hot board unchanged (its rounds are lone).
+const MIN_ROUND: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The name of sled 0.34's single data file inside the `Db` directory
 /// (`Inner::db_path` in sled's `config.rs`).
