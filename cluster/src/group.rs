@@ -315,19 +315,13 @@ impl Group {
         let m = m.borrow();
         m.current_leader == Some(m.id)
             && m.state == openraft::ServerState::Leader
-            && self.quorum_in_touch(&m)
+            && quorum_in_touch(&m, self.lease_ms)
     }
 
     /// This node leads and is the group's only voter (`watch_sole_voter`):
     /// one atomic load, where `is_leader` reads Raft's metrics.
     pub fn is_sole_voter(&self) -> bool {
         self.sole_voter.load(Ordering::Acquire)
-    }
-
-    fn quorum_in_touch(&self, m: &openraft::RaftMetrics<NodeId, BasicNode>) -> bool {
-        let mut voters = m.membership_config.membership().voter_ids();
-        let alone = voters.next().is_some() && voters.next().is_none();
-        alone || m.millis_since_quorum_ack.is_none_or(|ms| ms <= self.lease_ms)
     }
 
     /// Whether an event of `priority` (0..=`max`) should be shed now. Each
@@ -416,6 +410,15 @@ async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>, logged: u64) {
     }
 }
 
+/// Whether a leader has heard from a quorum within the followers' lease
+/// (`lease_ms`): past it they may have elected another leader. The one
+/// judgement `Group::is_leader` and the reads' retry share.
+fn quorum_in_touch(m: &openraft::RaftMetrics<NodeId, BasicNode>, lease_ms: u64) -> bool {
+    let mut voters = m.membership_config.membership().voter_ids();
+    let alone = voters.next().is_some() && voters.next().is_none();
+    alone || m.millis_since_quorum_ack.is_none_or(|ms| ms <= lease_ms)
+}
+
 async fn read_loop(shard: u32, raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>, lease_ms: u64) {
     while let Some(first) = rx.recv().await {
         let mut waiters = vec![first];
@@ -470,9 +473,7 @@ async fn confirm_leadership(shard: u32, raft: &Raft, lease_ms: u64) -> Result<()
                 return Err(WireError::internal(format!("raft stopped: {e}")))
             }
         };
-        let out_of_touch =
-            raft.metrics().borrow().millis_since_quorum_ack.is_some_and(|ms| ms > lease_ms);
-        if out_of_touch {
+        if !quorum_in_touch(&raft.metrics().borrow(), lease_ms) {
             return Err(not_leader(shard, None));
         }
         if Instant::now() >= deadline {
