@@ -88,8 +88,8 @@ pub enum Command {
     /// builds replay as they were applied; new creates are `CreateBizV2`.
     CreateBiz(CreateBiz),
     UpdateBiz(UpdateBiz),
-    CreateRank(RankDef),
-    UpdateRank(UpdateRank),
+    CreateRank(Box<RankDef>),
+    UpdateRank(Box<UpdateRank>),
     /// Scoring events for one member of one sub-board: one event as the
     /// edge proposes it, several once the leader has coalesced a batch
     /// (`coalesce.rs`). An event touching several sub-boards is one command
@@ -204,7 +204,7 @@ pub struct EntityDelta {
 pub enum CmdResult {
     Like(LikeReply),
     Biz(Business),
-    Rank(RankDef),
+    Rank(Box<RankDef>),
     /// Per event of a `Score` command, in its order.
     Scored(Vec<EventResult>),
     Done,
@@ -216,6 +216,15 @@ pub enum CmdResult {
 mod tests {
     use super::*;
     use plaudit_proto::codec;
+
+    /// Commands and their results are moved through the proposer, the
+    /// coalescer and the apply; a ranking definition inline made each 184
+    /// bytes (see `requests_and_replies_stay_small` in the proto crate).
+    #[test]
+    fn commands_and_results_stay_small() {
+        assert!(std::mem::size_of::<Command>() <= 80, "{}", std::mem::size_of::<Command>());
+        assert!(std::mem::size_of::<CmdResult>() <= 72, "{}", std::mem::size_of::<CmdResult>());
+    }
 
     #[test]
     fn a_batch_is_written_under_a_version_tag() {

@@ -128,7 +128,7 @@ impl Client {
     /// Every node and Raft group of the cluster, as one node sees them.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
         match self.request(Request::ClusterStatus).await? {
-            Response::ClusterStatus(s) => Ok(s),
+            Response::ClusterStatus(s) => Ok(*s),
             other => Err(unexpected("cluster_status", &other)),
         }
     }

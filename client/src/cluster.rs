@@ -203,7 +203,7 @@ impl Cluster {
             conn.call(&Request::Routing).await
         };
         match tokio::time::timeout(FETCH_PATIENCE, ask).await {
-            Ok(Ok(Response::Routing(t))) => Ok(t),
+            Ok(Ok(Response::Routing(t))) => Ok(*t),
             Ok(Ok(Response::Error(e))) => Err(ClientError::Server(e)),
             Ok(Ok(other)) => Err(unexpected("routing", &other)),
             Ok(Err(e)) => Err(e),

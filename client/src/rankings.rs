@@ -15,7 +15,7 @@ impl Client {
     /// Registers a ranking under the caller's `def.id` (immutable afterwards).
     /// Applied at most once, however often the SDK has to send it.
     pub async fn create_rank(&self, def: RankDef) -> Result<RankDef, ClientError> {
-        self.expect_rank("rank_create", Request::CreateRank(def)).await
+        self.expect_rank("rank_create", Request::CreateRank(Box::new(def))).await
     }
 
     pub async fn get_rank(&self, id: RankId) -> Result<RankDef, ClientError> {
@@ -58,7 +58,8 @@ impl Client {
         id: RankId,
         settings: RankSettings,
     ) -> Result<RankDef, ClientError> {
-        self.expect_rank("rank_update", Request::UpdateRank(UpdateRank { id, settings })).await
+        self.expect_rank("rank_update", Request::UpdateRank(Box::new(UpdateRank { id, settings })))
+            .await
     }
 
     /// Scores one event on every sub-board it lands on; repeating the same
@@ -161,7 +162,7 @@ impl Client {
 
     async fn expect_rank(&self, op: &str, req: Request) -> Result<RankDef, ClientError> {
         match self.request(req).await? {
-            Response::Rank(d) => Ok(d),
+            Response::Rank(d) => Ok(*d),
             other => Err(unexpected(op, &other)),
         }
     }

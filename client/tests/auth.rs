@@ -95,7 +95,7 @@ async fn every_connection_says_auth_right_after_its_hello() {
                     let body = match &env.body {
                         Request::Hello(_) => Response::Hello,
                         Request::Auth(_) => Response::Auth(Role::Admin),
-                        Request::Routing => Response::Routing(support::one_node(&addr)),
+                        Request::Routing => Response::Routing(Box::new(support::one_node(&addr))),
                         Request::Ping => Response::Pong,
                         other => panic!("unexpected {other:?}"),
                     };

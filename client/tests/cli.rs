@@ -31,7 +31,7 @@ async fn serve(script: Vec<(Request, Response)>) -> (String, tokio::task::JoinHa
             let env: Envelope<Request> = read_frame(&mut stream, &mut buf).await.unwrap();
             let body = match env.body {
                 Request::Hello(_) => Response::Hello,
-                Request::Routing => Response::Routing(table.clone()),
+                Request::Routing => Response::Routing(Box::new(table.clone())),
                 got => {
                     let (want, reply) = script.next().unwrap();
                     let got = match got {
@@ -168,7 +168,8 @@ fn cluster_status(addr: &str) -> ClusterStatus {
 async fn admin_status_json_is_exactly_the_status_view() {
     let status = cluster_status("n1:7401");
     let (addr, server) =
-        serve(vec![(Request::ClusterStatus, Response::ClusterStatus(status.clone()))]).await;
+        serve(vec![(Request::ClusterStatus, Response::ClusterStatus(Box::new(status.clone())))])
+            .await;
 
     let out = plaudit(&addr, &["admin", "status", "--json"]).await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
@@ -179,9 +180,11 @@ async fn admin_status_json_is_exactly_the_status_view() {
 
 #[tokio::test]
 async fn admin_status_prints_nodes_then_shards_for_people() {
-    let (addr, server) =
-        serve(vec![(Request::ClusterStatus, Response::ClusterStatus(cluster_status("n1:7401")))])
-            .await;
+    let (addr, server) = serve(vec![(
+        Request::ClusterStatus,
+        Response::ClusterStatus(Box::new(cluster_status("n1:7401"))),
+    )])
+    .await;
     let out = plaudit(&addr, &["admin", "status"]).await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(

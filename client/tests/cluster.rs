@@ -307,8 +307,8 @@ async fn the_table_is_refreshed_in_the_background_and_departed_nodes_lose_their_
 #[tokio::test]
 async fn cluster_status_is_asked_of_any_node() {
     let handler: Handler = Arc::new(|node, req| match req {
-        Request::ClusterStatus => {
-            Reply::Now(Response::ClusterStatus(plaudit_client::proto::cluster::ClusterStatus {
+        Request::ClusterStatus => Reply::Now(Response::ClusterStatus(Box::new(
+            plaudit_client::proto::cluster::ClusterStatus {
                 reporter: node,
                 epoch: 1,
                 nodes: vec![],
@@ -319,8 +319,8 @@ async fn cluster_status_is_asked_of_any_node() {
                     states: vec![],
                 },
                 shards: vec![],
-            }))
-        }
+            },
+        ))),
         other => panic!("unexpected {other:?}"),
     });
     let cluster = FakeCluster::start(3, placement, handler).await;

@@ -51,7 +51,7 @@ impl Peer {
                 return Some(env);
             }
             let table = support::one_node(&self.addr);
-            self.send(env.req_id, Response::Routing(table)).await;
+            self.send(env.req_id, Response::Routing(Box::new(table))).await;
         }
     }
 

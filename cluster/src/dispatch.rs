@@ -46,13 +46,15 @@ impl Engine {
         match req {
             Request::Ping => Ok(Response::Pong),
             Request::Hello(_) => Ok(Response::Hello),
-            Request::Routing => Ok(Response::Routing(self.routing_table())),
+            Request::Routing => Ok(Response::Routing(Box::new(self.routing_table()))),
             // The arms a busy node rarely takes are boxed: this future is
             // as large as its largest arm, every request carries it, and
             // it is moved (copied) at every await that builds it. Boxing
             // these took a score's future from 4.3 to ~2 KiB.
             Request::Stale(inner) => Box::pin(self.stale(*inner)).await,
-            Request::ClusterStatus => Ok(Response::ClusterStatus(self.cluster_status().await)),
+            Request::ClusterStatus => {
+                Ok(Response::ClusterStatus(Box::new(self.cluster_status().await)))
+            }
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)

@@ -26,9 +26,10 @@ impl Engine {
             Request::GetBiz(id) => {
                 d.get(*id).map(Response::Biz).ok_or_else(|| unknown_business(*id))
             }
-            Request::GetRank(id) => {
-                d.rank(*id).map(|r| Response::Rank((*r).clone())).ok_or_else(|| unknown_rank(*id))
-            }
+            Request::GetRank(id) => d
+                .rank(*id)
+                .map(|r| Response::Rank(Box::new((*r).clone())))
+                .ok_or_else(|| unknown_rank(*id)),
             Request::ListBiz => whole(d.list(), "ListBizPage").map(Response::BizList),
             Request::ListRanks => whole(d.ranks(), "ListRanksPage").map(Response::RankList),
             Request::ListBizPage(p) => biz_page(self, p).map(Response::BizPage),

@@ -29,8 +29,12 @@ pub(super) fn apply(
             directory.apply_create(c, IdRule::AfterHighestOrLowestFree, ws).map(CmdResult::Biz)
         }
         Command::UpdateBiz(u) => directory.apply_update(u, ws).map(CmdResult::Biz),
-        Command::CreateRank(d) => directory.apply_create_rank(d, ws).map(CmdResult::Rank),
-        Command::UpdateRank(u) => directory.apply_update_rank(u, ws).map(CmdResult::Rank),
+        Command::CreateRank(d) => {
+            directory.apply_create_rank(d, ws).map(|d| CmdResult::Rank(Box::new(d)))
+        }
+        Command::UpdateRank(u) => {
+            directory.apply_update_rank(u, ws).map(|d| CmdResult::Rank(Box::new(d)))
+        }
         Command::SetCluster(m) => directory.apply_set_cluster(m, ws).map(|()| CmdResult::Done),
         Command::CreateToken(t) => directory.apply_create_token(t, now, ws).map(CmdResult::Token),
         Command::RevokeToken { id } => {

@@ -213,7 +213,7 @@ impl Node {
             let reply = match &env.body {
                 Request::Hello(_) => Reply::Now(Response::Hello),
                 Request::Routing => {
-                    Reply::Now(Response::Routing(self.table.lock().unwrap().clone()))
+                    Reply::Now(Response::Routing(Box::new(self.table.lock().unwrap().clone())))
                 }
                 Request::Ping => Reply::Now(Response::Pong),
                 other => {

@@ -377,6 +377,7 @@ impl Conn {
                         Ok(Err(e)) => (Response::Error(e), None),
                         Err(_) => (Response::Error(WireError::timeout("auth took too long")), None),
                     };
+                    let auth = auth.map(Box::new);
                     Ended::One(Done { req_id, op: "auth", started: now, resp, is_auth: true, auth })
                 }));
             }
@@ -469,19 +470,21 @@ impl Conn {
     }
 
     fn ended(&mut self, ended: Ended) {
+        // One clock read for a group's whole share, not one per reply.
+        let now = Instant::now();
         match ended {
-            Ended::One(done) => self.reply(done),
-            Ended::Many(all) => all.into_iter().for_each(|d| self.reply(d)),
+            Ended::One(done) => self.reply(done, now),
+            Ended::Many(all) => all.into_iter().for_each(|d| self.reply(d, now)),
         }
     }
 
-    fn reply(&mut self, d: Done) {
+    fn reply(&mut self, d: Done, now: Instant) {
         if !d.is_auth {
             self.requests -= 1;
         }
         if d.is_auth {
             self.authing = false;
-            match d.auth {
+            match d.auth.map(|a| *a) {
                 Some((role, revision)) => {
                     self.access = Access::Granted { role, revision };
                     self.greeted = true;
@@ -498,7 +501,7 @@ impl Conn {
             }
         }
         let code = error_code(d.op, &d.resp);
-        self.observe(d.op, d.started.elapsed(), code);
+        self.observe(d.op, now.saturating_duration_since(d.started), code);
         self.push_reply(d.req_id, d.resp);
     }
 

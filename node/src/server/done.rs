@@ -13,8 +13,9 @@ pub(super) struct Done {
     /// Whether this was an `Auth` (whose end lets later frames in).
     pub is_auth: bool,
     /// For an `Auth`: the role it grants (and the token revision before it
-    /// was checked), or nothing.
-    pub auth: Option<(Role, u64)>,
+    /// was checked), or nothing. Boxed: every reply carries the field, and
+    /// all but a connection's first have none.
+    pub auth: Option<Box<(Role, u64)>>,
 }
 
 impl Done {
