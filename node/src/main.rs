@@ -28,7 +28,18 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log))
         .with_writer(std::io::stderr)
         .init();
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(cfg))
+    // Workers report their parks so a flush round can start as soon as no
+    // task is left to join it (`plaudit_storage::runtime_idle`).
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let idle = &plaudit_storage::runtime_idle::RUNTIME;
+    idle.set_workers(workers);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .on_thread_park(|| idle.parked())
+        .on_thread_unpark(|| idle.unparked())
+        .enable_all()
+        .build()?
+        .block_on(run(cfg))
 }
 
 async fn run(cfg: Config) -> anyhow::Result<()> {

@@ -45,6 +45,7 @@ mod merge;
 mod pending;
 mod recent;
 mod registry;
+pub mod runtime_idle;
 mod shard_meta;
 pub mod sled_log;
 pub mod snapshot;

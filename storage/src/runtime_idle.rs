@@ -1,0 +1,155 @@
+//! Whether the async runtime has run out of work: lets a shared flush
+//! round start as soon as nothing more can join it, instead of sitting
+//! out the rest of its floor.
+//!
+//! Why: a shared round waits up to `MIN_ROUND` after the previous one
+//! began, so that the appends of a busy core share one `fdatasync`. But
+//! once every runtime worker has parked, no task is left to append
+//! anything: every request the node holds is waiting on this very round,
+//! and the core idles until the floor is up (10–25% of the core in the
+//! rankings mix and cold scoring, tenth Step 4 session). The node's
+//! runtime reports its workers' parks here (`on_thread_park` and
+//! `on_thread_unpark`); the flusher waits for the floor or for all workers
+//! parked, whichever comes first. A process whose runtime does not report
+//! (tests, tools) never counts as idle and keeps the plain floor.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Parked workers out of how many, and a flusher that waits for them.
+pub struct IdleGate {
+    workers: AtomicUsize,
+    parked: AtomicUsize,
+    /// Threads in `sleep_unless_idle`: a park takes the lock only then.
+    waiters: AtomicUsize,
+    lock: Mutex<()>,
+    parked_all: Condvar,
+}
+
+/// The process's runtime (the node has one).
+pub static RUNTIME: IdleGate = IdleGate::new();
+
+impl IdleGate {
+    pub const fn new() -> IdleGate {
+        IdleGate {
+            workers: AtomicUsize::new(0),
+            parked: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            parked_all: Condvar::new(),
+        }
+    }
+
+    /// The runtime has `n` workers and will report their parks.
+    pub fn set_workers(&self, n: usize) {
+        self.workers.store(n, Ordering::SeqCst);
+    }
+
+    /// A worker is about to park: it found nothing to run.
+    pub fn parked(&self) {
+        let parked = self.parked.fetch_add(1, Ordering::SeqCst) + 1;
+        let workers = self.workers.load(Ordering::SeqCst);
+        if workers > 0 && parked >= workers && self.waiters.load(Ordering::SeqCst) > 0 {
+            // Under the lock: a waiter that saw the runtime busy is then
+            // inside `wait_timeout` and cannot miss this.
+            let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.parked_all.notify_all();
+        }
+    }
+
+    /// A worker woke up (it may have work again).
+    pub fn unparked(&self) {
+        self.parked.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn is_idle(&self) -> bool {
+        let workers = self.workers.load(Ordering::SeqCst);
+        workers > 0 && self.parked.load(Ordering::SeqCst) >= workers
+    }
+
+    /// Sleeps for `wait`, or less if every worker is (or becomes) parked.
+    pub fn sleep_unless_idle(&self, wait: Duration) {
+        let deadline = Instant::now() + wait;
+        if self.workers.load(Ordering::SeqCst) == 0 {
+            std::thread::sleep(wait);
+            return;
+        }
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            if self.is_idle() || now >= deadline {
+                break;
+            }
+            held = match self.parked_all.wait_timeout(held, deadline - now) {
+                Ok((held, _)) => held,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        drop(held);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Default for IdleGate {
+    fn default() -> Self {
+        IdleGate::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_runtime_that_does_not_report_keeps_the_whole_wait() {
+        let gate = IdleGate::new();
+        gate.parked();
+        let start = Instant::now();
+        gate.sleep_unless_idle(Duration::from_millis(30));
+        assert!(start.elapsed() >= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn a_busy_runtime_keeps_the_whole_wait() {
+        let gate = IdleGate::new();
+        gate.set_workers(2);
+        gate.parked(); // one of two
+        let start = Instant::now();
+        gate.sleep_unless_idle(Duration::from_millis(30));
+        assert!(start.elapsed() >= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn an_idle_runtime_ends_the_wait_at_once() {
+        let gate = IdleGate::new();
+        gate.set_workers(1);
+        gate.parked();
+        let start = Instant::now();
+        gate.sleep_unless_idle(Duration::from_secs(60));
+        assert!(start.elapsed() < Duration::from_secs(30));
+    }
+
+    #[test]
+    fn the_last_park_wakes_a_waiter() {
+        let gate = Arc::new(IdleGate::new());
+        gate.set_workers(2);
+        gate.parked();
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                gate.sleep_unless_idle(Duration::from_secs(60));
+                start.elapsed()
+            })
+        };
+        // Whether the waiter is already waiting or not yet: it must end.
+        std::thread::sleep(Duration::from_millis(20));
+        gate.parked();
+        assert!(waiter.join().unwrap() < Duration::from_secs(30));
+        gate.unparked();
+        assert!(!gate.is_idle());
+    }
+}
