@@ -256,6 +256,9 @@ impl Flusher {
         // so callbacks submitted before the last handle dropped are still served.
         let mut last_round: Option<std::time::Instant> = None;
         let mut last_size = 0usize;
+        // Parks of the runtime's workers when the last round's callbacks
+        // had run: only a park after them means their tasks are done.
+        let mut parks_after = 0u64;
         while let Ok(first) = self.rx.recv() {
             // A round whose predecessor was shared by several requests waits
             // until MIN_ROUND after that one began, and whatever arrives
@@ -265,7 +268,7 @@ impl Flusher {
             let wait = last_round.and_then(|t| MIN_ROUND.checked_sub(t.elapsed()));
             if let Some(wait) = wait.filter(|_| last_size > 1) {
                 // Less once no task is left to append (`runtime_idle.rs`).
-                crate::runtime_idle::RUNTIME.sleep_unless_idle(wait);
+                crate::runtime_idle::RUNTIME.sleep_unless_idle(wait, parks_after);
             }
             last_round = Some(std::time::Instant::now());
             let mut db = false;
@@ -317,6 +320,7 @@ impl Flusher {
                     tracing::error!("a group-commit callback panicked");
                 }
             }
+            parks_after = crate::runtime_idle::RUNTIME.parks();
         }
         tracing::debug!("group-commit flusher stopped: every handle dropped");
     }

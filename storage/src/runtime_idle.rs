@@ -12,8 +12,15 @@
 //! `on_thread_unpark`); the flusher waits for the floor or for all workers
 //! parked, whichever comes first. A process whose runtime does not report
 //! (tests, tools) never counts as idle and keeps the plain floor.
+//!
+//! "All parked" must also be news: the flusher's own callbacks wake tasks
+//! from outside the runtime, and a worker parked before them still counts
+//! as parked until it wakes. So the flusher notes the count of parks after
+//! its callbacks, and only a park after that one counts. (Blocking-pool
+//! threads, e.g. a snapshot's writer, are not counted: they append
+//! nothing to the log.)
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,6 +28,8 @@ use std::time::{Duration, Instant};
 pub struct IdleGate {
     workers: AtomicUsize,
     parked: AtomicUsize,
+    /// Parks so far.
+    parks: AtomicU64,
     /// Threads in `sleep_unless_idle`: a park takes the lock only then.
     waiters: AtomicUsize,
     lock: Mutex<()>,
@@ -35,6 +44,7 @@ impl IdleGate {
         IdleGate {
             workers: AtomicUsize::new(0),
             parked: AtomicUsize::new(0),
+            parks: AtomicU64::new(0),
             waiters: AtomicUsize::new(0),
             lock: Mutex::new(()),
             parked_all: Condvar::new(),
@@ -48,6 +58,7 @@ impl IdleGate {
 
     /// A worker is about to park: it found nothing to run.
     pub fn parked(&self) {
+        self.parks.fetch_add(1, Ordering::SeqCst);
         let parked = self.parked.fetch_add(1, Ordering::SeqCst) + 1;
         let workers = self.workers.load(Ordering::SeqCst);
         if workers > 0 && parked >= workers && self.waiters.load(Ordering::SeqCst) > 0 {
@@ -63,13 +74,21 @@ impl IdleGate {
         self.parked.fetch_sub(1, Ordering::SeqCst);
     }
 
-    fn is_idle(&self) -> bool {
-        let workers = self.workers.load(Ordering::SeqCst);
-        workers > 0 && self.parked.load(Ordering::SeqCst) >= workers
+    /// Parks so far: what `sleep_unless_idle` counts from.
+    pub fn parks(&self) -> u64 {
+        self.parks.load(Ordering::SeqCst)
     }
 
-    /// Sleeps for `wait`, or less if every worker is (or becomes) parked.
-    pub fn sleep_unless_idle(&self, wait: Duration) {
+    fn is_idle_since(&self, mark: u64) -> bool {
+        let workers = self.workers.load(Ordering::SeqCst);
+        workers > 0
+            && self.parked.load(Ordering::SeqCst) >= workers
+            && self.parks.load(Ordering::SeqCst) > mark
+    }
+
+    /// Sleeps for `wait`, or less once every worker is parked and one has
+    /// parked since `mark` (a value of `parks()`).
+    pub fn sleep_unless_idle(&self, wait: Duration, mark: u64) {
         let deadline = Instant::now() + wait;
         if self.workers.load(Ordering::SeqCst) == 0 {
             std::thread::sleep(wait);
@@ -79,7 +98,7 @@ impl IdleGate {
         let mut held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let now = Instant::now();
-            if self.is_idle() || now >= deadline {
+            if self.is_idle_since(mark) || now >= deadline {
                 break;
             }
             held = match self.parked_all.wait_timeout(held, deadline - now) {
@@ -108,7 +127,7 @@ mod tests {
         let gate = IdleGate::new();
         gate.parked();
         let start = Instant::now();
-        gate.sleep_unless_idle(Duration::from_millis(30));
+        gate.sleep_unless_idle(Duration::from_millis(30), 0);
         assert!(start.elapsed() >= Duration::from_millis(30));
     }
 
@@ -118,7 +137,7 @@ mod tests {
         gate.set_workers(2);
         gate.parked(); // one of two
         let start = Instant::now();
-        gate.sleep_unless_idle(Duration::from_millis(30));
+        gate.sleep_unless_idle(Duration::from_millis(30), 0);
         assert!(start.elapsed() >= Duration::from_millis(30));
     }
 
@@ -126,10 +145,24 @@ mod tests {
     fn an_idle_runtime_ends_the_wait_at_once() {
         let gate = IdleGate::new();
         gate.set_workers(1);
+        let mark = gate.parks();
         gate.parked();
         let start = Instant::now();
-        gate.sleep_unless_idle(Duration::from_secs(60));
+        gate.sleep_unless_idle(Duration::from_secs(60), mark);
         assert!(start.elapsed() < Duration::from_secs(30));
+    }
+
+    /// Parked before the mark (before the flusher's callbacks woke tasks
+    /// it has not run yet) is not idle.
+    #[test]
+    fn a_park_before_the_mark_keeps_the_whole_wait() {
+        let gate = IdleGate::new();
+        gate.set_workers(1);
+        gate.parked();
+        let mark = gate.parks();
+        let start = Instant::now();
+        gate.sleep_unless_idle(Duration::from_millis(30), mark);
+        assert!(start.elapsed() >= Duration::from_millis(30));
     }
 
     #[test]
@@ -137,11 +170,12 @@ mod tests {
         let gate = Arc::new(IdleGate::new());
         gate.set_workers(2);
         gate.parked();
+        let mark = gate.parks();
         let waiter = {
             let gate = gate.clone();
             std::thread::spawn(move || {
                 let start = Instant::now();
-                gate.sleep_unless_idle(Duration::from_secs(60));
+                gate.sleep_unless_idle(Duration::from_secs(60), mark);
                 start.elapsed()
             })
         };
@@ -150,6 +184,6 @@ mod tests {
         gate.parked();
         assert!(waiter.join().unwrap() < Duration::from_secs(30));
         gate.unparked();
-        assert!(!gate.is_idle());
+        assert!(!gate.is_idle_since(mark));
     }
 }
