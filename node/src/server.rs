@@ -21,6 +21,7 @@ mod close;
 mod conn;
 mod done;
 mod inbuf;
+mod seen;
 pub(crate) mod table;
 
 pub use conn::{Close, OUT_LIMIT};

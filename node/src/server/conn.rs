@@ -40,7 +40,8 @@ use super::access::Access;
 use super::batch::WriteBatch;
 pub use super::close::Close;
 use super::done::{error_code, Done, Ended};
-use super::inbuf::{InBuf, FREE_ROOM};
+use super::inbuf::{acquire, permits, InBuf, FREE_ROOM};
+use super::seen::PassSeen;
 use super::table::Entry;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -56,7 +57,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit};
 
 /// Reply bytes a connection holds unwritten before it stops reading
 /// requests and collecting results. 64 KiB of replies is hundreds of them:
@@ -88,6 +89,8 @@ pub(super) struct Conn {
     routes: ScoreRoutes,
     /// The wall clock (epoch seconds) when the read pass under way began.
     pass_secs: i64,
+    /// Answers the pass gave at once, timed together when it ends.
+    seen: PassSeen,
     routing: Routing,
     access: Access,
     /// An `Auth` is being checked: later frames wait for it.
@@ -130,6 +133,7 @@ impl Conn {
             staged: WriteBatch::default(),
             routes: ScoreRoutes::default(),
             pass_secs: 0,
+            seen: PassSeen::default(),
             routing: Routing::Forward,
             authing: false,
             greeted: false,
@@ -272,6 +276,7 @@ impl Conn {
                     self.frame_started = None;
                     // What came before the bad frame is still answered.
                     self.submit_staged();
+                    self.seen.flush(&self.server.metrics, now);
                     return;
                 }
             };
@@ -283,6 +288,7 @@ impl Conn {
         if !self.staged.is_empty() {
             self.submit_staged();
         }
+        self.seen.flush(&self.server.metrics, now);
         if self.inbuf.pending() > 0 {
             self.frame_started.get_or_insert(now);
         }
@@ -334,7 +340,7 @@ impl Conn {
             // A read this node answers at once (`cluster/inline.rs`): no
             // future, timer or slot to hold, so no in-flight cap applies.
             let code = error_code(body.op(), &resp);
-            self.observe(body.op(), now.elapsed(), code);
+            self.seen.push(&self.server.metrics, now, body.op(), code);
             self.push_reply(req_id, resp);
             return;
         }
@@ -435,7 +441,7 @@ impl Conn {
         let staged = match stage {
             Stage::Now(resp) => {
                 let code = error_code(op, &resp);
-                self.observe(op, now.elapsed(), code);
+                self.seen.push(&self.server.metrics, now, op, code);
                 self.push_reply(req_id, resp);
                 return;
             }
@@ -579,22 +585,10 @@ impl Conn {
         }
         if quiet && idle >= KEEP_BUFFERS {
             self.inbuf.release();
+            self.seen.release();
             self.give_back_budget();
             self.out = Vec::new();
         }
         None
     }
-}
-
-/// Waits for `n` bytes of the node-wide frame budget.
-async fn acquire(budget: Arc<Semaphore>, n: usize) -> OwnedSemaphorePermit {
-    match budget.acquire_many_owned(permits(n)).await {
-        Ok(p) => p,
-        // The budget is never closed; if it were, wait for the timeouts.
-        Err(_) => std::future::pending().await,
-    }
-}
-
-fn permits(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
 }

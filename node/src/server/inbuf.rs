@@ -16,6 +16,8 @@
 
 use plaudit_proto::frame::FrameError;
 use plaudit_proto::limits::MAX_FRAME_LEN;
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Bytes one read asks the socket for (and the room an idle buffer keeps).
 pub const READ_CHUNK: usize = 16 * 1024;
@@ -131,6 +133,19 @@ impl InBuf {
         self.buf = fresh;
         self.start = 0;
     }
+}
+
+/// Waits for `n` bytes of the node-wide frame budget.
+pub(super) async fn acquire(budget: Arc<Semaphore>, n: usize) -> OwnedSemaphorePermit {
+    match budget.acquire_many_owned(permits(n)).await {
+        Ok(p) => p,
+        // The budget is never closed; if it were, wait for the timeouts.
+        Err(_) => std::future::pending().await,
+    }
+}
+
+pub(super) fn permits(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
