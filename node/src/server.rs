@@ -20,6 +20,7 @@ mod batch;
 mod close;
 mod conn;
 mod done;
+mod hold;
 mod inbuf;
 mod seen;
 pub(crate) mod table;

@@ -281,3 +281,50 @@ async fn writes_proposed_together_each_get_their_own_result() {
     let top = client.pipeline(vec![query(rank, 1, BoardQuery::Top { offset: 0, limit: 3 })]).await;
     assert_eq!(items(&top[0]), [(28, 224), (25, 200), (22, 176)]);
 }
+
+/// A read pass's replies leave together once its writes have ended
+/// (`node/src/server/hold.rs`): a score and two board reads sent in one
+/// segment come back in one segment, the reads' answers with the score's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_pass_is_answered_in_one_write() {
+    use plaudit_client::proto::cluster::{ClientHello, Routing};
+    use plaudit_client::proto::frame;
+    use plaudit_tests::raw::{request_frame, RawConn, READ_TIMEOUT};
+    use tokio::io::AsyncReadExt;
+
+    let node = Node::start();
+    let client = node.client().await;
+    let (biz, rank) = (6, 61);
+    setup(&client, biz, rank).await;
+    let mut conn = RawConn::connect(&node.addr()).await;
+    conn.send_request(1, Request::Hello(ClientHello { routing: Routing::Redirect })).await;
+    assert_eq!(conn.recv().await.body, Response::Hello);
+
+    for round in 0..5u64 {
+        let mut burst = request_frame(10, score(rank, 1, 7, 3, 100 + round));
+        burst.extend(request_frame(11, query(rank, 1, BoardQuery::Top { offset: 0, limit: 3 })));
+        burst.extend(request_frame(12, query(rank, 1, BoardQuery::RankOf { item: 7 })));
+        conn.send(&burst).await;
+        // One read takes what the first segment brought.
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = tokio::time::timeout(READ_TIMEOUT, conn.stream.read(&mut buf))
+            .await
+            .expect("replies in time")
+            .expect("read");
+        let mut ids = Vec::new();
+        let mut rest = &buf[..n];
+        while rest.len() >= 4 {
+            let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            let env = frame::decode_payload::<Response>(&rest[4..4 + len]).expect("a reply");
+            if env.req_id == 10 {
+                let Response::Score(r) = &env.body else { panic!("{:?}", env.body) };
+                assert_eq!(r.boards[0].score, Some(3 * (round as i64 + 1)), "round {round}");
+            }
+            ids.push(env.req_id);
+            rest = &rest[4 + len..];
+        }
+        ids.sort_unstable();
+        assert_eq!(ids, [10, 11, 12], "round {round}: all three replies in the first segment");
+        assert!(rest.is_empty(), "round {round}: a partial frame");
+    }
+}

@@ -32,24 +32,26 @@
 //! node's board queries, counts and states) are answered inline, in frame
 //! order. The likes and scoring events of one read pass that this node can
 //! propose at once (`Engine::stage_write`) are proposed together, one
-//! proposal and one future per group (`batch.rs`). Other requests run as
-//! futures polled by this task (no task, channel or separate writer per
-//! request): the connection's work stays on the thread that reads it.
+//! proposal and one future per group (`batch.rs`); the pass's replies
+//! then wait for those writes and leave in one write (`hold.rs`). Other
+//! requests run as futures polled by this task (no task, channel or
+//! separate writer per request): the connection's work stays on the
+//! thread that reads it (`conn/dispatch.rs` starts each request).
 
 use super::access::Access;
 use super::batch::WriteBatch;
 pub use super::close::Close;
 use super::done::{error_code, Done, Ended};
-use super::inbuf::{acquire, permits, InBuf, FREE_ROOM};
+use super::hold::PassHold;
+use super::inbuf::{acquire, permits, read_draining, InBuf, FREE_ROOM};
 use super::seen::PassSeen;
 use super::table::Entry;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use plaudit_cluster::score_route::ScoreRoutes;
-use plaudit_cluster::staged::Stage;
 use plaudit_proto::cluster::Routing;
-use plaudit_proto::frame::{self, FrameError};
+use plaudit_proto::frame;
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
 use std::future::Future;
 use std::io;
@@ -114,7 +116,11 @@ pub(super) struct Conn {
     /// Since when unwritten replies have waited without the socket taking
     /// any of them.
     write_stalled: Option<Instant>,
+    /// Replies wait for the writes of their read pass.
+    hold: PassHold,
 }
+
+mod dispatch;
 
 impl Conn {
     pub(super) fn new(server: Arc<Server>, stream: TcpStream, entry: Arc<Entry>) -> Conn {
@@ -147,6 +153,7 @@ impl Conn {
             last_active: now,
             frame_started: None,
             write_stalled: None,
+            hold: PassHold::default(),
         }
     }
 
@@ -200,7 +207,7 @@ impl Conn {
                         return why;
                     }
                 }
-                r = self.stream.writable(), if backlog > 0 => {
+                r = self.stream.writable(), if backlog > 0 && !self.holding() => {
                     if r.is_err() {
                         return Close::Error;
                     }
@@ -224,6 +231,13 @@ impl Conn {
 
     fn backlog(&self) -> usize {
         self.out.len() - self.written
+    }
+
+    /// Whether replies wait for the writes of their read pass (`hold.rs`);
+    /// never once they fill `OUT_LIMIT`, which stops the collecting of
+    /// the results they wait for.
+    fn holding(&self) -> bool {
+        self.hold.holds() && self.backlog() < OUT_LIMIT
     }
 
     /// Bytes of node-wide budget the next read needs first (0: none).
@@ -250,7 +264,7 @@ impl Conn {
             }
         }
         self.inbuf.make_room();
-        match self.stream.try_read_buf(self.inbuf.vec()) {
+        match read_draining(&self.stream, self.inbuf.vec()) {
             // The client sent all it will; what it asked is still answered.
             Ok(0) => self.eof = true,
             Ok(_) => {}
@@ -263,6 +277,7 @@ impl Conn {
     /// Handles the whole frames in the buffer (while replies fit).
     fn frames(&mut self) {
         let now = Instant::now();
+        self.hold.next_pass();
         self.pass_secs = plaudit_cluster::staged::wall_secs();
         while self.backlog() < OUT_LIMIT && !self.authing {
             let env = match self.inbuf.next_frame() {
@@ -310,119 +325,6 @@ impl Conn {
         }
     }
 
-    fn request(&mut self, env: Result<Envelope<Request>, FrameError>, now: Instant) {
-        let env = match env {
-            Ok(env) => env,
-            Err(e) => {
-                let req_id = match &e {
-                    FrameError::Malformed { req_id, .. } => req_id.unwrap_or(0),
-                    _ => 0,
-                };
-                self.observe("other", Duration::ZERO, Some(ErrorCode::BadRequest));
-                self.push_reply(req_id, Response::Error(WireError::bad_request(e.to_string())));
-                return;
-            }
-        };
-        let Envelope { req_id, body } = env;
-        let was_granted = self.access.is_granted();
-        let checked = self.access.check(&self.server.engine, &body);
-        if was_granted && !self.access.is_granted() {
-            // Its token was revoked: a fresh window to authenticate again.
-            self.opened = now;
-        }
-        self.greeted = self.access.is_granted();
-        if let Err(e) = checked {
-            self.observe(body.op(), Duration::ZERO, Some(e.code));
-            self.push_reply(req_id, Response::Error(e));
-            return;
-        }
-        if let Some(resp) = self.server.engine.answer_now(&body) {
-            // A read this node answers at once (`cluster/inline.rs`): no
-            // future, timer or slot to hold, so no in-flight cap applies.
-            let code = error_code(body.op(), &resp);
-            self.seen.push(&self.server.metrics, now, body.op(), code);
-            self.push_reply(req_id, resp);
-            return;
-        }
-        // Staged writes that lose their leader answer `NotLeader` (their
-        // entry was never appended): a redirecting client (the SDK) retries
-        // it; a forwarding one is served by `handle_as`, which forwards.
-        let staged = match self.routing {
-            Routing::Redirect => {
-                self.server.engine.stage_write(&body, &mut self.routes, self.pass_secs)
-            }
-            Routing::Forward => None,
-        };
-        if let Some(stage) = staged {
-            self.stage(req_id, body.op(), now, stage);
-            return;
-        }
-        match body {
-            Request::Hello(h) => {
-                // Here, in order, so it applies to every later request.
-                self.routing = h.routing;
-                self.observe("hello", Duration::ZERO, None);
-                self.push_reply(req_id, Response::Hello);
-            }
-            Request::Ping => {
-                self.observe("ping", Duration::ZERO, None);
-                self.push_reply(req_id, Response::Pong);
-            }
-            Request::Auth(a) => {
-                let engine = self.server.engine.clone();
-                let admin = self.server.admin_hash;
-                let timeout = self.server.limits.request_timeout;
-                self.authing = true;
-                self.in_flight.push(Box::pin(async move {
-                    // The revision before the check: a revocation racing it
-                    // moves the revision, and the next request looks again.
-                    let revision = engine.tokens_revision();
-                    let checked = engine.authenticate(&a.token.0, admin.as_ref());
-                    let (resp, auth) = match tokio::time::timeout(timeout, checked).await {
-                        Ok(Ok(role)) => (Response::Auth(role.clone()), Some((role, revision))),
-                        Ok(Err(e)) => (Response::Error(e), None),
-                        Err(_) => (Response::Error(WireError::timeout("auth took too long")), None),
-                    };
-                    let auth = auth.map(Box::new);
-                    Ended::One(Done { req_id, op: "auth", started: now, resp, is_auth: true, auth })
-                }));
-            }
-            body if self.requests >= self.server.limits.max_in_flight_per_connection => {
-                self.observe(body.op(), Duration::ZERO, Some(ErrorCode::Overloaded));
-                let err = WireError::overloaded("too many requests in flight on this connection");
-                self.push_reply(req_id, Response::Error(err));
-            }
-            body => {
-                // The node-wide cap bounds the results all connections hold
-                // at once; released when this request's reply is taken.
-                let Ok(slot) = self.server.requests.clone().try_acquire_owned() else {
-                    self.observe(body.op(), Duration::ZERO, Some(ErrorCode::Overloaded));
-                    let err = WireError::overloaded("the node has too many requests in flight");
-                    self.push_reply(req_id, Response::Error(err));
-                    return;
-                };
-                let engine = self.server.engine.clone();
-                let timeout = self.server.limits.request_timeout;
-                let routing = self.routing;
-                self.requests += 1;
-                self.in_flight.push(Box::pin(async move {
-                    let op = body.op();
-                    let resp = match tokio::time::timeout(timeout, engine.handle_as(body, routing))
-                        .await
-                    {
-                        Ok(r) => r,
-                        Err(_) => Response::Error(WireError::timeout(format!(
-                            "no result within {} ms; the request may still apply",
-                            timeout.as_millis()
-                        ))),
-                    };
-                    drop(slot);
-                    Ended::One(Done::of(req_id, op, now, resp))
-                }));
-            }
-        }
-    }
-
     /// Takes every other result that is ready now, so they share a write.
     fn collect_ready(&mut self) {
         while self.backlog() < OUT_LIMIT {
@@ -435,42 +337,18 @@ impl Conn {
         }
     }
 
-    /// A write this node proposes with the others of its group in this
-    /// read pass (`batch.rs`), under the same caps as any request.
-    fn stage(&mut self, req_id: u64, op: &'static str, now: Instant, stage: Stage) {
-        let staged = match stage {
-            Stage::Now(resp) => {
-                let code = error_code(op, &resp);
-                self.seen.push(&self.server.metrics, now, op, code);
-                self.push_reply(req_id, resp);
-                return;
-            }
-            Stage::Staged(s) => s,
-        };
-        if self.requests >= self.server.limits.max_in_flight_per_connection {
-            self.observe(op, Duration::ZERO, Some(ErrorCode::Overloaded));
-            let err = WireError::overloaded("too many requests in flight on this connection");
-            self.push_reply(req_id, Response::Error(err));
-            return;
-        }
-        let Ok(slot) = self.server.requests.clone().try_acquire_owned() else {
-            self.observe(op, Duration::ZERO, Some(ErrorCode::Overloaded));
-            let err = WireError::overloaded("the node has too many requests in flight");
-            self.push_reply(req_id, Response::Error(err));
-            return;
-        };
-        self.requests += 1;
-        self.staged.add(req_id, op, now, staged, slot);
-    }
-
     /// Proposes the read pass's staged writes, one future per group.
     fn submit_staged(&mut self) {
         for share in self.staged.submit(self.server.limits.request_timeout) {
             match share {
-                Ok(fut) => self.in_flight.push(Box::pin(async move { Ended::Many(fut.await) })),
+                Ok(fut) => {
+                    let pass = self.hold.submitted();
+                    self.in_flight
+                        .push(Box::pin(async move { Ended::Many { pass, done: fut.await } }))
+                }
                 // Not proposed (not leading any more, a full queue, a full
                 // disk): answered now.
-                Err(done) => self.ended(Ended::Many(done)),
+                Err(done) => self.ended(Ended::Many { pass: 0, done }),
             }
         }
     }
@@ -480,7 +358,10 @@ impl Conn {
         let now = Instant::now();
         match ended {
             Ended::One(done) => self.reply(done, now),
-            Ended::Many(all) => all.into_iter().for_each(|d| self.reply(d, now)),
+            Ended::Many { pass, done } => {
+                self.hold.ended(pass);
+                done.into_iter().for_each(|d| self.reply(d, now))
+            }
         }
     }
 
@@ -526,6 +407,9 @@ impl Conn {
 
     /// Writes as much of the backlog as the socket takes now.
     fn write(&mut self) -> io::Result<()> {
+        if self.holding() {
+            return Ok(());
+        }
         let before = self.written;
         while self.written < self.out.len() {
             match self.stream.try_write(&self.out[self.written..]) {

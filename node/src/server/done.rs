@@ -31,7 +31,11 @@ impl Done {
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Ended {
     One(Done),
-    Many(Vec<Done>),
+    /// A group's share of the writes of read pass `pass`.
+    Many {
+        pass: u64,
+        done: Vec<Done>,
+    },
 }
 
 /// The error code of a reply, if it is an error; logs an `Internal` one.
