@@ -22,12 +22,12 @@
 //! no task wake-up, timer entry or boxed future, and a board query no
 //! mailbox and oneshot either (`docs/benchmarks.md`, "Per core").
 
+use crate::board_memo;
 use crate::engine::{internal, Engine};
 use crate::group::Group;
 use plaudit_actors::board_host::QueryOut;
-use plaudit_actors::rankings::route;
 use plaudit_proto::likes::{CountsRequest, EntityState, StatusRequest};
-use plaudit_proto::routing::{board_shard, shard_of};
+use plaudit_proto::routing::shard_of;
 use plaudit_proto::scoring::{BoardQuery, QueryReply, QueryRequest};
 use plaudit_proto::window::TypeId;
 use plaudit_proto::{BizId, Request, Response, WireError};
@@ -66,11 +66,13 @@ impl Engine {
     fn query_now(&self, q: &QueryRequest) -> Option<Result<Response, WireError>> {
         let def = self.directory.rank(q.rank)?;
         // A bad board reference is reported by the future path.
-        let t = route::board_of(&def, &q.board).ok()?;
-        let key = t.to_key();
-        let g = self.sole_group(board_shard(q.rank, &key, self.cfg.shards))?;
-        let out = g.handle.board_query_now(q.rank, &key, &q.query)?;
-        Some(Ok(Response::Query(query_reply(&t, &q.query, out))))
+        board_memo::with_named(&def, &q.board, self.cfg.shards, |b| {
+            let g = self.sole_group(b.shard)?;
+            let out = g.handle.board_query_now(q.rank, &b.key, &q.query)?;
+            Some(Ok(Response::Query(query_reply(&b.type_id, &q.query, out))))
+        })
+        .ok()
+        .flatten()
     }
 
     fn counts_now(&self, r: &CountsRequest) -> Option<Result<Response, WireError>> {
@@ -111,9 +113,9 @@ impl Engine {
 
 /// A board query's answer as the wire carries it.
 pub(crate) fn query_reply(t: &TypeId, q: &BoardQuery, out: QueryOut) -> QueryReply {
-    let type_id = t.format();
     match out {
-        QueryOut::Items(items) => QueryReply::Items { type_id, items },
+        // Only a list names its board (formatting it was 4.6% of rank-of).
+        QueryOut::Items(items) => QueryReply::Items { type_id: t.format(), items },
         QueryOut::RankOf(row) => {
             let item = match q {
                 BoardQuery::RankOf { item } => *item,

@@ -15,6 +15,7 @@
 //! shard map and membership changes are in `placement` and `control`.
 
 mod auth;
+pub mod board_memo;
 mod bootstrap;
 pub mod control;
 pub mod disk;

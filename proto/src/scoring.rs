@@ -85,7 +85,7 @@ pub struct ScoreReply {
 }
 
 /// Which sub-board a query reads.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum BoardRef {
     TypeId(String),
     At { dims: Vec<(String, u64)>, granularity: Granularity, ts: i64 },
