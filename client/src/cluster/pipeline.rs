@@ -22,7 +22,8 @@ use super::call::probing;
 use super::{lock, Cluster};
 use crate::error::ClientError;
 use crate::retry::{self, Outcome};
-use crate::route::{self, Dest};
+use crate::route::{self, Dest, Target};
+use plaudit_proto::scoring::BoardRef;
 use plaudit_proto::{ErrorCode, Request, Response};
 use tokio::time::Instant;
 
@@ -41,13 +42,33 @@ impl Cluster {
         let reqs: Vec<Request> =
             reqs.into_iter().map(|r| retry::once(r, retry::random_u64())).collect();
         let mut groups: Vec<(Dest, Vec<usize>)> = Vec::new();
+        // Each target is routed once per pipeline (and a board's type id
+        // hashed once): requests for one board or shard repeat, and routing
+        // each was a seventh of the client's CPU on rank-of.
+        let shards = lock(&self.view).shards();
+        let mut targets = TargetMemo::default();
+        let mut routed: Vec<(Target, Option<usize>)> = Vec::new();
         for (i, req) in reqs.iter().enumerate() {
-            let target = route::target(req, lock(&self.view).shards());
+            let target = targets.target(req, shards);
+            let group = match routed.iter().find(|(t, _)| *t == target) {
+                Some(&(_, g)) => g,
+                None => {
+                    let g = self.pick(target).map(|dest| {
+                        match groups.iter().position(|(d, _)| d.addr == dest.addr) {
+                            Some(g) => g,
+                            None => {
+                                groups.push((dest, Vec::new()));
+                                groups.len() - 1
+                            }
+                        }
+                    });
+                    routed.push((target, g));
+                    g
+                }
+            };
             // No node to pick: `call_until` waits for one, or says why not.
-            let Some(dest) = self.pick(target) else { continue };
-            match groups.iter_mut().find(|(d, _)| d.addr == dest.addr) {
-                Some((_, of_dest)) => of_dest.push(i),
-                None => groups.push((dest, vec![i])),
+            if let Some(g) = group {
+                groups[g].1.push(i);
             }
         }
         let sent = futures::future::join_all(groups.iter().map(|(dest, of_dest)| {
@@ -150,5 +171,62 @@ fn dup(a: &Answer) -> Answer {
     match a {
         Ok(r) => Ok(r.clone()),
         Err(e) => Err(e.duplicate()),
+    }
+}
+
+/// Targets of the board queries of one pipeline, by ranking and type id:
+/// parsing, encoding and hashing a type id costs more than the query's
+/// share of the write.
+#[derive(Default)]
+struct TargetMemo<'a> {
+    boards: Vec<(u32, &'a str, Target)>,
+}
+
+/// Distinct boards a pipeline remembers (a linear search: past a few,
+/// routing afresh costs no more).
+const MEMO_BOARDS: usize = 8;
+
+impl<'a> TargetMemo<'a> {
+    fn target(&mut self, req: &'a Request, shards: u32) -> Target {
+        let Request::Query(q) = req else { return route::target(req, shards) };
+        let BoardRef::TypeId(t) = &q.board else { return route::target(req, shards) };
+        if let Some(&(_, _, target)) = self.boards.iter().find(|b| b.0 == q.rank && b.1 == t) {
+            return target;
+        }
+        let target = route::target(req, shards);
+        if self.boards.len() < MEMO_BOARDS {
+            self.boards.push((q.rank, t, target));
+        }
+        target
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plaudit_proto::scoring::{BoardQuery, QueryRequest};
+
+    fn query(rank: u32, type_id: &str) -> Request {
+        let board = BoardRef::TypeId(type_id.into());
+        Request::Query(QueryRequest { rank, board, query: BoardQuery::Size })
+    }
+
+    #[test]
+    fn remembered_targets_are_the_routed_ones() {
+        let ids = ["total:0_1", "total:0_2", "total:0_3", "day:1713110400_9", "nonsense"];
+        let mut reqs = Vec::new();
+        for round in 0..3 {
+            for (i, t) in ids.iter().enumerate() {
+                reqs.push(query(1 + (i as u32 + round) % 2, t));
+            }
+            reqs.push(Request::Ping);
+        }
+        for shards in [0, 1, 3, 16] {
+            let mut memo = TargetMemo::default();
+            for r in &reqs {
+                assert_eq!(memo.target(r, shards), route::target(r, shards), "{r:?}");
+            }
+            assert!(memo.boards.len() <= MEMO_BOARDS);
+        }
     }
 }
