@@ -1,18 +1,19 @@
-//! A connection's memory of where its recent scoring events went: the next
+//! A worker thread's memory of where recent scoring events went: the next
 //! event on the same sub-board skips the work that names the board (its
 //! dimension values in the ranking's order, the filters on them, its
 //! windows, the binary key, the shard's hash and the formatted type id).
 //!
 //! ```text
 //! event ─> same definition (pointer), dimensions, windows, clock second as an entry? ─> its route
-//!              no ─> route::dim_values, dims_filtered, targets ─> remembered (round robin, ROUTES)
+//!              no ─> route::dim_values, dims_filtered, targets ─> remembered (up to ROUTES)
 //! ```
 //!
 //! Why a hit is the answer the full check gives: what is remembered is a
 //! pure function of the ranking's definition, the event's dimensions as
 //! given, the windows its timestamp falls in, and the clock's second (a
 //! window's expiry depends on it). An entry is used only when all four
-//! match. The definition is compared by pointer: the directory puts a new
+//! match: the memo holds one second's entries and starts over at the
+//! next. The definition is compared by pointer: the directory puts a new
 //! `Arc` for every change, and the entry holds its `Arc`, so an old one's
 //! address cannot be reused while it is remembered. What depends on the
 //! event itself (the future horizon, the item and score filters) is checked
@@ -20,22 +21,28 @@
 //!
 //! Measured on a hot board (`docs/benchmarks.md`): naming the board was a
 //! fifth of the connection's CPU per event, most of it formatting the type
-//! id and hashing the key.
+//! id and hashing the key. A thread, not a connection, remembers: with
+//! the rankings mix's 1,000 boards, a connection's eight routes missed
+//! four events in five, and naming was 4.5% of the node.
 //!
-//! Memory: at most `ROUTES` entries per connection; an event whose
+//! Memory: at most `ROUTES` entries per worker thread; an event whose
 //! dimension names exceed `MAX_NAME_BYTES` or that has more than
 //! `MAX_DIMS` dimensions is routed without being remembered.
 
 use plaudit_actors::rankings::route;
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::rankings::RankDef;
 use plaudit_proto::routing::board_shard;
 use plaudit_proto::scoring::ScoreRequest;
 use plaudit_proto::window::{window_end, window_start, Granularity};
 use plaudit_proto::ShardId;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
-/// Routes one connection remembers.
-pub const ROUTES: usize = 8;
+/// Routes one thread remembers; past that it starts over.
+pub const ROUTES: usize = 4096;
 /// Dimension names (bytes, all of an event's together) beyond which an
 /// event's route is not remembered.
 pub const MAX_NAME_BYTES: usize = 128;
@@ -54,30 +61,35 @@ pub struct BoardRoute {
 
 struct Entry {
     def: Arc<RankDef>,
+    shards: u32,
     dims: Vec<(String, u64)>,
     /// The timestamps whose windows are the entry's: `[from, to)`.
     window: (i64, i64),
-    now: i64,
     /// `None`: not one live board (several, an expired one, or refused by
     /// a dimension filter).
     route: Option<BoardRoute>,
 }
 
 impl Entry {
-    fn matches(&self, def: &Arc<RankDef>, ev: &ScoreRequest, now: i64) -> bool {
+    /// Whether `ev` under `def` is this entry's (in the memo's second).
+    fn matches(&self, def: &Arc<RankDef>, ev: &ScoreRequest, shards: u32) -> bool {
         Arc::ptr_eq(&self.def, def)
-            && self.now == now
+            && self.shards == shards
             && (self.window.0..self.window.1).contains(&ev.ts)
             && self.dims == ev.dims
     }
 }
 
-/// One connection's remembered routes.
+/// Remembered routes, by a hash of (definition address, dimensions): a
+/// lookup borrows the event's dimensions (no copy unless a route is new).
+/// Entries hold only the clock second `now`; a later second starts over.
 #[derive(Default)]
 pub struct ScoreRoutes {
-    entries: Vec<Entry>,
-    /// The entry a new route replaces once all `ROUTES` are used.
-    next: usize,
+    routes: HashMap<u64, Vec<Entry>, KeyedHash>,
+    len: usize,
+    /// The clock second of every entry.
+    now: i64,
+    hasher: KeyedHash,
 }
 
 impl ScoreRoutes {
@@ -91,38 +103,58 @@ impl ScoreRoutes {
         now: i64,
         shards: u32,
     ) -> Option<BoardRoute> {
-        if let Some(e) = self.entries.iter().find(|e| e.matches(def, ev, now)) {
+        if now < self.now {
+            // A pass that began before the second the memo holds.
+            return board_route(def, ev, now, shards).ok()?;
+        }
+        if now > self.now {
+            self.routes.clear();
+            self.len = 0;
+            self.now = now;
+        }
+        let h = self.hasher.hash_one((Arc::as_ptr(def) as usize, shards, &ev.dims));
+        let hit = self.routes.get(&h).and_then(|b| b.iter().find(|e| e.matches(def, ev, shards)));
+        if let Some(e) = hit {
             return e.route.clone();
         }
         let route = board_route(def, ev, now, shards).ok()?;
         let names: usize = ev.dims.iter().map(|(n, _)| n.len()).sum();
-        let window = windows_of(def, ev.ts);
         if ev.dims.len() <= MAX_DIMS && names <= MAX_NAME_BYTES {
+            if self.len >= ROUTES {
+                self.routes.clear();
+                self.len = 0;
+            }
             let entry = Entry {
                 def: def.clone(),
+                shards,
                 dims: ev.dims.clone(),
-                window,
-                now,
+                window: windows_of(def, ev.ts),
                 route: route.clone(),
             };
-            if self.entries.len() < ROUTES {
-                self.entries.push(entry);
-            } else {
-                self.entries[self.next] = entry;
-                self.next = (self.next + 1) % ROUTES;
-            }
+            self.routes.entry(h).or_default().push(entry);
+            self.len += 1;
         }
         route
     }
 
     /// Routes remembered now.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len == 0
     }
+}
+
+thread_local! {
+    static ROUTES_HERE: RefCell<ScoreRoutes> = RefCell::new(ScoreRoutes::default());
+}
+
+/// Calls `f` with this thread's routes (a connection's writes are staged
+/// on the thread that reads it).
+pub fn with_routes<R>(f: impl FnOnce(&mut ScoreRoutes) -> R) -> R {
+    ROUTES_HERE.with(|r| f(&mut r.borrow_mut()))
 }
 
 /// The full check, remembering nothing: `Err` for dimensions that do not
@@ -242,10 +274,16 @@ mod tests {
     fn no_more_than_routes_entries_are_kept() {
         let d = def(vec![Granularity::Total]);
         let mut routes = ScoreRoutes::default();
-        for ruid in 0..100 {
+        for ruid in 0..ROUTES as u64 + 10 {
             assert!(routes.route(&d, &event(ruid, TS), TS, 16).is_some());
+            assert!(routes.len() <= ROUTES);
         }
-        assert_eq!(routes.len(), ROUTES);
+        assert_eq!(routes.len(), 10, "it starts over once full");
+        // A later second starts over too; an earlier one leaves the memo be.
+        routes.route(&d, &event(1, TS), TS + 1, 16);
+        assert_eq!(routes.len(), 1);
+        assert!(routes.route(&d, &event(2, TS), TS, 16).is_some());
+        assert_eq!(routes.len(), 1);
     }
 
     proptest! {

@@ -49,7 +49,6 @@ use super::table::Entry;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
-use plaudit_cluster::score_route::ScoreRoutes;
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame;
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
@@ -87,8 +86,6 @@ pub(super) struct Conn {
     requests: usize,
     /// Writes of the read pass under way, proposed when it ends.
     staged: WriteBatch,
-    /// Where this connection's recent scoring events went.
-    routes: ScoreRoutes,
     /// The wall clock (epoch seconds) when the read pass under way began.
     pass_secs: i64,
     /// Answers the pass gave at once, timed together when it ends.
@@ -137,7 +134,6 @@ impl Conn {
             in_flight: FuturesUnordered::new(),
             requests: 0,
             staged: WriteBatch::default(),
-            routes: ScoreRoutes::default(),
             pass_secs: 0,
             seen: PassSeen::default(),
             routing: Routing::Forward,

@@ -3,6 +3,7 @@
 
 use super::super::done::{error_code, Done, Ended};
 use super::Conn;
+use plaudit_cluster::score_route::with_routes;
 use plaudit_cluster::staged::Stage;
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame::FrameError;
@@ -49,7 +50,8 @@ impl Conn {
         // it; a forwarding one is served by `handle_as`, which forwards.
         let staged = match self.routing {
             Routing::Redirect => {
-                self.server.engine.stage_write(&body, &mut self.routes, self.pass_secs)
+                let (engine, secs) = (&self.server.engine, self.pass_secs);
+                with_routes(|routes| engine.stage_write(&body, routes, secs))
             }
             Routing::Forward => None,
         };
