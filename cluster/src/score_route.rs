@@ -90,6 +90,9 @@ pub struct ScoreRoutes {
     /// The clock second of every entry.
     now: i64,
     hasher: KeyedHash,
+    /// Where the last route was found: tried first, without hashing the
+    /// event's dimensions (a hot board's events come one after another).
+    last: Option<(u64, usize)>,
 }
 
 impl ScoreRoutes {
@@ -108,21 +111,27 @@ impl ScoreRoutes {
             return board_route(def, ev, now, shards).ok()?;
         }
         if now > self.now {
-            self.routes.clear();
-            self.len = 0;
+            self.start_over();
             self.now = now;
         }
+        if let Some((h, i)) = self.last {
+            let last = self.routes.get(&h).and_then(|b| b.get(i));
+            if let Some(e) = last.filter(|e| e.matches(def, ev, shards)) {
+                return e.route.clone();
+            }
+        }
         let h = self.hasher.hash_one((Arc::as_ptr(def) as usize, shards, &ev.dims));
-        let hit = self.routes.get(&h).and_then(|b| b.iter().find(|e| e.matches(def, ev, shards)));
-        if let Some(e) = hit {
-            return e.route.clone();
+        let bucket = self.routes.get(&h);
+        let hit = bucket.and_then(|b| b.iter().position(|e| e.matches(def, ev, shards)));
+        if let (Some(b), Some(i)) = (bucket, hit) {
+            self.last = Some((h, i));
+            return b[i].route.clone();
         }
         let route = board_route(def, ev, now, shards).ok()?;
         let names: usize = ev.dims.iter().map(|(n, _)| n.len()).sum();
         if ev.dims.len() <= MAX_DIMS && names <= MAX_NAME_BYTES {
             if self.len >= ROUTES {
-                self.routes.clear();
-                self.len = 0;
+                self.start_over();
             }
             let entry = Entry {
                 def: def.clone(),
@@ -135,6 +144,12 @@ impl ScoreRoutes {
             self.len += 1;
         }
         route
+    }
+
+    fn start_over(&mut self) {
+        self.routes.clear();
+        self.len = 0;
+        self.last = None;
     }
 
     /// Routes remembered now.

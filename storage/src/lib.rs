@@ -53,6 +53,7 @@ pub mod state;
 mod states_cache;
 mod trees;
 pub mod wal;
+mod wal_spare;
 
 pub use board_image::BoardImage;
 pub use boards::BoardMeta;

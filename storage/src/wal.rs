@@ -31,7 +31,10 @@
 //! (the checksum of a zero header is not zero), so recovery reads up to
 //! the first zero header; what follows a torn record is cut unless it is
 //! all zeros (a stale record past the cut must not line up with a later
-//! append and come back). Without a spare ready, a segment starts empty.
+//! append and come back). Without a spare ready, a segment starts empty
+//! and asks for one once it holds 1/64 of a segment; it gives way to the spare as soon as that is
+//! ready (it grows the file on every append, so every `fdatasync` also
+//! wrote its inode: on a fresh node, the first 64 MiB of the log).
 //!
 //! Space: a segment is deleted once no group has a live entry in it. When a
 //! new segment starts, it first records every group's vote, purge point and
@@ -48,6 +51,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::wal_spare::{Spare, SPARE_PREFIX, SPARE_SLACK};
 
 /// The format version byte in front of every payload.
 pub(crate) const FORMAT_V1: u8 = 1;
@@ -99,6 +104,10 @@ struct Segment {
     /// Live entries in it, of every group, and their bytes.
     live: usize,
     live_bytes: u64,
+    /// Started without a spare: each append grows the file, so each sync
+    /// also writes its inode (one more device write a round); it gives way
+    /// to a spare as soon as one is ready.
+    grows: bool,
 }
 
 pub(crate) struct WalInner {
@@ -109,116 +118,6 @@ pub(crate) struct WalInner {
     spare: Arc<Spare>,
     /// A sync of the log failed: why. Nothing more is appended (see `poison_on`).
     poisoned: Option<String>,
-}
-
-/// The zero-filled file the next segment will be, made off the append path
-/// once the active segment is half full (a node that writes little never
-/// makes one).
-struct Spare {
-    /// This log's own spare file: a name no other `Wal` of the process (one
-    /// closed and reopened in place, its thread still writing) can share.
-    path: PathBuf,
-    file: Mutex<Option<File>>,
-    /// `IDLE`, `MAKING`, `READY` or `FAILED`: lets every append check it
-    /// for free.
-    state: std::sync::atomic::AtomicU8,
-    /// Free space the disk must keep after a spare is made (the node's
-    /// write reserve, `min_free_disk_mb`).
-    floor: std::sync::atomic::AtomicU64,
-}
-
-const IDLE: u8 = 0;
-const MAKING: u8 = 1;
-const READY: u8 = 2;
-/// Not made for this segment (too little space, or it failed): the next
-/// segment starts empty, and the one after it tries again.
-const FAILED: u8 = 3;
-const SPARE_PREFIX: &str = "wal-spare-";
-/// Room a spare has past `segment_bytes`: a segment's last append may run
-/// over, and a segment may start with moved entries.
-const SPARE_SLACK: u64 = 1 << 20;
-/// The floor until the node sets its own: a spare is never what fills a disk.
-const DEFAULT_SPARE_FLOOR: u64 = 1 << 30;
-
-impl Spare {
-    fn new(dir: &Path) -> Spare {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        Spare {
-            path: dir.join(format!("{SPARE_PREFIX}{}-{n}.tmp", std::process::id())),
-            file: Mutex::new(None),
-            state: std::sync::atomic::AtomicU8::new(IDLE),
-            floor: AtomicU64::new(DEFAULT_SPARE_FLOOR),
-        }
-    }
-
-    /// The ready spare, if any; either way the next segment may make one.
-    fn take(&self) -> Option<File> {
-        use std::sync::atomic::Ordering;
-        let state = self.state.load(Ordering::Acquire);
-        if state == FAILED {
-            self.state.store(IDLE, Ordering::Release);
-        }
-        if state != READY {
-            return None;
-        }
-        let f = self.file.lock().unwrap_or_else(|e| e.into_inner()).take();
-        self.state.store(IDLE, Ordering::Release);
-        f
-    }
-
-    /// Starts making a spare unless one is ready or being made, or this
-    /// segment's attempt failed; only if the disk keeps its floor after it.
-    fn make(self: &Arc<Self>, dir: &Path, bytes: u64) {
-        use std::sync::atomic::Ordering;
-        if self.state.compare_exchange(IDLE, MAKING, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            return;
-        }
-        let floor = self.floor.load(Ordering::Relaxed);
-        let room = crate::disk_space::free_bytes(dir)
-            .is_ok_and(|free| free >= bytes.saturating_add(floor));
-        if !room {
-            self.state.store(FAILED, Ordering::Release);
-            return;
-        }
-        let spare = self.clone();
-        let spawned = std::thread::Builder::new().name("wal-spare".into()).spawn(move || {
-            match zero_file(&spare.path, bytes) {
-                Ok(f) => {
-                    *spare.file.lock().unwrap_or_else(|e| e.into_inner()) = Some(f);
-                    spare.state.store(READY, Ordering::Release);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not prepare the next log segment");
-                    let _ = std::fs::remove_file(&spare.path);
-                    spare.state.store(FAILED, Ordering::Release);
-                }
-            }
-        });
-        if spawned.is_err() {
-            self.state.store(FAILED, Ordering::Release);
-        }
-    }
-}
-
-/// Creates `path` as `bytes` of zeros, synced.
-fn zero_file(path: &Path, bytes: u64) -> io::Result<File> {
-    // A file of that name is one this log made and failed to remove.
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
-    let zeros = vec![0u8; 1 << 20];
-    let mut at = 0u64;
-    while at < bytes {
-        let n = zeros.len().min((bytes - at) as usize);
-        file.write_all_at(&zeros[..n], at)?;
-        at += n as u64;
-    }
-    file.sync_all()?;
-    Ok(file)
 }
 
 /// The node's log. Group handles (`file_log::FileLogStore`) share it.
@@ -300,7 +199,7 @@ impl Wal {
 
     /// Whether a zero-filled file waits to be the next segment (tests).
     pub fn spare_ready(&self) -> bool {
-        self.lock().spare.state.load(std::sync::atomic::Ordering::Acquire) == READY
+        self.lock().spare.ready()
     }
 }
 
@@ -313,7 +212,8 @@ impl WalInner {
                 "the Raft log failed to sync ({why}); it takes no writes until the node restarts"
             )));
         }
-        if self.segments.last().is_none_or(|s| s.len - s.base >= self.segment_bytes) {
+        let full = |s: &Segment| s.len - s.base >= self.segment_bytes;
+        if self.segments.last().is_none_or(|s| full(s) || (s.grows && self.spare.ready())) {
             self.rotate()?;
         }
         let mut buf = Vec::new();
@@ -329,7 +229,10 @@ impl WalInner {
         }
         let (seq, base, file) = (seg.seq, seg.len, seg.file.clone());
         seg.len += buf.len() as u64;
-        if seg.len - seg.base >= self.segment_bytes / 2 {
+        // A segment that grows asks early (but not a node that writes
+        // little: a spare is a whole segment of zeros).
+        let asks = if seg.grows { self.segment_bytes / 64 } else { self.segment_bytes / 2 };
+        if seg.len - seg.base >= asks {
             self.spare.make(&self.dir, self.segment_bytes + SPARE_SLACK);
         }
         let mut off = base;
@@ -418,6 +321,7 @@ impl WalInner {
         }
         let moved = self.move_oldest_if_pinned(&mut buf)?;
         let path = self.dir.join(format!("wal-{seq:020}.log"));
+        let mut grows = false;
         let file = match self.spare.take() {
             Some(f) => match std::fs::rename(&self.spare.path, &path) {
                 Ok(()) => f,
@@ -426,7 +330,10 @@ impl WalInner {
                     new_file(&path)?
                 }
             },
-            None => new_file(&path)?,
+            None => {
+                grows = true;
+                new_file(&path)?
+            }
         };
         let written = file.write_all_at(&buf, 0).and_then(|()| file.sync_data());
         if let Err(e) = written.and_then(|()| sync_dir(&self.dir)) {
@@ -434,8 +341,8 @@ impl WalInner {
             return Err(e);
         }
         let len = buf.len() as u64;
-        let seg =
-            Segment { seq, path, file: Arc::new(file), len, base: len, live: 0, live_bytes: 0 };
+        let file = Arc::new(file);
+        let seg = Segment { seq, path, file, len, base: len, live: 0, live_bytes: 0, grows };
         self.segments.push(seg);
         for (group, index, off, len) in moved {
             self.apply(group, KIND_ENTRY, index, &[], Loc { seg: seq, off, len });
@@ -516,6 +423,7 @@ impl WalInner {
                 base: 0,
                 live: 0,
                 live_bytes: 0,
+                grows: true,
             });
             let mut off = 0usize;
             while let Some((group, kind, index, payload)) = parse(&bytes[off..]) {
@@ -525,6 +433,7 @@ impl WalInner {
             }
             let seg = self.segments.last_mut().ok_or_else(|| io::Error::other("no segment"))?;
             seg.len = off as u64;
+            seg.grows = off == bytes.len();
             // Zeros after the last record are room made for appends (see
             // the module doc): kept. Anything else is torn or damaged.
             if off < bytes.len() && bytes[off..].iter().any(|&b| b != 0) {
@@ -534,6 +443,7 @@ impl WalInner {
                 tracing::warn!(segment = %path.display(), at = off, "cutting a torn or corrupt log tail");
                 seg.file.set_len(off as u64)?;
                 seg.file.sync_all()?;
+                seg.grows = true;
             }
         }
         Ok(())

@@ -366,6 +366,41 @@ async fn segments_made_ahead_as_zeros_recover_to_their_records() {
     node.close();
 }
 
+/// A segment that started without a spare (a fresh log) asks for one
+/// early (at 1/64 of a segment) and gives way to it as soon as it is
+/// ready, long before it is full: appends to a growing file make every
+/// sync write its inode too.
+#[tokio::test]
+async fn a_segment_started_empty_gives_way_to_a_spare_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = open_sized(dir.path(), 1 << 20);
+    let mut last = 0;
+    while !node.wal.spare_ready() {
+        last += 1;
+        assert!(last < 20_000, "no spare asked for");
+        node.store.blocking_append([normal(1, last, payload(last))]).await.unwrap();
+        if last % 100 == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    last += 1;
+    node.store.blocking_append([normal(1, last, payload(last))]).await.unwrap();
+    let names = segments(dir.path());
+    assert_eq!(names.len(), 2, "the first segment gave way: {names:?}");
+    let first = std::fs::metadata(log_dir(dir.path()).join(&names[0])).unwrap().len();
+    assert!(first < 1 << 18, "it was far from full ({first} bytes)");
+    let second = std::fs::metadata(log_dir(dir.path()).join(&names[1])).unwrap().len();
+    assert!(second > 1 << 20, "the second segment is the spare ({second} bytes)");
+    for i in last + 1..=last + 20 {
+        node.store.blocking_append([normal(1, i, payload(i))]).await.unwrap();
+    }
+    assert_eq!(segments(dir.path()).len(), 2, "appends stay in the spare");
+    node.close();
+    let mut node = open_sized(dir.path(), 1 << 20);
+    assert_eq!(indexes(&mut node.store).await, (1..=last + 20).collect::<Vec<_>>());
+    node.close();
+}
+
 /// No spare is made where the disk would keep less than its floor after it
 /// (the node's write reserve): segments then start empty, as before; and a
 /// spare left by a crash is removed at open.
