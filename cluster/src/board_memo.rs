@@ -17,7 +17,8 @@
 //!
 //! Memory: at most `BOARDS` entries per worker thread (each a reference
 //! of at most 256 bytes of type id, or a checked dimension list, and its
-//! key); past that the memo starts over. A thread, not a connection,
+//! key); past that the memo starts over, and so it does when a ranking's
+//! definition changes (entries hold only current definitions). A thread, not a connection,
 //! because a node's connections query the same boards.
 
 use plaudit_actors::rankings::route;
@@ -59,6 +60,10 @@ pub struct BoardMemo {
     boards: HashMap<u64, Vec<Entry>, KeyedHash>,
     len: usize,
     hasher: KeyedHash,
+    /// The definition (address) each ranking's entries were made under: a
+    /// changed one starts the memo over, so old definitions are not kept
+    /// alive (one can hold filter lists of thousands of values).
+    defs: HashMap<u32, usize, KeyedHash>,
 }
 
 impl BoardMemo {
@@ -82,10 +87,13 @@ impl BoardMemo {
         }
         let named = name(def, board, shards)?;
         let out = f(&named);
-        if self.len >= BOARDS {
+        let addr = Arc::as_ptr(def) as usize;
+        if self.len >= BOARDS || self.defs.get(&def.id).is_some_and(|&a| a != addr) {
             self.boards.clear();
+            self.defs.clear();
             self.len = 0;
         }
+        self.defs.insert(def.id, addr);
         let entry = Entry { def: def.clone(), shards, board: board.clone(), named };
         self.boards.entry(h).or_default().push(entry);
         self.len += 1;
@@ -185,6 +193,10 @@ mod tests {
         assert!(memo.with(&new, &b, 8, |_| ()).is_err());
         assert_eq!(memo.len(), 1, "errors are not remembered");
         assert_eq!(named(&mut memo, &old, &b, 8), name(&old, &b, 8).unwrap());
+        // A remembered board under the new definition lets the old go.
+        let daily = at(1, Granularity::Day, TS);
+        assert_eq!(named(&mut memo, &new, &daily, 8), name(&new, &daily, 8).unwrap());
+        assert_eq!((memo.len(), Arc::strong_count(&old)), (1, 1));
     }
 
     #[test]

@@ -229,8 +229,9 @@ impl WalInner {
         }
         let (seq, base, file) = (seg.seq, seg.len, seg.file.clone());
         seg.len += buf.len() as u64;
-        // A segment that grows asks early (but not a node that writes
-        // little: a spare is a whole segment of zeros).
+        // A segment that grows asks early (but not before 1/64 of a
+        // segment is in it: a spare is a whole segment of zeros, and a node
+        // that writes little should not make one).
         let asks = if seg.grows { self.segment_bytes / 64 } else { self.segment_bytes / 2 };
         if seg.len - seg.base >= asks {
             self.spare.make(&self.dir, self.segment_bytes + SPARE_SLACK);
@@ -304,7 +305,14 @@ impl WalInner {
             if out.file.metadata()?.len() > out.len {
                 out.file.set_len(out.len)?;
             }
-            out.file.sync_data()?;
+            // A failed sync may have dropped pages that the flusher's next
+            // sync of this file then reports clean: stop appends, as a
+            // failed round does (`Wal::poison_on`).
+            if let Err(e) = out.file.sync_data() {
+                tracing::error!(error = %e, "the Raft log failed to sync: it takes no more writes");
+                self.poisoned = Some(e.to_string());
+                return Err(e);
+            }
         }
         let seq = self.segments.last().map_or(1, |s| s.seq + 1);
         let mut buf = Vec::new();
@@ -327,6 +335,7 @@ impl WalInner {
                 Ok(()) => f,
                 Err(e) => {
                     tracing::warn!(error = %e, "could not use the prepared log segment");
+                    grows = true;
                     new_file(&path)?
                 }
             },

@@ -50,7 +50,11 @@ impl Cluster {
         let mut routed: Vec<(Target, Option<usize>)> = Vec::new();
         for (i, req) in reqs.iter().enumerate() {
             let target = targets.target(req, shards);
-            let group = match routed.iter().find(|(t, _)| *t == target) {
+            // A leader is one node; `Any` and `Replica` rotate over their
+            // candidates per request (`View::pick`'s spin), which spreads a
+            // pipeline's fan-outs and stale reads: those are picked each.
+            let once = matches!(target, Target::Leader(_) | Target::Meta);
+            let group = match routed.iter().find(|(t, _)| once && *t == target) {
                 Some(&(_, g)) => g,
                 None => {
                     let g = self.pick(target).map(|dest| {
@@ -62,7 +66,9 @@ impl Cluster {
                             }
                         }
                     });
-                    routed.push((target, g));
+                    if once {
+                        routed.push((target, g));
+                    }
                     g
                 }
             };

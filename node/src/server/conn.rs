@@ -404,6 +404,11 @@ impl Conn {
     /// Writes as much of the backlog as the socket takes now.
     fn write(&mut self) -> io::Result<()> {
         if self.holding() {
+            // A hold is not the client's stall: its clock waits too (holds
+            // end below `OUT_LIMIT`, which a client that never reads fills).
+            if self.write_stalled.is_some() {
+                self.write_stalled = Some(Instant::now());
+            }
             return Ok(());
         }
         let before = self.written;
