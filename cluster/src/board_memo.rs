@@ -21,6 +21,7 @@
 //! definition changes (entries hold only current definitions). A thread, not a connection,
 //! because a node's connections query the same boards.
 
+use crate::hash_buckets::HashBuckets;
 use plaudit_actors::rankings::route;
 use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::rankings::RankDef;
@@ -30,7 +31,6 @@ use plaudit_proto::window::TypeId;
 use plaudit_proto::{ShardId, WireError};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// Boards one thread remembers.
@@ -53,13 +53,10 @@ struct Entry {
 }
 
 /// Remembered boards, by a hash of (definition address, shard count,
-/// reference): looking up by the hash borrows the reference, where a map
-/// keyed by the tuple would need an owned copy (an allocation) per query.
+/// reference) (`hash_buckets.rs`).
 #[derive(Default)]
 pub struct BoardMemo {
-    boards: HashMap<u64, Vec<Entry>, KeyedHash>,
-    len: usize,
-    hasher: KeyedHash,
+    boards: HashBuckets<Entry, BOARDS>,
     /// The definition (address) each ranking's entries were made under: a
     /// changed one starts the memo over, so old definitions are not kept
     /// alive (one can hold filter lists of thousands of values).
@@ -76,37 +73,33 @@ impl BoardMemo {
         shards: u32,
         f: impl FnOnce(&Named) -> R,
     ) -> Result<R, WireError> {
-        let h = self.hasher.hash_one((Arc::as_ptr(def) as usize, shards, board));
-        let hit = self.boards.get(&h).and_then(|bucket| {
-            bucket
-                .iter()
-                .find(|e| Arc::ptr_eq(&e.def, def) && e.shards == shards && e.board == *board)
-        });
-        if let Some(e) = hit {
+        let addr = Arc::as_ptr(def) as usize;
+        let h = self.boards.hash((addr, shards, board));
+        let is = |e: &Entry| Arc::ptr_eq(&e.def, def) && e.shards == shards && e.board == *board;
+        if let Some((_, e)) = self.boards.find(h, is) {
             return Ok(f(&e.named));
         }
         let named = name(def, board, shards)?;
         let out = f(&named);
-        let addr = Arc::as_ptr(def) as usize;
-        if self.len >= BOARDS || self.defs.get(&def.id).is_some_and(|&a| a != addr) {
+        if self.defs.get(&def.id).is_some_and(|&a| a != addr) {
             self.boards.clear();
             self.defs.clear();
-            self.len = 0;
+        }
+        let entry = Entry { def: def.clone(), shards, board: board.clone(), named };
+        if self.boards.insert(h, entry) {
+            self.defs.clear();
         }
         self.defs.insert(def.id, addr);
-        let entry = Entry { def: def.clone(), shards, board: board.clone(), named };
-        self.boards.entry(h).or_default().push(entry);
-        self.len += 1;
         Ok(out)
     }
 
     /// Boards remembered now.
     pub fn len(&self) -> usize {
-        self.len
+        self.boards.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.boards.is_empty()
     }
 }
 

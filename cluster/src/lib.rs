@@ -25,6 +25,7 @@ pub mod engine;
 mod failover;
 mod fault;
 pub mod group;
+pub mod hash_buckets;
 mod inline;
 pub mod memory;
 pub mod outbox;

@@ -29,16 +29,14 @@
 //! dimension names exceed `MAX_NAME_BYTES` or that has more than
 //! `MAX_DIMS` dimensions is routed without being remembered.
 
+use crate::hash_buckets::HashBuckets;
 use plaudit_actors::rankings::route;
-use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::rankings::RankDef;
 use plaudit_proto::routing::board_shard;
 use plaudit_proto::scoring::ScoreRequest;
 use plaudit_proto::window::{window_end, window_start, Granularity};
 use plaudit_proto::ShardId;
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// Routes one thread remembers; past that it starts over.
@@ -80,16 +78,15 @@ impl Entry {
     }
 }
 
-/// Remembered routes, by a hash of (definition address, dimensions): a
-/// lookup borrows the event's dimensions (no copy unless a route is new).
-/// Entries hold only the clock second `now`; a later second starts over.
+/// Remembered routes, by a hash of (definition address, dimensions)
+/// (`hash_buckets.rs`): a lookup borrows the event's dimensions (no copy
+/// unless a route is new). Entries hold only the clock second `now`; a
+/// later second starts over.
 #[derive(Default)]
 pub struct ScoreRoutes {
-    routes: HashMap<u64, Vec<Entry>, KeyedHash>,
-    len: usize,
+    routes: HashBuckets<Entry, ROUTES>,
     /// The clock second of every entry.
     now: i64,
-    hasher: KeyedHash,
     /// Where the last route was found: tried first, without hashing the
     /// event's dimensions (a hot board's events come one after another).
     last: Option<(u64, usize)>,
@@ -111,28 +108,23 @@ impl ScoreRoutes {
             return board_route(def, ev, now, shards).ok()?;
         }
         if now > self.now {
-            self.start_over();
+            self.routes.clear();
+            self.last = None;
             self.now = now;
         }
-        if let Some((h, i)) = self.last {
-            let last = self.routes.get(&h).and_then(|b| b.get(i));
-            if let Some(e) = last.filter(|e| e.matches(def, ev, shards)) {
-                return e.route.clone();
-            }
+        let is = |e: &Entry| e.matches(def, ev, shards);
+        if let Some(e) = self.last.and_then(|(h, i)| self.routes.at(h, i)).filter(|e| is(e)) {
+            return e.route.clone();
         }
-        let h = self.hasher.hash_one((Arc::as_ptr(def) as usize, shards, &ev.dims));
-        let bucket = self.routes.get(&h);
-        let hit = bucket.and_then(|b| b.iter().position(|e| e.matches(def, ev, shards)));
-        if let (Some(b), Some(i)) = (bucket, hit) {
+        let h = self.routes.hash((Arc::as_ptr(def) as usize, shards, &ev.dims));
+        if let Some((i, e)) = self.routes.find(h, is) {
+            let route = e.route.clone();
             self.last = Some((h, i));
-            return b[i].route.clone();
+            return route;
         }
         let route = board_route(def, ev, now, shards).ok()?;
         let names: usize = ev.dims.iter().map(|(n, _)| n.len()).sum();
         if ev.dims.len() <= MAX_DIMS && names <= MAX_NAME_BYTES {
-            if self.len >= ROUTES {
-                self.start_over();
-            }
             let entry = Entry {
                 def: def.clone(),
                 shards,
@@ -140,25 +132,20 @@ impl ScoreRoutes {
                 window: windows_of(def, ev.ts),
                 route: route.clone(),
             };
-            self.routes.entry(h).or_default().push(entry);
-            self.len += 1;
+            if self.routes.insert(h, entry) {
+                self.last = None;
+            }
         }
         route
     }
 
-    fn start_over(&mut self) {
-        self.routes.clear();
-        self.len = 0;
-        self.last = None;
-    }
-
     /// Routes remembered now.
     pub fn len(&self) -> usize {
-        self.len
+        self.routes.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.routes.is_empty()
     }
 }
 
