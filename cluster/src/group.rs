@@ -123,8 +123,9 @@ impl Group {
         sm_ctx: StateMachineContext,
         network: crate::raft_net::PeerNetwork,
     ) -> anyhow::Result<Group> {
-        let mut log = open_log(db, &commit, wal, id, name).await?;
+        let mut log = open_log(db, &commit, wal.clone(), id, name).await?;
         let sm = ShardStateMachine {
+            wal,
             shard: id,
             is_meta: sm_ctx.is_meta,
             handle: handle.clone(),

@@ -34,6 +34,7 @@ use openraft::{
 use plaudit_actors::{ApplyEntry, CmdResult, Directory, ShardHandle};
 use plaudit_proto::codec;
 use plaudit_storage::snapshot::{read_header, Frozen};
+use plaudit_storage::wal::Wal;
 use plaudit_storage::StateStore;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -52,6 +53,9 @@ pub struct ShardStateMachine {
     pub directory: Directory,
     /// Where this group's snapshot files live.
     pub snapshot_dir: PathBuf,
+    /// The node's Raft log: its buffered records (this group's committed
+    /// record among them) are written out before an apply.
+    pub wal: Arc<Wal>,
     /// Held while snapshot files are renamed, deleted or chosen.
     pub files: FileLock,
 }
@@ -288,6 +292,10 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             return Ok(Vec::new());
         }
         tracing::trace!(shard = self.shard, first = ?first, entries = batch.len(), "apply");
+        // The committed record that let these entries through reaches the
+        // page cache before anything they do is visible (`file_log.rs`),
+        // in one write with whatever else the log holds by now.
+        self.wal.write_out().map_err(|e| sm_err(ErrorVerb::Write, e))?;
         self.handle.apply(batch).await.map_err(|e| sm_err(ErrorVerb::Write, e))
     }
 

@@ -97,6 +97,7 @@ async fn open_with(dir: &Path, is_meta: bool, budget: usize) -> (sled::Db, Shard
         store,
         directory,
         snapshot_dir: dir.join("snapshots").join(if is_meta { "meta" } else { "shard1" }),
+        wal: plaudit_storage::wal::Wal::open(&dir.join("raft")).unwrap(),
         files: Default::default(),
     };
     (db, sm)

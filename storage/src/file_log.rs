@@ -8,17 +8,19 @@
 //! round of durability was a `Db::flush`, which seals sled's IO buffer and
 //! hands it to sled's thread pool; that pool wakes all of its idle threads
 //! for every buffer (`notify_all`), so each round cost a handful of context
-//! switches besides the flush. Here an append is one `pwrite` to the page
-//! cache, and its round one `fdatasync` of the active segment
-//! (`GroupCommit::submit_file`).
+//! switches besides the flush. Here an append is encoded into the log's
+//! buffer, and its round one `pwrite` of every group's appends plus one
+//! `fdatasync` of the active segment (`GroupCommit::submit_wal`).
 //!
 //! Durability follows openraft's contract. `append` makes entries readable at
 //! once and completes `LogFlushed` after an `fdatasync` that covers them.
 //! `save_vote` appends a vote record and returns once it is synced.
-//! `save_committed` appends a record without waiting for a sync: after a
-//! kill the page cache still has it, so a leader restored in the same term
-//! replays what it had committed before serving; after a power loss an
-//! older committed id is re-learned, never over-claimed.
+//! `save_committed` appends a record without waiting for a sync; the state
+//! machine writes it to the page cache (`Wal::write_out`) before it applies
+//! anything the record lets through. After a kill the page cache still has
+//! it, so a leader restored in the same term replays what it had committed
+//! before serving; after a power loss an older committed id is re-learned,
+//! never over-claimed.
 //! `truncate` appends a truncate record, durable with the next round (the
 //! removed entries were not committed). `purge` appends its record; openraft
 //! purges only up to a snapshot, and applied state is durable in snapshot
@@ -162,11 +164,11 @@ where
 
     /// Appends records for this group and waits for a sync that covers them.
     async fn append_durable(&self, records: &[Record<'_>]) -> io::Result<()> {
-        let file = self.wal.lock().append(self.group, records)?;
+        self.wal.lock().append(self.group, records)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let wal = self.wal.clone();
-        self.commit.submit_file(
-            file,
+        self.commit.submit_wal(
+            self.wal.clone(),
             Box::new(move |r| {
                 wal.poison_on(&r);
                 let _ = tx.send(r);
@@ -372,9 +374,11 @@ where
         self.note_committed(committed.as_ref());
         let payload =
             encode(&committed).map_err(|e| err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
-        // Recorded, not synced: the page cache keeps it across a kill, and a
-        // leader restored after one replays up to it before serving reads
-        // that passed a read-index check (which trusts the committed index).
+        // Recorded, not synced: written to the page cache before the apply
+        // it allows (`ShardStateMachine::apply`), which keeps it across a
+        // kill, and a leader restored after one replays up to it before
+        // serving reads that passed a read-index check (which trusts the
+        // committed index).
         let r = Record { kind: KIND_COMMITTED, index: 0, payload: &payload };
         let mut wal = self.wal.lock();
         wal.append(self.group, &[r]).map_err(|e| err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
@@ -409,7 +413,7 @@ where
             .map(|(index, p)| Record { kind: KIND_ENTRY, index: *index, payload: p })
             .collect();
         let mut gone = Vec::new();
-        let file = {
+        {
             let mut wal = self.wal.lock();
             // Entries only go after the log's end: openraft truncates a
             // conflicting tail before it appends over it.
@@ -418,18 +422,16 @@ where
                 let e = io::Error::other(format!("append of {} after {last}", records[0].index));
                 return Err(err(ErrorSubject::Logs, ErrorVerb::Write, &e));
             }
-            let file = wal
-                .append(self.group, &records)
+            wal.append(self.group, &records)
                 .map_err(|e| err(ErrorSubject::Logs, ErrorVerb::Write, &e))?;
             let mut recent = self.recent();
             for (entry, (index, payload)) in kept.into_iter().zip(&payloads) {
                 recent.push(*index, payload.len(), entry, &mut gone);
             }
-            file
-        };
+        }
         let wal = self.wal.clone();
-        self.commit.submit_file(
-            file,
+        self.commit.submit_wal(
+            self.wal.clone(),
             Box::new(move |r| {
                 wal.poison_on(&r);
                 callback.log_io_completed(r)

@@ -36,14 +36,16 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
 
+use crate::wal::Wal;
+
 /// What a durability request runs once its flush has finished (or failed).
 pub type FlushCallback = Box<dyn FnOnce(io::Result<()>) + Send + 'static>;
 
 /// One durability request: sled's `Db` (its buffers written and synced), or
-/// one file of our own (the Raft log's segments) `fdatasync`ed.
+/// the Raft log's appends written and its active segment `fdatasync`ed.
 enum Request {
     Db(FlushCallback),
-    File(Arc<File>, FlushCallback),
+    Wal(Arc<Wal>, FlushCallback),
 }
 
 /// The shortest time between the starts of two shared flush rounds.
@@ -146,12 +148,13 @@ impl GroupCommit {
         self.send(Request::Db(done));
     }
 
-    /// Completes `done` after an `fdatasync` of `file` that began after this
-    /// call, sharing the round with every other request queued meanwhile
-    /// (a file named by several requests is synced once). No sled flush
-    /// unless another request in the round asks for one.
-    pub fn submit_file(&self, file: Arc<File>, done: FlushCallback) {
-        self.send(Request::File(file, done));
+    /// Completes `done` after a round of `wal` (its appends written, its
+    /// active segment `fdatasync`ed) that began after this call, sharing
+    /// the round with every other request queued meanwhile (a log named by
+    /// several requests is synced once). No sled flush unless another
+    /// request in the round asks for one.
+    pub fn submit_wal(&self, wal: Arc<Wal>, done: FlushCallback) {
+        self.send(Request::Wal(wal, done));
     }
 
     fn send(&self, req: Request) {
@@ -234,7 +237,7 @@ impl Drop for Inner {
 impl Request {
     fn into_callback(self) -> FlushCallback {
         match self {
-            Request::Db(done) | Request::File(_, done) => done,
+            Request::Db(done) | Request::Wal(_, done) => done,
         }
     }
 }
@@ -251,7 +254,7 @@ impl Flusher {
     fn run(mut self) {
         tracing::debug!("group-commit flusher started");
         let mut batch: Vec<FlushCallback> = Vec::new();
-        let mut files: Vec<Arc<File>> = Vec::new();
+        let mut logs: Vec<Arc<Wal>> = Vec::new();
         // `recv` fails only once every sender is gone *and* the queue is empty,
         // so callbacks submitted before the last handle dropped are still served.
         let mut last_round: Option<std::time::Instant> = None;
@@ -279,9 +282,9 @@ impl Flusher {
                         db = true;
                         batch.push(done);
                     }
-                    Request::File(file, done) => {
-                        if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
-                            files.push(file);
+                    Request::Wal(wal, done) => {
+                        if !logs.iter().any(|w| Arc::ptr_eq(w, &wal)) {
+                            logs.push(wal);
                         }
                         batch.push(done);
                     }
@@ -292,13 +295,11 @@ impl Flusher {
                 if db {
                     self.flush_once()?;
                 }
-                // One file in practice: the write-ahead log's active segment
-                // (its predecessor too, right after a rotation, which has
-                // synced it already).
-                files.iter().try_for_each(|f| f.sync_data())
+                // One log in practice: the node's.
+                logs.iter().try_for_each(|w| w.sync_round())
             }))
             .unwrap_or_else(|_| Err(io::Error::other("sled panicked during flush")));
-            files.clear();
+            logs.clear();
             last_size = batch.len();
             self.counters.flushes.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = &result {

@@ -3,8 +3,8 @@
 //! shards apply, in memory (durable as snapshot files plus the log).
 //!
 //! ```text
-//! openraft ──append──> FileLogStore (one per group) ──pwrite (readable now)──> Wal: raft/wal-*.log (all groups)
-//!                          └──submit_file(callback)──> GroupCommit thread: drain, fdatasync, complete
+//! openraft ──append──> FileLogStore (one per group) ──buffer (readable now)──> Wal: raft/wal-*.log (all groups)
+//!                          └──submit_wal(callback)──> GroupCommit thread: drain, pwrite, fdatasync, complete
 //! ```
 //!
 //! Modules:

@@ -118,6 +118,9 @@ pub(crate) struct WalInner {
     spare: Arc<Spare>,
     /// A sync of the log failed: why. Nothing more is appended (see `poison_on`).
     poisoned: Option<String>,
+    /// The active segment's newest records, appended but not yet written
+    /// to its file (they end at its `len`): see [`Wal::write_out`].
+    pending: Vec<u8>,
 }
 
 /// The node's log. Group handles (`file_log::FileLogStore`) share it.
@@ -150,6 +153,7 @@ impl Wal {
             groups: HashMap::new(),
             spare: Arc::new(Spare::new(dir)),
             poisoned: None,
+            pending: Vec::new(),
         };
         // Spares left by a crash (or by an earlier `Wal` of this process):
         // never used, they may be half written.
@@ -197,38 +201,86 @@ impl Wal {
         }
     }
 
+    /// Writes the records appended since the last write to the page cache,
+    /// in one `pwrite`. A kill then keeps them; only a sync makes them
+    /// survive a power loss. The state machine calls this before it applies
+    /// (so a committed record is in the file before anything it let through
+    /// is visible), and so does each group-commit round before its sync.
+    ///
+    /// Why appends do not write at once: a round of the rankings mix
+    /// carried up to 16 groups' entries and as many committed records, and
+    /// each `pwrite` of a few hundred bytes cost about 4 µs of the node's
+    /// core in ext4's per-call path (7% of the node). One write per round
+    /// (or per apply) costs that once.
+    pub fn write_out(&self) -> io::Result<()> {
+        self.lock().write_pending()
+    }
+
+    /// One group-commit round's work for the log: what is appended is
+    /// written, then the active segment synced (outside the lock, so
+    /// appends go on meanwhile). A segment that gave way since the appends
+    /// this round covers was synced by the rotation.
+    pub(crate) fn sync_round(&self) -> io::Result<()> {
+        let file = {
+            let mut inner = self.lock();
+            if let Some(why) = &inner.poisoned {
+                return Err(poisoned(why));
+            }
+            inner.write_pending()?;
+            match inner.segments.last() {
+                Some(seg) => seg.file.clone(),
+                None => return Ok(()),
+            }
+        };
+        file.sync_data()
+    }
+
     /// Whether a zero-filled file waits to be the next segment (tests).
     pub fn spare_ready(&self) -> bool {
         self.lock().spare.ready()
     }
 }
 
+impl Drop for Wal {
+    fn drop(&mut self) {
+        // A clean stop leaves nothing behind in memory (best effort: what
+        // was never synced was never acknowledged either).
+        let _ = self.lock().write_pending();
+    }
+}
+
+fn poisoned(why: &str) -> io::Error {
+    io::Error::other(format!(
+        "the Raft log failed to sync ({why}); it takes no writes until the node restarts"
+    ))
+}
+
+/// Appended bytes held before they are written regardless of the next
+/// round: bounds the buffer whatever the appends between two rounds.
+const PENDING_MAX: usize = 1 << 20;
+
 impl WalInner {
-    /// Appends `records` of `group` as one write and applies them to the
-    /// group's state; returns the file to sync for them.
-    pub fn append(&mut self, group: u32, records: &[Record<'_>]) -> io::Result<Arc<File>> {
+    /// Appends `records` of `group` and applies them to the group's state.
+    /// They are readable at once; they reach the file with the next
+    /// [`Wal::write_out`] or round (`Wal::sync_round`).
+    pub fn append(&mut self, group: u32, records: &[Record<'_>]) -> io::Result<()> {
         if let Some(why) = &self.poisoned {
-            return Err(io::Error::other(format!(
-                "the Raft log failed to sync ({why}); it takes no writes until the node restarts"
-            )));
+            return Err(poisoned(why));
         }
         let full = |s: &Segment| s.len - s.base >= self.segment_bytes;
         if self.segments.last().is_none_or(|s| full(s) || (s.grows && self.spare.ready())) {
             self.rotate()?;
         }
-        let mut buf = Vec::new();
+        let start = self.pending.len();
         for r in records {
-            encode(group, r, &mut buf)?;
+            if let Err(e) = encode(group, r, &mut self.pending) {
+                self.pending.truncate(start);
+                return Err(e);
+            }
         }
         let seg = self.segments.last_mut().ok_or_else(|| io::Error::other("no segment"))?;
-        // On failure nothing is indexed, and what did reach the file is cut
-        // again, so no stray record past `len` can pass its checksum later.
-        if let Err(e) = seg.file.write_all_at(&buf, seg.len) {
-            let _ = seg.file.set_len(seg.len);
-            return Err(e);
-        }
-        let (seq, base, file) = (seg.seq, seg.len, seg.file.clone());
-        seg.len += buf.len() as u64;
+        let (seq, base) = (seg.seq, seg.len);
+        seg.len += (self.pending.len() - start) as u64;
         // A segment that grows asks early (but not before 1/64 of a
         // segment is in it: a spare is a whole segment of zeros, and a node
         // that writes little should not make one).
@@ -242,7 +294,26 @@ impl WalInner {
             self.apply(group, r.kind, r.index, r.payload, loc);
             off += (HEADER + r.payload.len()) as u64;
         }
-        Ok(file)
+        if self.pending.len() >= PENDING_MAX {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the pending records to the active segment. A failed write
+    /// keeps them, to be written again at the same place (the bytes are
+    /// the same, so a part that did land is rewritten, not doubled).
+    fn write_pending(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let seg = self.segments.last().ok_or_else(|| io::Error::other("no segment"))?;
+        seg.file.write_all_at(&self.pending, seg.len - self.pending.len() as u64)?;
+        self.pending.clear();
+        if self.pending.capacity() > PENDING_MAX {
+            self.pending = Vec::new();
+        }
+        Ok(())
     }
 
     /// A record's effect on its group's state (at append and at recovery).
@@ -278,13 +349,22 @@ impl WalInner {
         }
     }
 
-    /// Reads one entry's payload.
+    /// Reads one entry's payload (from memory while it is pending).
     pub fn read(&self, loc: Loc, buf: &mut Vec<u8>) -> io::Result<()> {
         let seg = self
             .segments
             .iter()
             .find(|s| s.seq == loc.seg)
             .ok_or_else(|| io::Error::other(format!("no log segment {}", loc.seg)))?;
+        let unwritten = seg.len - self.pending.len() as u64;
+        if self.segments.last().is_some_and(|s| s.seq == loc.seg) && loc.off >= unwritten {
+            let at = (loc.off - unwritten) as usize;
+            let bytes = self.pending.get(at..at + loc.len as usize);
+            let bytes = bytes.ok_or_else(|| io::Error::other("log entry past the log's end"))?;
+            buf.clear();
+            buf.extend_from_slice(bytes);
+            return Ok(());
+        }
         buf.resize(loc.len as usize, 0);
         seg.file.read_exact_at(buf, loc.off)
     }
@@ -300,6 +380,7 @@ impl WalInner {
     /// `segment_bytes` of appends, a few syncs and at most
     /// `segment_bytes / 8` of moved entries.
     fn rotate(&mut self) -> io::Result<()> {
+        self.write_pending()?;
         if let Some(out) = self.segments.last() {
             // Its unused zeros go: only the active segment has a zero tail.
             if out.file.metadata()?.len() > out.len {
@@ -501,3 +582,7 @@ fn new_file(path: &Path) -> io::Result<File> {
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+#[path = "wal_tests.rs"]
+mod tests;
