@@ -540,6 +540,11 @@ impl Engine {
             }
             g.handle.stop().await;
         }
+        // The log's buffered records (the snapshots' purges, the last
+        // committed ids) are written and synced before the node goes.
+        if let Err(e) = self.commit.flush_wal(self.wal.clone()).await {
+            tracing::warn!(error = %e, "final log round failed");
+        }
         if let Err(e) = self.commit.flush().await {
             tracing::warn!(error = %e, "final flush failed");
         }

@@ -321,7 +321,6 @@ async fn a_log_purged_past_the_newest_snapshot_takes_the_received_file_or_refuse
     use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
     use plaudit_storage::file_log::FileLogStore;
     use plaudit_storage::group_commit::GroupCommit;
-    use plaudit_storage::wal::Wal;
 
     let mut leader = replica(false).await;
     leader.sm.apply(vec![entry(1, vec![like(1, 1, LikeAction::Like)])]).await.unwrap();
@@ -338,8 +337,8 @@ async fn a_log_purged_past_the_newest_snapshot_takes_the_received_file_or_refuse
             std::fs::write(sm.snapshot_dir.join("incoming-9-9.tmp"), &bytes).unwrap();
         }
         let commit = GroupCommit::start(db.clone(), &dir.path().join("sled")).unwrap();
-        let wal = Wal::open(&dir.path().join("raft")).unwrap();
-        let mut log = FileLogStore::<plaudit_cluster::types::TypeConfig>::open(wal, 1, commit);
+        let mut log =
+            FileLogStore::<plaudit_cluster::types::TypeConfig>::open(sm.wal.clone(), 1, commit);
         let blank = |i| Entry {
             log_id: LogId::new(CommittedLeaderId::new(2, 1), i),
             payload: EntryPayload::Blank,
@@ -362,4 +361,41 @@ async fn a_log_purged_past_the_newest_snapshot_takes_the_received_file_or_refuse
             sm.handle.stop().await;
         }
     }
+}
+
+/// The committed record openraft saves before an apply reaches the file
+/// before the apply's effects can be seen: a copy of the log taken right
+/// after the apply (what a kill leaves) has it.
+#[tokio::test]
+async fn an_apply_writes_the_committed_record_that_allowed_it_first() {
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    use plaudit_storage::file_log::FileLogStore;
+    use plaudit_storage::group_commit::GroupCommit;
+    use plaudit_storage::wal::Wal;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (db, mut sm) = open(dir.path(), false).await;
+    let commit = GroupCommit::start(db.clone(), &dir.path().join("sled")).unwrap();
+    let mut log = FileLogStore::<TypeConfig>::open(sm.wal.clone(), 1, commit.clone());
+    let first = entry(1, vec![like(1, 1, LikeAction::Like)]);
+    log.blocking_append([first.clone()]).await.unwrap();
+    log.save_committed(Some(first.log_id)).await.unwrap();
+    let copy_log = |name: &str| {
+        let to = dir.path().join(name);
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(dir.path().join("raft")).unwrap() {
+            let path = e.unwrap().path();
+            let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+            if file.starts_with("wal-") && file.ends_with(".log") {
+                std::fs::copy(&path, to.join(file)).unwrap();
+            }
+        }
+        FileLogStore::<TypeConfig>::open(Wal::open(&to).unwrap(), 1, commit.clone())
+    };
+    let mut before = copy_log("before");
+    assert_eq!(before.read_committed().await.unwrap(), None, "the record waits in the buffer");
+    sm.apply(vec![first.clone()]).await.unwrap();
+    let mut after = copy_log("after");
+    assert_eq!(after.read_committed().await.unwrap(), Some(first.log_id));
+    sm.handle.stop().await;
 }

@@ -1,13 +1,13 @@
 //! A fast keyed hash for maps whose integer keys clients choose (event
-//! ids, entity and user ids): murmur3's 64-bit finalizer over each word,
-//! seeded at random per process, instead of SipHash. SipHash was a tenth
+//! ids, entity and user ids): a folded multiply per word, keyed at random
+//! per process, instead of SipHash. SipHash was a tenth
 //! of a hot board's apply (three hashes per event) and shows in every
 //! counts lookup; the seed keeps a client from aiming its ids at one
 //! bucket without knowing it. Only memory layout depends on the seed,
 //! never a result, so replicas need not agree on it.
 //!
-//! Each word costs one folded multiply (the 128-bit product's halves
-//! xored, as foldhash and ahash do) and `finish` one more; the murmur3
+//! Each word costs one folded multiply by the process's key (the 128-bit
+//! product's halves xored, as foldhash and ahash do) and `finish` one more; the murmur3
 //! finalizer it used per word was three dependent multiply-shift steps,
 //! and a scoring event's member (ranking, type key, item, rules: eight
 //! words) was hashed through that chain to coalesce it (a fifth of the
@@ -18,22 +18,27 @@ use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy)]
 pub struct KeyedHash {
+    /// The state a hash starts from, and the (odd) multiplier of each word:
+    /// both operands of the multiply are keyed, as in foldhash.
     seed: u64,
+    key: u64,
 }
 
 impl Default for KeyedHash {
     fn default() -> Self {
-        static SEED: OnceLock<u64> = OnceLock::new();
-        let seed =
-            *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0u64));
-        KeyedHash { seed }
+        static KEYS: OnceLock<(u64, u64)> = OnceLock::new();
+        let (seed, key) = *KEYS.get_or_init(|| {
+            let random = std::collections::hash_map::RandomState::new();
+            (random.hash_one(0u64), random.hash_one(1u64) | 1)
+        });
+        KeyedHash { seed, key }
     }
 }
 
 impl BuildHasher for KeyedHash {
     type Hasher = KeyedHasher;
     fn build_hasher(&self) -> KeyedHasher {
-        KeyedHasher { state: self.seed }
+        KeyedHasher { state: self.seed, key: self.key }
     }
 }
 
@@ -41,6 +46,7 @@ impl BuildHasher for KeyedHash {
 #[derive(Debug, Clone, Copy)]
 pub struct KeyedHasher {
     state: u64,
+    key: u64,
 }
 
 impl Hasher for KeyedHasher {
@@ -63,7 +69,7 @@ impl Hasher for KeyedHasher {
     }
 
     fn write_u64(&mut self, v: u64) {
-        self.state = folded_multiply(self.state ^ v, WORD);
+        self.state = folded_multiply(self.state ^ v, self.key);
     }
 
     fn write_usize(&mut self, v: usize) {
@@ -75,9 +81,8 @@ impl Hasher for KeyedHasher {
     }
 }
 
-/// Odd constants with well-spread bits (2^64 over the golden ratio, and
-/// murmur3's first finalizer multiplier).
-const WORD: u64 = 0x9e37_79b9_7f4a_7c15;
+/// An odd constant with well-spread bits (murmur3's first finalizer
+/// multiplier): the last step mixes whatever the keyed steps left.
 const FINISH: u64 = 0xff51_afd7_ed55_8ccd;
 
 /// The 128-bit product's halves xored: every input bit reaches the
@@ -107,12 +112,13 @@ mod tests {
 
     #[test]
     fn the_seed_moves_every_key() {
-        let (a, b) = (KeyedHasher { state: 1 }, KeyedHasher { state: 2 });
-        let hash = |mut h: KeyedHasher, v: u64| {
-            h.write_u64(v);
-            h.finish()
+        let a = KeyedHash { seed: 1, key: 0x9e37_79b9_7f4a_7c15 };
+        let b = KeyedHash { seed: 2, key: 0x9e37_79b9_7f4a_7c15 };
+        let c = KeyedHash { seed: 1, key: 0x2545_f491_4f6c_dd1d };
+        let differ = |x: &KeyedHash, y: &KeyedHash| {
+            (0..1000u64).filter(|&v| x.hash_one(v) & 1023 == y.hash_one(v) & 1023).count()
         };
-        let same = (0..1000u64).filter(|&v| hash(a, v) & 1023 == hash(b, v) & 1023).count();
+        let same = differ(&a, &b).max(differ(&a, &c));
         assert!(same < 20, "{same} of 1000 keys kept their bucket under another seed");
     }
 

@@ -1,6 +1,6 @@
 //! Group commit: one flusher thread per `sled::Db` that turns many durability
 //! requests into one `flush` plus one `fdatasync`, and many appends to the
-//! Raft logs' own files into one `fdatasync` per file.
+//! node's Raft log into one `pwrite` of its buffer and one `fdatasync`.
 //!
 //! Why it exists: every Raft group on a node appends to the same `Db`, and an
 //! fsync per append caps a node at a few thousand entries per second, while one
@@ -173,11 +173,21 @@ impl GroupCommit {
 
     /// Waits, without blocking the executor, for a flush that began after this call.
     pub async fn flush(&self) -> io::Result<()> {
+        self.wait_for(Request::Db).await
+    }
+
+    /// Waits, without blocking the executor, for a round of `wal` (its
+    /// buffered records written and synced) that began after this call.
+    pub async fn flush_wal(&self, wal: Arc<Wal>) -> io::Result<()> {
+        self.wait_for(|done| Request::Wal(wal, done)).await
+    }
+
+    async fn wait_for(&self, request: impl FnOnce(FlushCallback) -> Request) -> io::Result<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit(Box::new(move |result| {
+        self.send(request(Box::new(move |result| {
             // The waiter may have been cancelled; then nobody wants the answer.
             let _ = tx.send(result);
-        }));
+        })));
         rx.await.unwrap_or_else(|_| Err(stopped()))
     }
 

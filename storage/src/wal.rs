@@ -220,7 +220,7 @@ impl Wal {
     /// written, then the active segment synced (outside the lock, so
     /// appends go on meanwhile). A segment that gave way since the appends
     /// this round covers was synced by the rotation.
-    pub(crate) fn sync_round(&self) -> io::Result<()> {
+    pub fn sync_round(&self) -> io::Result<()> {
         let file = {
             let mut inner = self.lock();
             if let Some(why) = &inner.poisoned {
@@ -238,14 +238,6 @@ impl Wal {
     /// Whether a zero-filled file waits to be the next segment (tests).
     pub fn spare_ready(&self) -> bool {
         self.lock().spare.ready()
-    }
-}
-
-impl Drop for Wal {
-    fn drop(&mut self) {
-        // A clean stop leaves nothing behind in memory (best effort: what
-        // was never synced was never acknowledged either).
-        let _ = self.lock().write_pending();
     }
 }
 
@@ -295,7 +287,11 @@ impl WalInner {
             off += (HEADER + r.payload.len()) as u64;
         }
         if self.pending.len() >= PENDING_MAX {
-            self.write_pending()?;
+            // The records are indexed already: a failed write here is left
+            // to the next round, which writes them again and reports it.
+            if let Err(e) = self.write_pending() {
+                tracing::warn!(error = %e, "could not write the Raft log's buffer");
+            }
         }
         Ok(())
     }
@@ -356,8 +352,11 @@ impl WalInner {
             .iter()
             .find(|s| s.seq == loc.seg)
             .ok_or_else(|| io::Error::other(format!("no log segment {}", loc.seg)))?;
-        let unwritten = seg.len - self.pending.len() as u64;
-        if self.segments.last().is_some_and(|s| s.seq == loc.seg) && loc.off >= unwritten {
+        // Only the active segment has pending bytes (an older one may be
+        // shorter than the buffer).
+        let unwritten = seg.len.saturating_sub(self.pending.len() as u64);
+        let active = self.segments.last().is_some_and(|s| s.seq == loc.seg);
+        if active && loc.off >= unwritten {
             let at = (loc.off - unwritten) as usize;
             let bytes = self.pending.get(at..at + loc.len as usize);
             let bytes = bytes.ok_or_else(|| io::Error::other("log entry past the log's end"))?;

@@ -75,7 +75,7 @@ fn a_round_writes_then_syncs_and_rotation_writes_the_outgoing_segment_first() {
     // Small segments: the appends below span several.
     let wal = Wal::open_with_segment_bytes(&dir, 4096).unwrap();
     append(&wal, 1, 1..=200);
-    assert!(wal.segment_count() > 3, "segments rotated: {}", wal.segment_count());
+    assert!(wal.segment_count() >= 2, "segments rotated: {}", wal.segment_count());
     wal.sync_round().unwrap();
     let copy = after_kill(&dir, &tmp.path().join("copy"), 4096);
     assert_eq!(entries(&copy, 1), expected(1..=200));
@@ -102,4 +102,19 @@ fn a_poisoned_log_fails_its_rounds() {
     append(&wal, 1, 1..=2);
     wal.poison_on(&Err(io::Error::other("EIO")));
     assert!(wal.sync_round().is_err(), "a round after a failed sync reports it");
+}
+
+#[test]
+fn older_segments_read_while_a_large_buffer_waits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wal = Wal::open_with_segment_bytes(&tmp.path().join("log"), 4096).unwrap();
+    append(&wal, 1, 1..=200);
+    wal.sync_round().unwrap();
+    assert!(wal.segment_count() >= 2);
+    // More bytes wait than any older segment holds.
+    let big = vec![9u8; 5 * 4096];
+    wal.lock().append(1, &[Record { kind: KIND_ENTRY, index: 201, payload: &big }]).unwrap();
+    let mut all = expected(1..=200);
+    all.push((201, big));
+    assert_eq!(entries(&wal, 1), all);
 }

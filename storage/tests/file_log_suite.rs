@@ -71,8 +71,11 @@ impl Node {
         Store::open(self.wal.clone(), id, self.commit.clone())
     }
 
+    /// A clean stop, as the engine's: the log's buffer written and synced
+    /// (a poisoned log refuses, as it would there).
     fn close(self) {
         let Node { commit, wal, store, db } = self;
+        let _ = wal.sync_round();
         drop(store);
         drop(wal);
         drop(commit);
