@@ -21,6 +21,7 @@
 //! as idle.
 
 use crate::board_host::BoardView;
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::rankings::RankId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,11 +38,12 @@ pub struct Entry {
     touched_ms: AtomicU64,
 }
 
-/// One ranking's active boards, by binary type id.
-type RankBoards = HashMap<Vec<u8>, Arc<Entry>>;
+/// One ranking's active boards, by binary type id. Keyed-hashed
+/// (`keyed_hash.rs`): clients choose the dimension values in a type id.
+type RankBoards = HashMap<Vec<u8>, Arc<Entry>, KeyedHash>;
 
 pub struct ActiveBoards {
-    boards: RwLock<HashMap<RankId, RankBoards>>,
+    boards: RwLock<HashMap<RankId, RankBoards, KeyedHash>>,
     /// The coarse clock when these boards began (`coarse_now`).
     epoch: Duration,
 }

@@ -21,6 +21,7 @@
 //! takes a snapshot, not member by member as they change.
 
 use crate::rankings::order::OrderList;
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::rankings::{Aggregation, ItemId, TieMode};
 use std::collections::HashMap;
 
@@ -66,7 +67,8 @@ pub enum BoardError {
 
 pub struct Board {
     rules: Rules,
-    members: HashMap<ItemId, Member>,
+    /// Keyed-hashed: clients choose the item ids (`keyed_hash.rs`).
+    members: HashMap<ItemId, Member, KeyedHash>,
     order: OrderList<BoardKey>,
     /// The next stamp to hand out; stored with the board.
     next_stamp: u64,
@@ -90,7 +92,7 @@ fn score_of_key(key: u64) -> i64 {
 
 impl Board {
     pub fn new(rules: Rules) -> Board {
-        Board { rules, members: HashMap::new(), order: OrderList::new(), next_stamp: 1 }
+        Board { rules, members: HashMap::default(), order: OrderList::new(), next_stamp: 1 }
     }
 
     /// Rebuilds a board from stored members (any order) and its stored stamp.
