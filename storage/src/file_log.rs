@@ -166,11 +166,9 @@ where
     async fn append_durable(&self, records: &[Record<'_>]) -> io::Result<()> {
         self.wal.lock().append(self.group, records)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let wal = self.wal.clone();
         self.commit.submit_wal(
             self.wal.clone(),
             Box::new(move |r| {
-                wal.poison_on(&r);
                 let _ = tx.send(r);
             }),
         );
@@ -429,14 +427,7 @@ where
                 recent.push(*index, payload.len(), entry, &mut gone);
             }
         }
-        let wal = self.wal.clone();
-        self.commit.submit_wal(
-            self.wal.clone(),
-            Box::new(move |r| {
-                wal.poison_on(&r);
-                callback.log_io_completed(r)
-            }),
-        );
+        self.commit.submit_wal(self.wal.clone(), Box::new(move |r| callback.log_io_completed(r)));
         drop(gone); // after the sync is asked for (see `Recent::push`)
         Ok(())
     }

@@ -232,7 +232,12 @@ impl Wal {
                 None => return Ok(()),
             }
         };
-        file.sync_data()
+        // Only a failed sync poisons: a failed write keeps its bytes and
+        // is tried again, and another request's failure in the same round
+        // (sled's flush) says nothing about this file.
+        let synced = file.sync_data();
+        self.poison_on(&synced);
+        synced
     }
 
     /// Whether a zero-filled file waits to be the next segment (tests).
