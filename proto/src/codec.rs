@@ -26,9 +26,12 @@ pub fn to_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError>
 
 /// Appends the encoding of `value` to `out`.
 pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), CodecError> {
-    let bytes = to_bytes(value)?;
-    out.extend_from_slice(&bytes);
-    Ok(())
+    // Straight into `out`: no buffer of its own to allocate and copy (a
+    // reply's frame is written this way). On failure `out` may hold part
+    // of the value; the caller truncates.
+    bincode::serde::encode_into_std_write(value, out, config())
+        .map(|_| ())
+        .map_err(|e| CodecError::Encode(e.to_string()))
 }
 
 /// Decodes a value that must span all of `bytes`: trailing garbage is an

@@ -7,8 +7,9 @@
 //! only a bad length forces the connection closed.
 
 use crate::codec::{self, CodecError};
+use crate::fast_decode;
 use crate::limits::MAX_FRAME_LEN;
-use crate::message::Envelope;
+use crate::message::{Envelope, Request};
 use serde::{de::DeserializeOwned, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -61,16 +62,27 @@ pub async fn read_payload<R: AsyncRead + Unpin>(
 /// Decodes a payload read by `read_payload`.
 pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<Envelope<T>, FrameError> {
     let (version, body) = payload.split_first().ok_or(FrameError::BadLength(0))?;
-    let req_id = peek_req_id(body);
     if *version != PROTOCOL_VERSION {
         return Err(FrameError::Malformed {
-            req_id,
+            req_id: peek_req_id(body),
             reason: format!(
                 "unsupported protocol version {version}, this node speaks {PROTOCOL_VERSION}"
             ),
         });
     }
-    codec::from_bytes(body).map_err(|e| FrameError::Malformed { req_id, reason: e.to_string() })
+    codec::from_bytes(body)
+        .map_err(|e| FrameError::Malformed { req_id: peek_req_id(body), reason: e.to_string() })
+}
+
+/// Decodes a request payload: `decode_payload`, with a scoring event read
+/// by hand (`fast_decode.rs`; same result, a fraction of the cost).
+pub fn decode_request(payload: &[u8]) -> Result<Envelope<Request>, FrameError> {
+    if let [PROTOCOL_VERSION, body @ ..] = payload {
+        if let Some(env) = fast_decode::score_envelope(body) {
+            return Ok(env);
+        }
+    }
+    decode_payload(payload)
 }
 
 /// The request id is the envelope's first field, so it can be recovered from a
@@ -127,7 +139,6 @@ pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::Request;
 
     #[tokio::test]
     async fn frames_round_trip_back_to_back() {

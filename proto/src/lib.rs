@@ -32,6 +32,7 @@ pub mod business;
 pub mod cluster;
 pub mod codec;
 pub mod error;
+mod fast_decode;
 pub mod frame;
 pub mod ids;
 pub mod keyed_hash;

@@ -51,7 +51,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame;
-use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
+use plaudit_proto::{Envelope, ErrorCode, Response, WireError};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -277,7 +277,7 @@ impl Conn {
         self.pass_secs = plaudit_cluster::staged::wall_secs();
         while self.backlog() < OUT_LIMIT && !self.authing {
             let env = match self.inbuf.next_frame() {
-                Ok(Some(payload)) => frame::decode_payload::<Request>(payload),
+                Ok(Some(payload)) => frame::decode_request(payload),
                 Ok(None) => break,
                 Err(e) => {
                     // The stream cannot be resynchronised after a bad length.

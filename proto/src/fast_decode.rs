@@ -1,0 +1,242 @@
+//! A hand-written decoder for the request a busy node reads most: a
+//! scoring event (`Request::Score`).
+//!
+//! Why: bincode's serde path (a visitor per struct, field and enum) was
+//! 7% of the node's core on hot scoring and 3.5% on the rankings mix
+//! (perf, thirteenth Step 4 session), for about a dozen varints. This
+//! reads the same bytes directly.
+//!
+//! The serde decoder stays the definition of the format. This one answers
+//! only for an envelope holding a scoring event whose every field it
+//! understands, with no byte left over; anything else (another request, an
+//! integer tag it does not expect, bad UTF-8, trailing bytes) it leaves to
+//! the serde decoder, which then decodes it or reports the error exactly as
+//! before. Where it does answer, it reads what bincode's standard
+//! configuration reads: little-endian varints (a byte below 251 is the
+//! value; 251, 252 and 253 announce a `u16`, `u32` or `u64`), zigzag for
+//! signed integers, one tag byte (0 or 1) for an `Option`, a varint length
+//! before a string or a sequence. The tests check that, on valid and broken
+//! input alike, it never answers differently from the serde decoder.
+
+use crate::message::{Envelope, Request};
+use crate::rankings::MAX_DIMS;
+use crate::scoring::ScoreRequest;
+
+/// `Request::Score`'s variant index (its position in the enum); a test
+/// checks it against the serde encoding.
+const SCORE_VARIANT: u32 = 15;
+
+/// The envelope in `body` (a payload without its version byte), if it holds
+/// a scoring event this decoder reads in full; `None` leaves it to serde.
+pub(crate) fn score_envelope(body: &[u8]) -> Option<Envelope<Request>> {
+    let mut c = Cursor(body);
+    let req_id = c.u64()?;
+    if c.u32()? != SCORE_VARIANT {
+        return None;
+    }
+    let rank = c.u32()?;
+    let item = c.u64()?;
+    let score = c.i64()?;
+    let sub = match c.byte()? {
+        0 => None,
+        1 => Some(c.u32()?),
+        _ => return None,
+    };
+    let n = c.u64()?;
+    // More than a ranking may have is refused later; serde decodes it for
+    // that refusal, and no length read here sizes an allocation.
+    if n > MAX_DIMS as u64 {
+        return None;
+    }
+    let mut dims = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let name = c.string()?;
+        dims.push((name, c.u64()?));
+    }
+    let ts = c.i64()?;
+    let event_id = c.u64()?;
+    if !c.0.is_empty() {
+        return None;
+    }
+    let body = Request::Score(ScoreRequest { rank, item, score, sub, dims, ts, event_id });
+    Some(Envelope { req_id, body })
+}
+
+/// The bytes not read yet.
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.bytes(N)?.try_into().ok()
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        match self.byte()? {
+            b @ 0..=250 => Some(u64::from(b)),
+            251 => Some(u64::from(u16::from_le_bytes(self.array()?))),
+            252 => Some(u64::from(u32::from_le_bytes(self.array()?))),
+            253 => Some(u64::from_le_bytes(self.array()?)),
+            _ => None,
+        }
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        match self.byte()? {
+            b @ 0..=250 => Some(u32::from(b)),
+            251 => Some(u32::from(u16::from_le_bytes(self.array()?))),
+            252 => Some(u32::from_le_bytes(self.array()?)),
+            _ => None,
+        }
+    }
+
+    /// Zigzag: even `n` is `n / 2`, odd `n` is `!(n / 2)`.
+    fn i64(&mut self) -> Option<i64> {
+        let n = self.u64()?;
+        let half = (n / 2) as i64;
+        Some(if n % 2 == 0 { half } else { !half })
+    }
+
+    fn string(&mut self) -> Option<String> {
+        let len = usize::try_from(self.u64()?).ok()?;
+        let bytes = self.bytes(len)?;
+        std::str::from_utf8(bytes).ok().map(str::to_owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec;
+    use proptest::prelude::*;
+
+    fn encoded(req_id: u64, r: &ScoreRequest) -> Vec<u8> {
+        codec::to_bytes(&Envelope { req_id, body: Request::Score(r.clone()) }).unwrap()
+    }
+
+    fn sample() -> ScoreRequest {
+        ScoreRequest {
+            rank: 903,
+            item: 77,
+            score: -5,
+            sub: Some(3),
+            dims: vec![("room".into(), 9), ("país".into(), u64::MAX)],
+            ts: 1_764_000_000,
+            event_id: 1 << 40,
+        }
+    }
+
+    /// What the serde decoder makes of `body`, as the fast one would say it.
+    fn by_serde(body: &[u8]) -> Option<Envelope<Request>> {
+        codec::from_bytes::<Envelope<Request>>(body).ok()
+    }
+
+    #[test]
+    fn the_variant_index_is_scores() {
+        let bytes = encoded(7, &sample());
+        // req_id 7 is one byte; the variant index follows.
+        assert_eq!(u32::from(bytes[1]), SCORE_VARIANT);
+    }
+
+    #[test]
+    fn other_requests_are_left_to_serde() {
+        for body in [Request::Ping, Request::ListRanks, Request::Routing] {
+            let bytes = codec::to_bytes(&Envelope { req_id: 1, body }).unwrap();
+            assert!(score_envelope(&bytes).is_none());
+        }
+    }
+
+    #[test]
+    fn a_trailing_byte_is_left_to_serde() {
+        let mut bytes = encoded(7, &sample());
+        bytes.push(0);
+        assert!(score_envelope(&bytes).is_none());
+        assert!(by_serde(&bytes).is_none());
+    }
+
+    #[test]
+    fn too_many_dims_are_left_to_serde() {
+        let mut r = sample();
+        r.dims = (0..=MAX_DIMS as u64).map(|i| (format!("d{i}"), i)).collect();
+        let bytes = encoded(1, &r);
+        assert!(score_envelope(&bytes).is_none());
+        // Serde decodes it; validation refuses it later.
+        assert!(by_serde(&bytes).is_some());
+    }
+
+    fn score_request() -> impl Strategy<Value = ScoreRequest> {
+        let dims = prop::collection::vec((".{0,12}", any::<u64>()), 0..=MAX_DIMS);
+        let ints = (any::<u32>(), any::<u64>(), any::<i64>(), any::<Option<u32>>());
+        (ints, dims, any::<i64>(), any::<u64>()).prop_map(
+            |((rank, item, score, sub), dims, ts, event_id)| ScoreRequest {
+                rank,
+                item,
+                score,
+                sub,
+                dims,
+                ts,
+                event_id,
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn reads_every_scoring_event_as_serde_does(req_id in any::<u64>(), r in score_request()) {
+            let bytes = encoded(req_id, &r);
+            let fast = score_envelope(&bytes);
+            prop_assert_eq!(&fast, &Some(Envelope { req_id, body: Request::Score(r) }));
+            prop_assert_eq!(fast, by_serde(&bytes));
+        }
+
+        /// Broken input: a cut, a changed byte, an added byte. Whatever the
+        /// fast decoder answers, serde answers the same.
+        #[test]
+        fn never_disagrees_with_serde_on_broken_input(
+            req_id in any::<u64>(),
+            r in score_request(),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            how in 0..3u8,
+        ) {
+            let mut bytes = encoded(req_id, &r);
+            let i = at.index(bytes.len());
+            match how {
+                0 => bytes.truncate(i),
+                1 => bytes[i] = byte,
+                _ => bytes.insert(i, byte),
+            }
+            if let Some(fast) = score_envelope(&bytes) {
+                prop_assert_eq!(Some(fast), by_serde(&bytes));
+            }
+        }
+
+        #[test]
+        fn never_disagrees_with_serde_on_any_bytes(
+            bytes in prop::collection::vec(any::<u8>(), 0..64),
+        ) {
+            // Mostly a score envelope's first bytes, so the fields are reached.
+            let mut body = vec![1, SCORE_VARIANT as u8];
+            body.extend_from_slice(&bytes);
+            for b in [&body[..], &bytes[..]] {
+                if let Some(fast) = score_envelope(b) {
+                    prop_assert_eq!(Some(fast), by_serde(b));
+                }
+            }
+        }
+    }
+}
