@@ -4,15 +4,40 @@
 //! per lookup, which would cost the allocation the memos exist to save)
 //! and compare the full key of each candidate. Past `CAP` entries it
 //! starts over.
+//!
+//! The first entry of a hash lives in the map's own slot, and only entries
+//! that share a hash with it (with 64 bits, practically none) in a `Vec`:
+//! a lookup is one cache miss rather than two (the slot, then the `Vec`'s
+//! heap), which was about 1.5% of the node on the rankings mix.
 
 use plaudit_proto::keyed_hash::KeyedHash;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 
 pub struct HashBuckets<E, const CAP: usize> {
-    map: HashMap<u64, Vec<E>, KeyedHash>,
+    map: HashMap<u64, Bucket<E>, KeyedHash>,
     len: usize,
     hasher: KeyedHash,
+}
+
+/// The entries filed under one hash, in insertion order.
+struct Bucket<E> {
+    first: E,
+    more: Vec<E>,
+}
+
+impl<E> Bucket<E> {
+    fn get(&self, i: usize) -> Option<&E> {
+        match i {
+            0 => Some(&self.first),
+            _ => self.more.get(i - 1),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &E> {
+        std::iter::once(&self.first).chain(&self.more)
+    }
 }
 
 impl<E, const CAP: usize> Default for HashBuckets<E, CAP> {
@@ -44,7 +69,12 @@ impl<E, const CAP: usize> HashBuckets<E, CAP> {
         if full {
             self.clear();
         }
-        self.map.entry(h).or_default().push(e);
+        match self.map.entry(h) {
+            Entry::Occupied(mut b) => b.get_mut().more.push(e),
+            Entry::Vacant(v) => {
+                v.insert(Bucket { first: e, more: Vec::new() });
+            }
+        }
         self.len += 1;
         full
     }
@@ -75,6 +105,9 @@ mod tests {
         assert!(!b.insert(7, (2, "b")));
         assert_eq!(b.find(7, |e| e.0 == 2), Some((1, &(2, "b"))));
         assert_eq!(b.at(7, 0), Some(&(1, "a")));
+        assert_eq!(b.at(7, 1), Some(&(2, "b")));
+        assert_eq!(b.at(7, 2), None);
+        assert_eq!(b.find(7, |e| e.0 == 3), None);
         assert_eq!(b.find(8, |_| true), None);
         assert!(!b.insert(b.hash("c"), (3, "c")));
         assert_eq!(b.len(), 3);
