@@ -39,8 +39,11 @@ use plaudit_proto::ShardId;
 use std::cell::RefCell;
 use std::sync::Arc;
 
-/// Routes one thread remembers; past that it starts over.
-pub const ROUTES: usize = 4096;
+/// Routes one thread remembers; past that it starts over. About 250
+/// bytes each with their heap, so 4 MiB per worker thread at most. 4,096
+/// was below cold scoring's 10,000 boards: the memo started over every
+/// 4,096 new routes, and most events missed (thirteenth Step 4 session).
+pub const ROUTES: usize = 16_384;
 /// Dimension names (bytes, all of an event's together) beyond which an
 /// event's route is not remembered.
 pub const MAX_NAME_BYTES: usize = 128;
