@@ -1,5 +1,5 @@
-//! A hand-written decoder for the request a busy node reads most: a
-//! scoring event (`Request::Score`).
+//! A hand-written decoder for the requests a busy node reads most: a
+//! scoring event (`Request::Score`) and a board query (`Request::Query`).
 //!
 //! Why: bincode's serde path (a visitor per struct, field and enum) was
 //! 7% of the node's core on hot scoring and 3.5% on the rankings mix
@@ -7,33 +7,45 @@
 //! reads the same bytes directly.
 //!
 //! The serde decoder stays the definition of the format. This one answers
-//! only for an envelope holding a scoring event whose every field it
-//! understands, with no byte left over; anything else (another request, an
-//! integer tag it does not expect, bad UTF-8, trailing bytes) it leaves to
-//! the serde decoder, which then decodes it or reports the error exactly as
-//! before. Where it does answer, it reads what bincode's standard
-//! configuration reads: little-endian varints (a byte below 251 is the
-//! value; 251, 252 and 253 announce a `u16`, `u32` or `u64`), zigzag for
-//! signed integers, one tag byte (0 or 1) for an `Option`, a varint length
-//! before a string or a sequence. The tests check that, on valid and broken
-//! input alike, it never answers differently from the serde decoder.
+//! only for an envelope holding one of those two requests whose every
+//! field it understands, with no byte left over; anything else (another
+//! request, an integer tag it does not expect, bad UTF-8, trailing bytes)
+//! it leaves to the serde decoder, which then decodes it or reports the
+//! error exactly as before. Where it does answer, it reads what bincode's
+//! standard configuration reads: little-endian varints (a byte below 251
+//! is the value; 251, 252 and 253 announce a `u16`, `u32` or `u64`),
+//! zigzag for signed integers, an enum's variant index as a `u32` varint,
+//! one tag byte (0 or 1) for an `Option`, a varint length before a string
+//! or a sequence. The tests check that, on valid and broken input alike,
+//! it never answers differently from the serde decoder.
 
 use crate::message::{Envelope, Request};
 use crate::rankings::MAX_DIMS;
-use crate::scoring::ScoreRequest;
+use crate::scoring::{BoardQuery, BoardRef, QueryRequest, ScoreRequest, MAX_SCORE_BATCH};
+use crate::window::Granularity;
 
-/// `Request::Score`'s variant index (its position in the enum); a test
-/// checks it against the serde encoding.
+/// `Request::Score`'s and `Request::Query`'s variant indexes (their
+/// positions in the enum); a test checks them against the serde encoding.
 const SCORE_VARIANT: u32 = 15;
+const QUERY_VARIANT: u32 = 16;
 
 /// The envelope in `body` (a payload without its version byte), if it holds
-/// a scoring event this decoder reads in full; `None` leaves it to serde.
-pub(crate) fn score_envelope(body: &[u8]) -> Option<Envelope<Request>> {
+/// a request this decoder reads in full; `None` leaves it to serde.
+pub(crate) fn request_envelope(body: &[u8]) -> Option<Envelope<Request>> {
     let mut c = Cursor(body);
     let req_id = c.u64()?;
-    if c.u32()? != SCORE_VARIANT {
+    let body = match c.u32()? {
+        SCORE_VARIANT => Request::Score(score(&mut c)?),
+        QUERY_VARIANT => Request::Query(query(&mut c)?),
+        _ => return None,
+    };
+    if !c.0.is_empty() {
         return None;
     }
+    Some(Envelope { req_id, body })
+}
+
+fn score(c: &mut Cursor<'_>) -> Option<ScoreRequest> {
     let rank = c.u32()?;
     let item = c.u64()?;
     let score = c.i64()?;
@@ -42,24 +54,40 @@ pub(crate) fn score_envelope(body: &[u8]) -> Option<Envelope<Request>> {
         1 => Some(c.u32()?),
         _ => return None,
     };
-    let n = c.u64()?;
-    // More than a ranking may have is refused later; serde decodes it for
-    // that refusal, and no length read here sizes an allocation.
-    if n > MAX_DIMS as u64 {
-        return None;
-    }
-    let mut dims = Vec::with_capacity(n as usize);
-    for _ in 0..n {
-        let name = c.string()?;
-        dims.push((name, c.u64()?));
-    }
+    let dims = c.dims()?;
     let ts = c.i64()?;
     let event_id = c.u64()?;
-    if !c.0.is_empty() {
-        return None;
-    }
-    let body = Request::Score(ScoreRequest { rank, item, score, sub, dims, ts, event_id });
-    Some(Envelope { req_id, body })
+    Some(ScoreRequest { rank, item, score, sub, dims, ts, event_id })
+}
+
+fn query(c: &mut Cursor<'_>) -> Option<QueryRequest> {
+    let rank = c.u32()?;
+    let board = match c.u32()? {
+        0 => BoardRef::TypeId(c.string()?),
+        1 => {
+            let dims = c.dims()?;
+            let granularity = *Granularity::ALL.get(usize::try_from(c.u32()?).ok()?)?;
+            BoardRef::At { dims, granularity, ts: c.i64()? }
+        }
+        _ => return None,
+    };
+    let query = match c.u32()? {
+        0 => BoardQuery::Top { offset: c.u32()?, limit: c.u32()? },
+        1 => BoardQuery::RankOf { item: c.u64()? },
+        2 => BoardQuery::Around { item: c.u64()?, k: c.u32()? },
+        3 => {
+            let n = c.u64()?;
+            // Longer batches are refused later; serde decodes them for that.
+            if n > MAX_SCORE_BATCH as u64 {
+                return None;
+            }
+            let items = (0..n).map(|_| c.u64()).collect::<Option<Vec<_>>>()?;
+            BoardQuery::Scores { items }
+        }
+        4 => BoardQuery::Size,
+        _ => return None,
+    };
+    Some(QueryRequest { rank, board, query })
 }
 
 /// The bytes not read yet.
@@ -111,6 +139,22 @@ impl Cursor<'_> {
         Some(if n % 2 == 0 { half } else { !half })
     }
 
+    /// Dimension values by name. More than a ranking may have are refused
+    /// later; serde decodes them for that, and no length read here sizes
+    /// an allocation.
+    fn dims(&mut self) -> Option<Vec<(String, u64)>> {
+        let n = self.u64()?;
+        if n > MAX_DIMS as u64 {
+            return None;
+        }
+        let mut dims = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let name = self.string()?;
+            dims.push((name, self.u64()?));
+        }
+        Some(dims)
+    }
+
     fn string(&mut self) -> Option<String> {
         let len = usize::try_from(self.u64()?).ok()?;
         let bytes = self.bytes(len)?;
@@ -124,12 +168,12 @@ mod tests {
     use crate::codec;
     use proptest::prelude::*;
 
-    fn encoded(req_id: u64, r: &ScoreRequest) -> Vec<u8> {
-        codec::to_bytes(&Envelope { req_id, body: Request::Score(r.clone()) }).unwrap()
+    fn encoded(req_id: u64, body: &Request) -> Vec<u8> {
+        codec::to_bytes(&Envelope { req_id, body: body.clone() }).unwrap()
     }
 
-    fn sample() -> ScoreRequest {
-        ScoreRequest {
+    fn sample() -> Request {
+        Request::Score(ScoreRequest {
             rank: 903,
             item: 77,
             score: -5,
@@ -137,7 +181,7 @@ mod tests {
             dims: vec![("room".into(), 9), ("país".into(), u64::MAX)],
             ts: 1_764_000_000,
             event_id: 1 << 40,
-        }
+        })
     }
 
     /// What the serde decoder makes of `body`, as the fast one would say it.
@@ -146,17 +190,34 @@ mod tests {
     }
 
     #[test]
-    fn the_variant_index_is_scores() {
-        let bytes = encoded(7, &sample());
+    fn the_variant_indexes_are_scores_and_queries() {
         // req_id 7 is one byte; the variant index follows.
-        assert_eq!(u32::from(bytes[1]), SCORE_VARIANT);
+        assert_eq!(u32::from(encoded(7, &sample())[1]), SCORE_VARIANT);
+        let q = Request::Query(QueryRequest {
+            rank: 1,
+            board: BoardRef::TypeId("total".into()),
+            query: BoardQuery::Size,
+        });
+        assert_eq!(u32::from(encoded(7, &q)[1]), QUERY_VARIANT);
+    }
+
+    #[test]
+    fn granularities_are_read_by_their_index() {
+        for g in Granularity::ALL {
+            let q = Request::Query(QueryRequest {
+                rank: 1,
+                board: BoardRef::At { dims: vec![], granularity: g, ts: -1 },
+                query: BoardQuery::Top { offset: 0, limit: 10 },
+            });
+            let bytes = encoded(1, &q);
+            assert_eq!(request_envelope(&bytes), Some(Envelope { req_id: 1, body: q }));
+        }
     }
 
     #[test]
     fn other_requests_are_left_to_serde() {
         for body in [Request::Ping, Request::ListRanks, Request::Routing] {
-            let bytes = codec::to_bytes(&Envelope { req_id: 1, body }).unwrap();
-            assert!(score_envelope(&bytes).is_none());
+            assert!(request_envelope(&encoded(1, &body)).is_none());
         }
     }
 
@@ -164,42 +225,69 @@ mod tests {
     fn a_trailing_byte_is_left_to_serde() {
         let mut bytes = encoded(7, &sample());
         bytes.push(0);
-        assert!(score_envelope(&bytes).is_none());
+        assert!(request_envelope(&bytes).is_none());
         assert!(by_serde(&bytes).is_none());
     }
 
     #[test]
-    fn too_many_dims_are_left_to_serde() {
-        let mut r = sample();
+    fn too_many_dims_or_items_are_left_to_serde() {
+        let Request::Score(mut r) = sample() else { unreachable!() };
         r.dims = (0..=MAX_DIMS as u64).map(|i| (format!("d{i}"), i)).collect();
-        let bytes = encoded(1, &r);
-        assert!(score_envelope(&bytes).is_none());
-        // Serde decodes it; validation refuses it later.
-        assert!(by_serde(&bytes).is_some());
+        let q = Request::Query(QueryRequest {
+            rank: 1,
+            board: BoardRef::TypeId("total".into()),
+            query: BoardQuery::Scores { items: (0..=MAX_SCORE_BATCH as u64).collect() },
+        });
+        for body in [Request::Score(r), q] {
+            let bytes = encoded(1, &body);
+            assert!(request_envelope(&bytes).is_none());
+            // Serde decodes it; validation refuses it later.
+            assert!(by_serde(&bytes).is_some());
+        }
     }
 
-    fn score_request() -> impl Strategy<Value = ScoreRequest> {
-        let dims = prop::collection::vec((".{0,12}", any::<u64>()), 0..=MAX_DIMS);
+    fn dims() -> impl Strategy<Value = Vec<(String, u64)>> {
+        prop::collection::vec((".{0,12}", any::<u64>()), 0..=MAX_DIMS)
+    }
+
+    fn score_request() -> impl Strategy<Value = Request> {
         let ints = (any::<u32>(), any::<u64>(), any::<i64>(), any::<Option<u32>>());
-        (ints, dims, any::<i64>(), any::<u64>()).prop_map(
-            |((rank, item, score, sub), dims, ts, event_id)| ScoreRequest {
-                rank,
-                item,
-                score,
-                sub,
-                dims,
-                ts,
-                event_id,
+        (ints, dims(), any::<i64>(), any::<u64>()).prop_map(
+            |((rank, item, score, sub), dims, ts, event_id)| {
+                Request::Score(ScoreRequest { rank, item, score, sub, dims, ts, event_id })
             },
         )
     }
 
+    fn query_request() -> impl Strategy<Value = Request> {
+        let board = prop_oneof![
+            ".{0,20}".prop_map(BoardRef::TypeId),
+            (dims(), prop::sample::select(Granularity::ALL.to_vec()), any::<i64>())
+                .prop_map(|(dims, granularity, ts)| BoardRef::At { dims, granularity, ts }),
+        ];
+        let query = prop_oneof![
+            (any::<u32>(), any::<u32>())
+                .prop_map(|(offset, limit)| BoardQuery::Top { offset, limit }),
+            any::<u64>().prop_map(|item| BoardQuery::RankOf { item }),
+            (any::<u64>(), any::<u32>()).prop_map(|(item, k)| BoardQuery::Around { item, k }),
+            prop::collection::vec(any::<u64>(), 0..8)
+                .prop_map(|items| BoardQuery::Scores { items }),
+            Just(BoardQuery::Size),
+        ];
+        (any::<u32>(), board, query)
+            .prop_map(|(rank, board, query)| Request::Query(QueryRequest { rank, board, query }))
+    }
+
+    fn request() -> impl Strategy<Value = Request> {
+        prop_oneof![score_request(), query_request()]
+    }
+
     proptest! {
         #[test]
-        fn reads_every_scoring_event_as_serde_does(req_id in any::<u64>(), r in score_request()) {
-            let bytes = encoded(req_id, &r);
-            let fast = score_envelope(&bytes);
-            prop_assert_eq!(&fast, &Some(Envelope { req_id, body: Request::Score(r) }));
+        fn reads_every_score_and_query_as_serde_does(req_id in any::<u64>(), body in request()) {
+            let bytes = encoded(req_id, &body);
+            let fast = request_envelope(&bytes);
+            prop_assert_eq!(&fast, &Some(Envelope { req_id, body }));
             prop_assert_eq!(fast, by_serde(&bytes));
         }
 
@@ -208,32 +296,33 @@ mod tests {
         #[test]
         fn never_disagrees_with_serde_on_broken_input(
             req_id in any::<u64>(),
-            r in score_request(),
+            body in request(),
             at in any::<prop::sample::Index>(),
             byte in any::<u8>(),
             how in 0..3u8,
         ) {
-            let mut bytes = encoded(req_id, &r);
+            let mut bytes = encoded(req_id, &body);
             let i = at.index(bytes.len());
             match how {
                 0 => bytes.truncate(i),
                 1 => bytes[i] = byte,
                 _ => bytes.insert(i, byte),
             }
-            if let Some(fast) = score_envelope(&bytes) {
+            if let Some(fast) = request_envelope(&bytes) {
                 prop_assert_eq!(Some(fast), by_serde(&bytes));
             }
         }
 
         #[test]
         fn never_disagrees_with_serde_on_any_bytes(
+            variant in prop::sample::select(vec![SCORE_VARIANT, QUERY_VARIANT]),
             bytes in prop::collection::vec(any::<u8>(), 0..64),
         ) {
-            // Mostly a score envelope's first bytes, so the fields are reached.
-            let mut body = vec![1, SCORE_VARIANT as u8];
+            // Mostly a score's or query's first bytes, so the fields are reached.
+            let mut body = vec![1, variant as u8];
             body.extend_from_slice(&bytes);
             for b in [&body[..], &bytes[..]] {
-                if let Some(fast) = score_envelope(b) {
+                if let Some(fast) = request_envelope(b) {
                     prop_assert_eq!(Some(fast), by_serde(b));
                 }
             }

@@ -74,11 +74,12 @@ pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<Envelope<T>
         .map_err(|e| FrameError::Malformed { req_id: peek_req_id(body), reason: e.to_string() })
 }
 
-/// Decodes a request payload: `decode_payload`, with a scoring event read
-/// by hand (`fast_decode.rs`; same result, a fraction of the cost).
+/// Decodes a request payload: `decode_payload`, with a scoring event or a
+/// board query read by hand (`fast_decode.rs`; same result, a fraction of
+/// the cost).
 pub fn decode_request(payload: &[u8]) -> Result<Envelope<Request>, FrameError> {
     if let [PROTOCOL_VERSION, body @ ..] = payload {
-        if let Some(env) = fast_decode::score_envelope(body) {
+        if let Some(env) = fast_decode::request_envelope(body) {
             return Ok(env);
         }
     }
