@@ -51,7 +51,38 @@ pub enum Stage {
     Now(Response),
 }
 
+/// A staged write's reply: whole, or a scoring event's (the commonest) as
+/// its parts, which the connection encodes without building the reply
+/// (`plaudit_proto::fast_encode`).
+pub enum Answer {
+    Full(Response),
+    Scored { type_id: Arc<str>, outcome: Outcome, score: Option<i64> },
+}
+
+impl Answer {
+    pub fn into_response(self) -> Response {
+        match self {
+            Answer::Full(r) => r,
+            Answer::Scored { type_id, outcome, score } => {
+                let board = BoardOutcome { type_id: type_id.to_string(), outcome, score };
+                Response::Score(ScoreReply { boards: vec![board] })
+            }
+        }
+    }
+}
+
 impl Finish {
+    /// `reply`, with a scoring event's result left in parts.
+    pub fn answer(&self, res: Result<CmdResult, WireError>) -> Answer {
+        if let (Finish::Score(type_id), Ok(CmdResult::Scored(events))) = (self, &res) {
+            if let [Ok((outcome, score))] = events.as_slice() {
+                let (outcome, score) = (*outcome, *score);
+                return Answer::Scored { type_id: type_id.clone(), outcome, score };
+            }
+        }
+        Answer::Full(self.reply(res))
+    }
+
     /// The reply to the request, from its command's result.
     pub fn reply(&self, res: Result<CmdResult, WireError>) -> Response {
         let out = match (self, res) {

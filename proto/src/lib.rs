@@ -33,6 +33,7 @@ pub mod cluster;
 pub mod codec;
 pub mod error;
 mod fast_decode;
+pub mod fast_encode;
 pub mod frame;
 pub mod ids;
 pub mod keyed_hash;

@@ -106,7 +106,7 @@ fn answer_all(
     asked: Vec<Asked>,
     res: Result<Vec<plaudit_actors::CmdResult>, WireError>,
 ) -> Vec<Done> {
-    let reply = |a: Asked, r| Done::of(a.req_id, a.op, a.started, a.finish.reply(r));
+    let reply = |a: Asked, r| Done::answered(a.req_id, a.op, a.started, a.finish.answer(r));
     match res {
         Ok(results) => asked.into_iter().zip(results).map(|(a, r)| reply(a, Ok(r))).collect(),
         Err(e) => asked.into_iter().map(|a| reply(a, Err(e.clone()))).collect(),

@@ -49,8 +49,9 @@ use super::table::Entry;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
+use plaudit_cluster::staged::Answer;
 use plaudit_proto::cluster::Routing;
-use plaudit_proto::frame;
+use plaudit_proto::{fast_encode, frame};
 use plaudit_proto::{Envelope, ErrorCode, Response, WireError};
 use std::future::Future;
 use std::io;
@@ -383,9 +384,23 @@ impl Conn {
                 }
             }
         }
-        let code = error_code(d.op, &d.resp);
+        let code = match &d.resp {
+            Answer::Full(resp) => error_code(d.op, resp),
+            Answer::Scored { .. } => None,
+        };
         self.observe(d.op, now.saturating_duration_since(d.started), code);
-        self.push_reply(d.req_id, d.resp);
+        match d.resp {
+            Answer::Full(resp) => self.push_reply(d.req_id, resp),
+            Answer::Scored { type_id, outcome, score } => {
+                let out = &mut self.out;
+                if fast_encode::encode_score_reply(d.req_id, &type_id, outcome, score, out).is_err()
+                {
+                    // Only past the frame limit; say so as for any reply.
+                    let scored = Answer::Scored { type_id, outcome, score };
+                    self.push_reply(d.req_id, scored.into_response());
+                }
+            }
+        }
     }
 
     fn observe(&self, op: &str, elapsed: Duration, code: Option<ErrorCode>) {

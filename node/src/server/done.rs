@@ -1,5 +1,6 @@
 //! What a connection's in-flight futures end with (`conn.rs`).
 
+use plaudit_cluster::staged::Answer;
 use plaudit_proto::auth::Role;
 use plaudit_proto::{ErrorCode, Response};
 use std::time::Instant;
@@ -9,7 +10,7 @@ pub(super) struct Done {
     pub req_id: u64,
     pub op: &'static str,
     pub started: Instant,
-    pub resp: Response,
+    pub resp: Answer,
     /// Whether this was an `Auth` (whose end lets later frames in).
     pub is_auth: bool,
     /// For an `Auth`: the role it grants (and the token revision before it
@@ -20,6 +21,10 @@ pub(super) struct Done {
 
 impl Done {
     pub(super) fn of(req_id: u64, op: &'static str, started: Instant, resp: Response) -> Done {
+        Done::answered(req_id, op, started, Answer::Full(resp))
+    }
+
+    pub(super) fn answered(req_id: u64, op: &'static str, started: Instant, resp: Answer) -> Done {
         Done { req_id, op, started, resp, is_auth: false, auth: None }
     }
 }

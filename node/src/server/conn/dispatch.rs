@@ -4,7 +4,7 @@
 use super::super::done::{error_code, Done, Ended};
 use super::Conn;
 use plaudit_cluster::score_route::with_routes;
-use plaudit_cluster::staged::Stage;
+use plaudit_cluster::staged::{Answer, Stage};
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame::FrameError;
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
@@ -86,7 +86,14 @@ impl Conn {
                         Err(_) => (Response::Error(WireError::timeout("auth took too long")), None),
                     };
                     let auth = auth.map(Box::new);
-                    Ended::One(Done { req_id, op: "auth", started: now, resp, is_auth: true, auth })
+                    Ended::One(Done {
+                        req_id,
+                        op: "auth",
+                        started: now,
+                        resp: Answer::Full(resp),
+                        is_auth: true,
+                        auth,
+                    })
                 }));
             }
             body if self.requests >= self.server.limits.max_in_flight_per_connection => {
