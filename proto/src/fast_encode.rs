@@ -9,8 +9,7 @@
 //! definition: a property test checks that both write identical frames.
 
 use crate::codec::CodecError;
-use crate::frame::PROTOCOL_VERSION;
-use crate::limits::MAX_FRAME_LEN;
+use crate::frame;
 use crate::scoring::Outcome;
 
 /// `Response::Score`'s variant index; a test checks it against serde.
@@ -26,8 +25,7 @@ pub fn encode_score_reply(
     score: Option<i64>,
     out: &mut Vec<u8>,
 ) -> Result<(), CodecError> {
-    let start = out.len();
-    out.extend_from_slice(&[0, 0, 0, 0, PROTOCOL_VERSION]);
+    let start = frame::begin_frame(out);
     varint(out, req_id);
     varint(out, SCORE_VARIANT);
     varint(out, 1); // one board
@@ -42,13 +40,7 @@ pub fn encode_score_reply(
             varint(out, ((s << 1) ^ (s >> 63)) as u64);
         }
     }
-    let len = out.len() - start - 4;
-    if len > MAX_FRAME_LEN {
-        out.truncate(start);
-        return Err(CodecError::Encode(format!("frame of {len} bytes exceeds {MAX_FRAME_LEN}")));
-    }
-    out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
-    Ok(())
+    frame::end_frame(out, start)
 }
 
 /// Bincode's standard varint: below 251 one byte, else a tag (251, 252,

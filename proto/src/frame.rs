@@ -110,12 +110,25 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(
 /// Encodes one frame (prefix, version, envelope) onto the end of `out`, so
 /// many frames can be written with one syscall.
 pub fn encode_frame<T: Serialize>(env: &Envelope<T>, out: &mut Vec<u8>) -> Result<(), CodecError> {
-    let start = out.len();
-    out.extend_from_slice(&[0, 0, 0, 0, PROTOCOL_VERSION]);
+    let start = begin_frame(out);
     if let Err(e) = codec::encode_into(env, out) {
         out.truncate(start);
         return Err(e);
     }
+    end_frame(out, start)
+}
+
+/// Starts a frame at the end of `out` (a length to fill in, the version);
+/// returns where it starts.
+pub(crate) fn begin_frame(out: &mut Vec<u8>) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, PROTOCOL_VERSION]);
+    start
+}
+
+/// Fills in the length of the frame begun at `start`, or takes the frame
+/// back out if it is over the limit.
+pub(crate) fn end_frame(out: &mut Vec<u8>, start: usize) -> Result<(), CodecError> {
     let len = out.len() - start - 4;
     if len > MAX_FRAME_LEN {
         out.truncate(start);
