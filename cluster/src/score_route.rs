@@ -39,8 +39,10 @@ use plaudit_proto::ShardId;
 use std::cell::RefCell;
 use std::sync::Arc;
 
-/// Routes one thread remembers; past that it starts over. About 250
-/// bytes each with their heap, so 4 MiB per worker thread at most. 4,096
+/// Routes one thread remembers; past that it starts over. A full memo
+/// holds about 6–7 MiB per worker thread (hashbrown's table of ~136-byte
+/// slots, doubled to 32,768 slots past 14,336 entries and kept when it
+/// starts over, plus each entry's dimensions and key on the heap). 4,096
 /// was below cold scoring's 10,000 boards: the memo started over every
 /// 4,096 new routes, and most events missed (thirteenth Step 4 session).
 pub const ROUTES: usize = 16_384;

@@ -215,6 +215,21 @@ mod tests {
     }
 
     #[test]
+    fn wide_and_unusual_varints_read_as_serde_reads_them() {
+        let mut bytes = encoded(5, &sample());
+        // req_id 5 written the long way (tag 251, then a u16): serde takes it.
+        bytes.splice(0..1, [251, 5, 0]);
+        assert_eq!(request_envelope(&bytes), by_serde(&bytes));
+        assert!(request_envelope(&bytes).is_some());
+        // A u64 tag (253) where a u32 (the variant index) belongs: an error
+        // for serde, so left to it.
+        let mut bad = encoded(5, &sample());
+        bad.splice(1..2, [253, 15, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(request_envelope(&bad), None);
+        assert_eq!(by_serde(&bad), None);
+    }
+
+    #[test]
     fn other_requests_are_left_to_serde() {
         for body in [Request::Ping, Request::ListRanks, Request::Routing] {
             assert!(request_envelope(&encoded(1, &body)).is_none());
