@@ -72,27 +72,16 @@ impl Answer {
 }
 
 impl Finish {
-    /// `reply`, with a scoring event's result left in parts.
+    /// The reply to the request, from its command's result; a scoring
+    /// event's left in parts.
     pub fn answer(&self, res: Result<CmdResult, WireError>) -> Answer {
-        if let (Finish::Score(type_id), Ok(CmdResult::Scored(events))) = (self, &res) {
-            if let [Ok((outcome, score))] = events.as_slice() {
-                let (outcome, score) = (*outcome, *score);
-                return Answer::Scored { type_id: type_id.clone(), outcome, score };
-            }
-        }
-        Answer::Full(self.reply(res))
-    }
-
-    /// The reply to the request, from its command's result.
-    pub fn reply(&self, res: Result<CmdResult, WireError>) -> Response {
         let out = match (self, res) {
             (_, Err(e)) | (_, Ok(CmdResult::Failed(e))) => Err(e),
-            (Finish::Like, Ok(CmdResult::Like(r))) => Ok(Response::Like(r)),
+            (Finish::Like, Ok(CmdResult::Like(r))) => Ok(Answer::Full(Response::Like(r))),
             (Finish::Score(type_id), Ok(CmdResult::Scored(events))) => {
                 match <[_; 1]>::try_from(events) {
                     Ok([Ok((outcome, score))]) => {
-                        let board = BoardOutcome { type_id: type_id.to_string(), outcome, score };
-                        Ok(Response::Score(ScoreReply { boards: vec![board] }))
+                        Ok(Answer::Scored { type_id: type_id.clone(), outcome, score })
                     }
                     Ok([Err(e)]) => Err(e),
                     Err(v) => Err(internal(format!("{} results for one event", v.len()))),
@@ -100,7 +89,7 @@ impl Finish {
             }
             (_, Ok(other)) => Err(internal(format!("unexpected result {other:?}"))),
         };
-        out.unwrap_or_else(Response::Error)
+        out.unwrap_or_else(|e| Answer::Full(Response::Error(e)))
     }
 }
 
@@ -167,5 +156,39 @@ impl Engine {
             Leader::Here(g) => Some(g),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plaudit_proto::ErrorCode;
+
+    fn code(a: Answer) -> Option<ErrorCode> {
+        match a {
+            Answer::Full(Response::Error(e)) => Some(e.code),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_single_board_result_stays_in_parts_and_anything_else_is_whole() {
+        let score = Finish::Score("total".into());
+        let applied = Ok((Outcome::Applied, Some(3)));
+        match score.answer(Ok(CmdResult::Scored(vec![applied.clone()]))) {
+            Answer::Scored { type_id, outcome, score } => {
+                assert_eq!((&*type_id, outcome, score), ("total", Outcome::Applied, Some(3)));
+            }
+            Answer::Full(r) => panic!("built whole: {r:?}"),
+        }
+        let refused = Err(WireError::bad_request("overflow"));
+        let one_refused = score.answer(Ok(CmdResult::Scored(vec![refused])));
+        assert_eq!(code(one_refused), Some(ErrorCode::BadRequest));
+        let two = score.answer(Ok(CmdResult::Scored(vec![applied.clone(), applied])));
+        assert_eq!(code(two), Some(ErrorCode::Internal));
+        let mismatched = Finish::Like.answer(Ok(CmdResult::Scored(vec![])));
+        assert_eq!(code(mismatched), Some(ErrorCode::Internal));
+        let failed = score.answer(Err(WireError::timeout("late")));
+        assert_eq!(code(failed), Some(ErrorCode::Timeout));
     }
 }
