@@ -214,6 +214,7 @@ impl Engine {
             if !self.router.group(shard).is_some_and(|g| g.is_sole_voter()) {
                 return Ok(None);
             }
+            self.store.prefetch_counts(r.biz, shard, e);
             shards.push(shard);
         }
         self.require_business(r.biz).await?;

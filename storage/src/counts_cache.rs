@@ -7,33 +7,117 @@
 //! is applying), so a stale value is never installed. `StateStore::stage`
 //! writes through, `StateStore::get_counts` fills, and
 //! a snapshot install drops a shard's entries.
+//!
+//! Layout: 64 parts, each a fixed array of four-way sets of 192 bytes
+//! (three cache lines), most recently used first. A counts request asks
+//! for ~20 entities at once; with a hash map per part each lookup was two
+//! dependent cache misses (control bytes, then the bucket) behind a lock,
+//! about 65 ns, and 11% of the node on the likes mix. Here the place of a
+//! key is known from its hash alone, so a request's lookups are
+//! prefetched together ([`CountsCache::prefetch`]) and their misses
+//! overlap. A set that is full drops its least recently used entry
+//! instead of the whole part starting over.
 
 use crate::likes::CountsRec;
 use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::{BizId, EntityId};
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// Cached counts in parts by entity and shard, and the commit epochs per shard.
-pub(crate) struct CountsCache {
-    epochs: Vec<AtomicU64>,
-    pub(crate) parts: Vec<Mutex<CountsPart>>,
+/// `(biz, shard, entity)`.
+pub(crate) type CountsKey = (BizId, u32, EntityId);
+
+const PARTS: usize = 64;
+/// Sets per part: 4,096 entries a part, 262,144 in all (12 MiB once
+/// every part has been written).
+const SETS: usize = 1024;
+const WAYS: usize = 4;
+const EPOCHS: usize = 1025;
+
+const USED: u8 = 1;
+const HAS_OWNER: u8 = 2;
+
+/// One cached entity, 48 bytes (`CountsRec` as it is would take 56).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Slot {
+    entity: EntityId,
+    likes: u64,
+    dislikes: u64,
+    owner: u64,
+    biz: BizId,
+    shard: u32,
+    flags: u8,
 }
 
-/// `(biz, shard, entity) -> counts`.
-pub(crate) type CountsPart = HashMap<(BizId, u32, EntityId), CountsRec, KeyedHash>;
+impl Slot {
+    fn new((biz, shard, entity): CountsKey, c: CountsRec) -> Slot {
+        let owner_flag = if c.owner.is_some() { HAS_OWNER } else { 0 };
+        Slot {
+            entity,
+            likes: c.likes,
+            dislikes: c.dislikes,
+            owner: c.owner.unwrap_or(0),
+            biz,
+            shard,
+            flags: USED | owner_flag,
+        }
+    }
 
-/// Entries per cache part before it is dropped and refilled (64 parts).
-const COUNTS_CACHE_PART: usize = 4096;
-const COUNTS_CACHE_PARTS: usize = 64;
-const EPOCHS: usize = 1025;
+    fn is(&self, (biz, shard, entity): CountsKey) -> bool {
+        self.flags & USED != 0 && self.entity == entity && self.biz == biz && self.shard == shard
+    }
+
+    fn counts(&self) -> CountsRec {
+        let owner = (self.flags & HAS_OWNER != 0).then_some(self.owner);
+        CountsRec { likes: self.likes, dislikes: self.dislikes, owner }
+    }
+}
+
+/// Entries that share a place, most recently used first; aligned so a
+/// set spans exactly three cache lines.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Set([Slot; WAYS]);
+
+impl Set {
+    fn get(&mut self, k: CountsKey) -> Option<CountsRec> {
+        let i = self.0.iter().position(|s| s.is(k))?;
+        self.0[..=i].rotate_right(1);
+        Some(self.0[0].counts())
+    }
+
+    fn put(&mut self, k: CountsKey, c: CountsRec) {
+        // An entry already here moves to the front; a new one pushes the
+        // least recently used out.
+        let i = self.0.iter().position(|s| s.is(k)).unwrap_or(WAYS - 1);
+        self.0[..=i].rotate_right(1);
+        self.0[0] = Slot::new(k, c);
+    }
+}
+
+struct Part {
+    /// Empty until the part's first write, then `SETS` long for good.
+    sets: Mutex<Vec<Set>>,
+    /// The sets' address once allocated (null before): prefetches read it
+    /// without the lock. The `Vec` never grows after, so it never moves.
+    base: AtomicPtr<Set>,
+}
+
+/// Cached counts in parts, and the commit epochs per shard.
+pub(crate) struct CountsCache {
+    epochs: Vec<AtomicU64>,
+    parts: Vec<Part>,
+    hasher: KeyedHash,
+}
 
 impl CountsCache {
     pub(crate) fn new() -> CountsCache {
+        let part = || Part { sets: Mutex::new(Vec::new()), base: AtomicPtr::default() };
         CountsCache {
             epochs: (0..EPOCHS).map(|_| AtomicU64::new(0)).collect(),
-            parts: (0..COUNTS_CACHE_PARTS).map(|_| Mutex::new(HashMap::default())).collect(),
+            parts: (0..PARTS).map(|_| part()).collect(),
+            hasher: KeyedHash::default(),
         }
     }
 
@@ -41,26 +125,97 @@ impl CountsCache {
         &self.epochs[shard as usize % EPOCHS]
     }
 
-    pub(crate) fn part(&self, shard: u32, entity: EntityId) -> MutexGuard<'_, CountsPart> {
-        let i = (entity as usize ^ shard as usize) % COUNTS_CACHE_PARTS;
-        // Only plain map operations run under the lock; a poisoned lock
-        // still holds a consistent map.
-        self.parts[i].lock().unwrap_or_else(|e| e.into_inner())
+    /// The part and set of `k`, from its keyed hash (clients choose entity
+    /// ids; the key keeps them from aiming many at one set).
+    fn place(&self, k: CountsKey) -> (usize, usize) {
+        let h = self.hasher.hash_one(k);
+        ((h as usize) % PARTS, ((h >> 32) as usize) % SETS)
     }
 
-    pub(crate) fn put(&self, part: &mut CountsPart, k: (BizId, u32, EntityId), c: CountsRec) {
-        if part.len() >= COUNTS_CACHE_PART && !part.contains_key(&k) {
-            part.clear();
-        }
-        part.insert(k, c);
+    fn lock(&self, part: usize) -> MutexGuard<'_, Vec<Set>> {
+        // Only plain array operations run under the lock; a poisoned lock
+        // still holds consistent entries.
+        self.parts[part].sets.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Starts loading the set `k` would be in, so that a lookup soon after
+    /// finds it in cache: a request's lookups then wait for memory
+    /// together instead of one after another.
+    pub(crate) fn prefetch(&self, k: CountsKey) {
+        let (part, set) = self.place(k);
+        let base = self.parts[part].base.load(Ordering::Relaxed);
+        if !base.is_null() {
+            // The first line only: it holds the most recently used entry,
+            // where a hot entity is, and more prefetches per lookup filled
+            // the core's miss buffers (3% of the likes mix for three lines).
+            prefetch(base.wrapping_add(set).cast::<u8>());
+        }
+    }
+
+    pub(crate) fn get(&self, k: CountsKey) -> Option<CountsRec> {
+        let (part, set) = self.place(k);
+        self.lock(part).get_mut(set)?.get(k)
+    }
+
+    /// Caches `c` as `k`'s counts.
+    pub(crate) fn put(&self, k: CountsKey, c: CountsRec) {
+        self.put_if(k, c, || true);
+    }
+
+    /// Caches `c` as `k`'s counts if `still()` holds, asked under the
+    /// part's lock: a commit that writes `k` through waits for that lock,
+    /// so it cannot land between the check and the write.
+    pub(crate) fn put_if(&self, k: CountsKey, c: CountsRec, still: impl FnOnce() -> bool) {
+        let (part, set) = self.place(k);
+        let mut sets = self.lock(part);
+        if !still() {
+            return;
+        }
+        if sets.is_empty() {
+            sets.resize(SETS, Set::default());
+            self.parts[part].base.store(sets.as_mut_ptr(), Ordering::Release);
+        }
+        sets[set].put(k, c);
+    }
+
+    /// Drops every entry of `shard` (its state was replaced).
+    pub(crate) fn drop_shard(&self, shard: u32) {
+        for part in 0..PARTS {
+            for set in self.lock(part).iter_mut() {
+                for slot in &mut set.0 {
+                    if slot.flags & USED != 0 && slot.shard == shard {
+                        *slot = Slot::default();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A hint to the CPU to bring the line at `p` into its caches.
+#[inline]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads no memory the program can observe and
+    // cannot fault, whatever the address; `_mm_prefetch` needs only SSE,
+    // which every x86_64 CPU has.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::{CountsRec, WriteSet};
 
     use crate::state::test_store as store;
+
+    fn rec(likes: u64, owner: Option<u64>) -> CountsRec {
+        CountsRec { likes, dislikes: likes / 2, owner }
+    }
 
     #[test]
     fn counts_cache_follows_commits() {
@@ -80,5 +235,124 @@ mod tests {
         assert_eq!(fresh.get_counts(1, 0, 5).unwrap().likes, 3);
         s.install_bytes(0, &crate::snapshot::empty_snapshot());
         assert_eq!(s.get_counts(1, 0, 5).unwrap(), CountsRec::default());
+    }
+
+    #[test]
+    fn entries_round_trip_with_and_without_owner() {
+        let c = CountsCache::new();
+        c.put((1, 2, 3), rec(10, Some(0)));
+        c.put((1, 2, 4), rec(11, None));
+        c.put((2, 2, 3), rec(12, Some(u64::MAX)));
+        assert_eq!(c.get((1, 2, 3)), Some(rec(10, Some(0))));
+        assert_eq!(c.get((1, 2, 4)), Some(rec(11, None)));
+        assert_eq!(c.get((2, 2, 3)), Some(rec(12, Some(u64::MAX))));
+        assert_eq!(c.get((1, 3, 3)), None, "another shard's entity is another key");
+        c.put((1, 2, 3), rec(13, None));
+        assert_eq!(c.get((1, 2, 3)), Some(rec(13, None)), "a write replaces the entry");
+    }
+
+    #[test]
+    fn a_full_set_drops_its_least_recently_used_entry() {
+        let mut set = Set::default();
+        let key = |e: u64| (1, 0, e);
+        for e in 0..WAYS as u64 {
+            set.put(key(e), rec(e, None));
+        }
+        // Entity 0 is the oldest; reading it makes 1 the oldest.
+        assert_eq!(set.get(key(0)), Some(rec(0, None)));
+        set.put(key(99), rec(99, None));
+        assert_eq!(set.get(key(1)), None);
+        for e in [0, 2, 3, 99] {
+            assert_eq!(set.get(key(e)), Some(rec(e, None)), "entity {e}");
+        }
+        // Writing an entry that is there keeps the others.
+        set.put(key(2), rec(7, None));
+        for e in [0, 3, 99] {
+            assert_eq!(set.get(key(e)), Some(rec(e, None)), "entity {e}");
+        }
+        assert_eq!(set.get(key(2)), Some(rec(7, None)));
+    }
+
+    #[test]
+    fn a_set_tells_keys_that_share_it_apart() {
+        // Keys that differ in one field only, all in one set.
+        let mut set = Set::default();
+        let keys = [(1, 0, 5), (2, 0, 5), (1, 1, 5), (1, 0, 6)];
+        for (i, &k) in keys.iter().enumerate() {
+            set.put(k, rec(i as u64, None));
+        }
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(set.get(k), Some(rec(i as u64, None)), "key {k:?}");
+        }
+        assert_eq!(set.get((2, 1, 6)), None);
+    }
+
+    #[test]
+    fn dropping_a_shard_keeps_the_others() {
+        let c = CountsCache::new();
+        for e in 0..1000 {
+            c.put((1, (e % 3) as u32, e), rec(e, None));
+        }
+        c.drop_shard(1);
+        for e in 0..1000 {
+            let got = c.get((1, (e % 3) as u32, e));
+            if e % 3 == 1 {
+                assert_eq!(got, None);
+            } else {
+                // Four ways per set: a few entries may have been pushed out.
+                assert!(got.is_none_or(|g| g == rec(e, None)), "entity {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_fill_writes_nothing() {
+        let c = CountsCache::new();
+        c.put_if((1, 0, 5), rec(1, None), || false);
+        assert_eq!(c.get((1, 0, 5)), None);
+        c.prefetch((1, 0, 5)); // nothing allocated yet: a no-op
+        c.put_if((1, 0, 5), rec(2, None), || true);
+        c.prefetch((1, 0, 5));
+        assert_eq!(c.get((1, 0, 5)), Some(rec(2, None)));
+    }
+
+    proptest::proptest! {
+        /// Against a map: a lookup finds the newest value written or
+        /// nothing, never an older one or another key's; what was just
+        /// written is found; a dropped shard's keys are gone.
+        #[test]
+        fn never_serves_a_stale_or_foreign_value(
+            ops in proptest::collection::vec((0u8..8, 0u32..3, 0u64..40, 0u64..1000), 1..400)
+        ) {
+            let c = CountsCache::new();
+            let mut model = std::collections::HashMap::new();
+            for (op, shard, entity, likes) in ops {
+                let k = (1 + (entity % 2) as u32, shard, entity / 2);
+                match op {
+                    0..=3 => {
+                        let owner = (likes % 3 == 0).then_some(likes);
+                        c.put(k, rec(likes, owner));
+                        model.insert(k, rec(likes, owner));
+                        proptest::prop_assert_eq!(c.get(k), Some(rec(likes, owner)));
+                    }
+                    4 => {
+                        c.drop_shard(shard);
+                        model.retain(|m: &CountsKey, _| m.1 != shard);
+                    }
+                    _ => {
+                        c.prefetch(k);
+                        let got = c.get(k);
+                        proptest::prop_assert!(got.is_none() || got == model.get(&k).copied());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_set_spans_three_cache_lines() {
+        assert_eq!(std::mem::size_of::<Slot>(), 48);
+        assert_eq!(std::mem::size_of::<Set>(), 192);
+        assert_eq!(std::mem::align_of::<Set>(), 64);
     }
 }

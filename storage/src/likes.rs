@@ -104,19 +104,26 @@ impl StateStore {
 
     pub fn get_counts(&self, biz: BizId, shard: u32, entity: EntityId) -> Result<CountsRec> {
         let cache = &self.counts_cache;
-        if let Some(c) = cache.part(shard, entity).get(&(biz, shard, entity)) {
-            return Ok(*c);
+        let key = (biz, shard, entity);
+        if let Some(c) = cache.get(key) {
+            return Ok(c);
         }
-        let before = cache.epoch(shard).load(Ordering::Acquire);
+        let epoch = cache.epoch(shard);
+        let before = epoch.load(Ordering::Acquire);
         let c = match self.get(shard, TreeRef::Biz(biz), &keys::counts(shard, entity))? {
             None => CountsRec::default(),
             Some(v) => decode_counts(&v)?,
         };
-        let mut part = cache.part(shard, entity);
-        if before.is_multiple_of(2) && cache.epoch(shard).load(Ordering::Acquire) == before {
-            cache.put(&mut part, (biz, shard, entity), c);
-        }
+        cache
+            .put_if(key, c, || before.is_multiple_of(2) && epoch.load(Ordering::Acquire) == before);
         Ok(c)
+    }
+
+    /// Starts loading where `get_counts` of this entity looks first: a
+    /// request that reads many counts prefetches them all, then reads, so
+    /// their cache misses overlap (`counts_cache.rs`).
+    pub fn prefetch_counts(&self, biz: BizId, shard: u32, entity: EntityId) {
+        self.counts_cache.prefetch((biz, shard, entity));
     }
 
     pub fn get_received(&self, biz: BizId, shard: u32, owner: UserId) -> Result<u64> {

@@ -328,9 +328,7 @@ impl StateStore {
         // what they hold.
         let epoch = self.counts_cache.epoch(shard);
         epoch.fetch_add(1, Ordering::AcqRel);
-        for part in &self.counts_cache.parts {
-            part.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.1 != shard);
-        }
+        self.counts_cache.drop_shard(shard);
         self.states_cache.drop_shard(shard);
         slot.incomplete.store(true, Ordering::Release);
         let res = self.replace_keys(shard, registry, input);

@@ -228,8 +228,7 @@ impl StateStore {
             }
         }
         for (biz, shard, entity, c) in &ws.counts {
-            let mut part = self.counts_cache.part(*shard, *entity);
-            self.counts_cache.put(&mut part, (*biz, *shard, *entity), *c);
+            self.counts_cache.put((*biz, *shard, *entity), *c);
         }
         for &(biz, shard, user, entity, state) in &ws.states {
             let mut part = self.states_cache.part(shard, user);
