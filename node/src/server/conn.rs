@@ -408,7 +408,7 @@ impl Conn {
     }
 
     fn push_reply(&mut self, req_id: u64, body: Response) {
-        if frame::encode_frame(&Envelope { req_id, body }, &mut self.out).is_err() {
+        if frame::encode_reply(&Envelope { req_id, body }, &mut self.out).is_err() {
             // Only an oversized reply can fail to encode; tell the caller so.
             let msg = "the reply exceeds the frame limit; ask for less (a smaller page or batch)";
             let err = Response::Error(WireError::internal(msg));
