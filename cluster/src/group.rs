@@ -388,23 +388,41 @@ fn not_leader(id: u32, leader: Option<NodeId>) -> WireError {
 /// it once the shards' state could lag the log by a second). A membership
 /// change shows in the metrics as soon as its entry is appended, before it
 /// can take effect, so the flag clears in time.
+///
+/// Once the flag is set, only a change of vote (the term), state, leader
+/// or membership can clear it (`last_applied` only grows), and openraft
+/// sends those server metrics only when they change. So a set flag waits
+/// on them alone: the full metrics are sent after every batch the core
+/// handles, and waking this task for each was ~1% of a busy node.
 async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>, logged: u64) {
-    let mut metrics = raft.metrics();
+    let mut server = raft.server_metrics();
+    let mut data = raft.data_metrics();
     loop {
         let sole = {
-            let m = metrics.borrow();
-            let mut voters = m.membership_config.membership().voter_ids();
-            let applied_this_term = m
-                .last_applied
-                .is_some_and(|l| l.leader_id.term == m.current_term && l.index >= logged);
-            m.current_leader == Some(m.id)
-                && m.state == openraft::ServerState::Leader
+            // The data metrics are sent before the server metrics of the
+            // same report, so a change seen here is seen with its data.
+            let s = server.borrow_and_update();
+            let d = data.borrow_and_update();
+            let term = s.vote.leader_id().get_term();
+            let applied_this_term =
+                d.last_applied.is_some_and(|l| l.leader_id.term == term && l.index >= logged);
+            let mut voters = s.membership_config.membership().voter_ids();
+            s.current_leader == Some(s.id)
+                && s.state == openraft::ServerState::Leader
                 && applied_this_term
-                && voters.next() == Some(m.id)
+                && voters.next() == Some(s.id)
                 && voters.next().is_none()
         };
         flag.store(sole, Ordering::Release);
-        if metrics.changed().await.is_err() {
+        let changed = if sole {
+            server.changed().await
+        } else {
+            tokio::select! {
+                r = server.changed() => r,
+                r = data.changed() => r,
+            }
+        };
+        if changed.is_err() {
             flag.store(false, Ordering::Release);
             return;
         }
