@@ -32,7 +32,7 @@ use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
 
@@ -272,17 +272,29 @@ impl Flusher {
         // Parks of the runtime's workers when the last round's callbacks
         // had run: only a park after them means their tasks are done.
         let mut parks_after = 0u64;
-        while let Ok(first) = self.rx.recv() {
+        loop {
             // A round whose predecessor was shared by several requests waits
             // until MIN_ROUND after that one began, and whatever arrives
             // meanwhile shares its fdatasync. One that followed a lone
             // request starts at once: one busy group (a hot board) has
             // nobody to wait for, and its next entry waits for this round.
+            // The wait comes before the first request, not after it: a
+            // flusher asleep on the queue is woken by the first send (a
+            // `futex` call on the sender's thread and a switch here) only to
+            // sleep again, ~700 times a second on a busy node.
             let wait = last_round.and_then(|t| MIN_ROUND.checked_sub(t.elapsed()));
             if let Some(wait) = wait.filter(|_| last_size > 1) {
                 // Less once no task is left to append (`runtime_idle.rs`).
                 crate::runtime_idle::RUNTIME.sleep_unless_idle(wait, parks_after);
             }
+            let first = match self.rx.try_recv() {
+                Ok(req) => req,
+                Err(TryRecvError::Empty) => match self.rx.recv() {
+                    Ok(req) => req,
+                    Err(_) => break,
+                },
+                Err(TryRecvError::Disconnected) => break,
+            };
             last_round = Some(std::time::Instant::now());
             let mut db = false;
             // Everything queued now was submitted before the flush below begins.
