@@ -389,38 +389,40 @@ fn not_leader(id: u32, leader: Option<NodeId>) -> WireError {
 /// change shows in the metrics as soon as its entry is appended, before it
 /// can take effect, so the flag clears in time.
 ///
-/// Once the flag is set, only a change of vote (the term), state, leader
-/// or membership can clear it (`last_applied` only grows), and openraft
-/// sends those server metrics only when they change. So a set flag waits
-/// on them alone: the full metrics are sent after every batch the core
-/// handles, and waking this task for each was ~1% of a busy node.
+/// The applied index matters only while this node leads as the only
+/// voter and has not yet applied in its term; otherwise only a change of
+/// vote (the term), state, leader or membership can change the answer,
+/// and openraft sends those server metrics only when they change. So the
+/// task waits on them alone (a replica of a replicated group always
+/// does): the full metrics are sent after every batch the core handles,
+/// and waking this task for each was ~1% of a busy node.
 async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>, logged: u64) {
     let mut server = raft.server_metrics();
     let mut data = raft.data_metrics();
     loop {
-        let sole = {
+        let (leads_alone, sole) = {
             // The data metrics are sent before the server metrics of the
             // same report, so a change seen here is seen with its data.
             let s = server.borrow_and_update();
             let d = data.borrow_and_update();
+            let mut voters = s.membership_config.membership().voter_ids();
+            let leads_alone = s.current_leader == Some(s.id)
+                && s.state == openraft::ServerState::Leader
+                && voters.next() == Some(s.id)
+                && voters.next().is_none();
             let term = s.vote.leader_id().get_term();
             let applied_this_term =
                 d.last_applied.is_some_and(|l| l.leader_id.term == term && l.index >= logged);
-            let mut voters = s.membership_config.membership().voter_ids();
-            s.current_leader == Some(s.id)
-                && s.state == openraft::ServerState::Leader
-                && applied_this_term
-                && voters.next() == Some(s.id)
-                && voters.next().is_none()
+            (leads_alone, leads_alone && applied_this_term)
         };
         flag.store(sole, Ordering::Release);
-        let changed = if sole {
-            server.changed().await
-        } else {
+        let changed = if leads_alone && !sole {
             tokio::select! {
                 r = server.changed() => r,
                 r = data.changed() => r,
             }
+        } else {
+            server.changed().await
         };
         if changed.is_err() {
             flag.store(false, Ordering::Release);
