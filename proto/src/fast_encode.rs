@@ -55,16 +55,8 @@ pub fn encode_counts_reply(
     counts: &[EntityCounts],
     out: &mut Vec<u8>,
 ) -> Result<(), CodecError> {
-    let start = frame::begin_frame(out);
-    varint(out, req_id);
-    varint(out, COUNTS_VARIANT);
-    varint(out, counts.len() as u64);
-    for c in counts {
-        varint(out, c.entity);
-        varint(out, c.likes);
-        varint(out, c.dislikes);
-    }
-    frame::end_frame(out, start)
+    let fields = |c: &EntityCounts| [c.entity, c.likes, c.dislikes];
+    encode_batch_reply(req_id, COUNTS_VARIANT, counts, fields, out)
 }
 
 /// Appends the frame of `Envelope { req_id, Response::Status(states) }`.
@@ -73,15 +65,28 @@ pub fn encode_status_reply(
     states: &[EntityState],
     out: &mut Vec<u8>,
 ) -> Result<(), CodecError> {
+    // A unit variant (the state) is written as its index.
+    let fields = |s: &EntityState| [s.entity, s.state as u64, s.mtime];
+    encode_batch_reply(req_id, STATUS_VARIANT, states, fields, out)
+}
+
+/// A reply that is a sequence of structs of three unsigned fields each
+/// (what serde writes for a `Vec` of them: its length, then the fields).
+fn encode_batch_reply<T>(
+    req_id: u64,
+    variant: u64,
+    items: &[T],
+    fields: impl Fn(&T) -> [u64; 3],
+    out: &mut Vec<u8>,
+) -> Result<(), CodecError> {
     let start = frame::begin_frame(out);
     varint(out, req_id);
-    varint(out, STATUS_VARIANT);
-    varint(out, states.len() as u64);
-    for s in states {
-        varint(out, s.entity);
-        // A unit variant is its index.
-        varint(out, s.state as u64);
-        varint(out, s.mtime);
+    varint(out, variant);
+    varint(out, items.len() as u64);
+    for item in items {
+        for v in fields(item) {
+            varint(out, v);
+        }
     }
     frame::end_frame(out, start)
 }
