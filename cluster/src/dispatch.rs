@@ -214,10 +214,14 @@ impl Engine {
             if !self.router.group(shard).is_some_and(|g| g.is_sole_voter()) {
                 return Ok(None);
             }
-            self.store.prefetch_counts(r.biz, shard, e);
             shards.push(shard);
         }
         self.require_business(r.biz).await?;
+        // All first, then the reads: their cache misses overlap (after
+        // the await, which may yield and let the lines go).
+        for (&e, &shard) in r.entities.iter().zip(&shards) {
+            self.store.prefetch_counts(r.biz, shard, e);
+        }
         let out = r.entities.iter().zip(shards).map(|(&e, shard)| self.count_of(r.biz, shard, e));
         Ok(Some(out.collect::<Result<Vec<_>, WireError>>()?))
     }

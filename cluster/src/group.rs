@@ -396,30 +396,33 @@ fn not_leader(id: u32, leader: Option<NodeId>) -> WireError {
 /// task waits on them alone (a replica of a replicated group always
 /// does): the full metrics are sent after every batch the core handles,
 /// and waking this task for each was ~1% of a busy node.
+///
+/// Clearing uses the server metrics, the newest word on leadership;
+/// setting also needs the full metrics (one consistent report, sent last
+/// in each) to agree, so two snapshots of different reports never set the
+/// flag together.
 async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>, logged: u64) {
     let mut server = raft.server_metrics();
-    let mut data = raft.data_metrics();
+    let mut full = raft.metrics();
     loop {
         let (leads_alone, sole) = {
-            // The data metrics are sent before the server metrics of the
-            // same report, so a change seen here is seen with its data.
             let s = server.borrow_and_update();
-            let d = data.borrow_and_update();
             let mut voters = s.membership_config.membership().voter_ids();
             let leads_alone = s.current_leader == Some(s.id)
                 && s.state == openraft::ServerState::Leader
                 && voters.next() == Some(s.id)
                 && voters.next().is_none();
-            let term = s.vote.leader_id().get_term();
-            let applied_this_term =
-                d.last_applied.is_some_and(|l| l.leader_id.term == term && l.index >= logged);
-            (leads_alone, leads_alone && applied_this_term)
+            let sole = leads_alone && {
+                let m = full.borrow_and_update();
+                m.current_term == s.vote.leader_id().get_term() && sole_in_report(&m, logged)
+            };
+            (leads_alone, sole)
         };
         flag.store(sole, Ordering::Release);
         let changed = if leads_alone && !sole {
             tokio::select! {
                 r = server.changed() => r,
-                r = data.changed() => r,
+                r = full.changed() => r,
             }
         } else {
             server.changed().await
@@ -429,6 +432,18 @@ async fn watch_sole_voter(raft: Raft, flag: Arc<AtomicBool>, logged: u64) {
             return;
         }
     }
+}
+
+/// `watch_sole_voter`'s judgement on one report of the full metrics.
+fn sole_in_report(m: &openraft::RaftMetrics<NodeId, BasicNode>, logged: u64) -> bool {
+    let mut voters = m.membership_config.membership().voter_ids();
+    let applied_this_term =
+        m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term && l.index >= logged);
+    m.current_leader == Some(m.id)
+        && m.state == openraft::ServerState::Leader
+        && applied_this_term
+        && voters.next() == Some(m.id)
+        && voters.next().is_none()
 }
 
 /// Whether a leader has heard from a quorum within the followers' lease

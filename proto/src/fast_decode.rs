@@ -426,7 +426,7 @@ mod tests {
             ]),
             bytes in prop::collection::vec(any::<u8>(), 0..64),
         ) {
-            // Mostly a score's or query's first bytes, so the fields are reached.
+            // Mostly a known request's first bytes, so the fields are reached.
             let mut body = vec![1, variant as u8];
             body.extend_from_slice(&bytes);
             for b in [&body[..], &bytes[..]] {

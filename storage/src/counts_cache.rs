@@ -88,9 +88,11 @@ impl Set {
     }
 
     fn put(&mut self, k: CountsKey, c: CountsRec) {
-        // An entry already here moves to the front; a new one pushes the
-        // least recently used out.
-        let i = self.0.iter().position(|s| s.is(k)).unwrap_or(WAYS - 1);
+        // An entry already here moves to the front; a new one takes a free
+        // slot (a dropped shard leaves some) or pushes the least recently
+        // used out.
+        let i = self.0.iter().position(|s| s.is(k));
+        let i = i.or_else(|| self.0.iter().position(|s| s.flags & USED == 0)).unwrap_or(WAYS - 1);
         self.0[..=i].rotate_right(1);
         self.0[0] = Slot::new(k, c);
     }
@@ -271,6 +273,96 @@ mod tests {
             assert_eq!(set.get(key(e)), Some(rec(e, None)), "entity {e}");
         }
         assert_eq!(set.get(key(2)), Some(rec(7, None)));
+    }
+
+    #[test]
+    fn a_new_entry_takes_a_free_slot_before_pushing_one_out() {
+        let mut set = Set::default();
+        for e in 0..WAYS as u64 {
+            set.put((1, e as u32 % 2, e), rec(e, None));
+        }
+        // Shard 1's entries (1 and 3) go, as a snapshot install drops them.
+        for slot in &mut set.0 {
+            if slot.shard == 1 {
+                *slot = Slot::default();
+            }
+        }
+        set.put((1, 0, 10), rec(10, None));
+        set.put((1, 0, 11), rec(11, None));
+        for e in [0, 2, 10, 11] {
+            assert_eq!(set.get((1, 0, e)), Some(rec(e, None)), "entity {e}");
+        }
+    }
+
+    #[test]
+    fn a_fill_that_raced_a_commit_is_refused() {
+        let (_d, s) = store();
+        let commit = |likes| {
+            let mut ws = WriteSet::new(0);
+            ws.put_counts(1, 0, 5, CountsRec { likes, dislikes: 0, owner: None });
+            ws.put_applied(0, b"x");
+            s.stage(ws);
+        };
+        commit(1);
+        s.counts_cache.drop_shard(0);
+        // A reader misses and reads 1 from the store; a commit of 2 lands
+        // (and is written through) before the reader fills the cache.
+        let before = s.counts_cache.epoch(0).load(std::sync::atomic::Ordering::Acquire);
+        let read = s.get_counts(1, 0, 5).unwrap();
+        assert_eq!(read.likes, 1);
+        commit(2);
+        s.fill_counts((1, 0, 5), read, before);
+        assert_eq!(s.get_counts(1, 0, 5).unwrap().likes, 2);
+        // With no commit between, the fill is kept.
+        s.counts_cache.drop_shard(0);
+        let before = s.counts_cache.epoch(0).load(std::sync::atomic::Ordering::Acquire);
+        let read = CountsRec { likes: 2, dislikes: 0, owner: None };
+        s.fill_counts((1, 0, 5), read, before);
+        assert_eq!(s.counts_cache.get((1, 0, 5)), Some(read));
+    }
+
+    #[test]
+    fn reads_beside_commits_never_go_back() {
+        // One thread commits rising counts for a few entities; readers
+        // must never see a count fall (a fill that raced a commit and
+        // installed the older value would show as one).
+        let (_d, s) = store();
+        let s = std::sync::Arc::new(s);
+        let writer = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for likes in 1..=2_000u64 {
+                    let mut ws = WriteSet::new(0);
+                    for e in 0..4 {
+                        ws.put_counts(1, 0, e, CountsRec { likes, dislikes: 0, owner: None });
+                    }
+                    ws.put_applied(0, b"x");
+                    s.stage(ws);
+                    if likes % 500 == 0 {
+                        s.checkpoint(0).unwrap();
+                        // Dropped as an install drops them, then refilled by reads.
+                        s.counts_cache.drop_shard(0);
+                    }
+                }
+            })
+        };
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let mut seen = [0u64; 4];
+                    for i in 0..20_000 {
+                        let e = i % 4;
+                        let likes = s.get_counts(1, 0, e as u64).unwrap().likes;
+                        assert!(likes >= seen[e], "entity {e}: {likes} after {}", seen[e]);
+                        seen[e] = likes;
+                    }
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        readers.into_iter().for_each(|r| r.join().unwrap());
+        assert_eq!(s.get_counts(1, 0, 3).unwrap().likes, 2_000);
     }
 
     #[test]

@@ -289,10 +289,18 @@ impl Flusher {
             }
             let first = match self.rx.try_recv() {
                 Ok(req) => req,
-                Err(TryRecvError::Empty) => match self.rx.recv() {
-                    Ok(req) => req,
-                    Err(_) => break,
-                },
+                Err(TryRecvError::Empty) => {
+                    let Ok(req) = self.rx.recv() else { break };
+                    // The wait above found nothing to wait for, or ended
+                    // when the runtime idled before any request: one that
+                    // comes inside a shared round's floor now waits out the
+                    // rest, as one that came during the wait would have.
+                    let wait = last_round.and_then(|t| MIN_ROUND.checked_sub(t.elapsed()));
+                    if let Some(wait) = wait.filter(|_| last_size > 1) {
+                        crate::runtime_idle::RUNTIME.sleep_unless_idle(wait, parks_after);
+                    }
+                    req
+                }
                 Err(TryRecvError::Disconnected) => break,
             };
             last_round = Some(std::time::Instant::now());

@@ -108,15 +108,22 @@ impl StateStore {
         if let Some(c) = cache.get(key) {
             return Ok(c);
         }
-        let epoch = cache.epoch(shard);
-        let before = epoch.load(Ordering::Acquire);
+        let before = cache.epoch(shard).load(Ordering::Acquire);
         let c = match self.get(shard, TreeRef::Biz(biz), &keys::counts(shard, entity))? {
             None => CountsRec::default(),
             Some(v) => decode_counts(&v)?,
         };
-        cache
-            .put_if(key, c, || before.is_multiple_of(2) && epoch.load(Ordering::Acquire) == before);
+        self.fill_counts(key, c, before);
         Ok(c)
+    }
+
+    /// Caches counts read from the store while the shard's commit epoch
+    /// was `before`, unless a commit of the shard has run since (it wrote
+    /// newer counts through, which this must not overwrite).
+    pub(crate) fn fill_counts(&self, key: (BizId, u32, EntityId), c: CountsRec, before: u64) {
+        let epoch = self.counts_cache.epoch(key.1);
+        let unchanged = || before.is_multiple_of(2) && epoch.load(Ordering::Acquire) == before;
+        self.counts_cache.put_if(key, c, unchanged);
     }
 
     /// Starts loading where `get_counts` of this entity looks first: a
