@@ -208,22 +208,10 @@ impl Engine {
         &self,
         r: &CountsRequest,
     ) -> Result<Option<Vec<EntityCounts>>, WireError> {
-        let mut shards = Vec::with_capacity(r.entities.len());
-        for &e in &r.entities {
-            let shard = shard_of(r.biz, e, self.cfg.shards);
-            if !self.router.group(shard).is_some_and(|g| g.is_sole_voter()) {
-                return Ok(None);
-            }
-            shards.push(shard);
-        }
+        let Some(shards) = self.sole_shards(r.biz, &r.entities) else { return Ok(None) };
         self.require_business(r.biz).await?;
-        // All first, then the reads: their cache misses overlap (after
-        // the await, which may yield and let the lines go).
-        for (&e, &shard) in r.entities.iter().zip(&shards) {
-            self.store.prefetch_counts(r.biz, shard, e);
-        }
-        let out = r.entities.iter().zip(shards).map(|(&e, shard)| self.count_of(r.biz, shard, e));
-        Ok(Some(out.collect::<Result<Vec<_>, WireError>>()?))
+        // Prefetched after the await, which may yield and let the lines go.
+        Ok(Some(self.counts_in_place(r.biz, &r.entities, &shards)?))
     }
 
     /// Counts of entities on many shards: one sub-request per shard, all at

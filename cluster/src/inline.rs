@@ -26,11 +26,11 @@ use crate::board_memo;
 use crate::engine::{internal, Engine};
 use crate::group::Group;
 use plaudit_actors::board_host::QueryOut;
-use plaudit_proto::likes::{CountsRequest, EntityState, StatusRequest};
+use plaudit_proto::likes::{CountsRequest, EntityCounts, EntityState, StatusRequest};
 use plaudit_proto::routing::shard_of;
 use plaudit_proto::scoring::{BoardQuery, QueryReply, QueryRequest};
 use plaudit_proto::window::TypeId;
-use plaudit_proto::{BizId, Request, Response, WireError};
+use plaudit_proto::{BizId, EntityId, Request, Response, WireError};
 use std::sync::Arc;
 
 impl Engine {
@@ -77,23 +77,40 @@ impl Engine {
 
     fn counts_now(&self, r: &CountsRequest) -> Option<Result<Response, WireError>> {
         self.known_business(r.biz)?;
-        let mut shards = Vec::with_capacity(r.entities.len());
-        // Shards already found led here alone: a batch of 20 entities
-        // spans about 12 of 16, and each lookup locks the router.
+        let shards = self.sole_shards(r.biz, &r.entities)?;
+        Some(self.counts_in_place(r.biz, &r.entities, &shards).map(Response::Counts))
+    }
+
+    /// The shard of each of `entities` if this node is the only voter of
+    /// every one. Each shard is looked up once: a batch of 20 entities
+    /// spans about 12 of 16, and each lookup locks the router.
+    pub(crate) fn sole_shards(&self, biz: BizId, entities: &[EntityId]) -> Option<Vec<u32>> {
+        let mut shards = Vec::with_capacity(entities.len());
         let mut checked = 0u128;
-        for &e in &r.entities {
-            let shard = shard_of(r.biz, e, self.cfg.shards);
+        for &e in entities {
+            let shard = shard_of(biz, e, self.cfg.shards);
             let bit = 1u128.checked_shl(shard).unwrap_or(0);
             if checked & bit == 0 {
                 self.sole_group(shard)?;
                 checked |= bit;
             }
-            // All first, then the reads: their cache misses overlap.
-            self.store.prefetch_counts(r.biz, shard, e);
             shards.push(shard);
         }
-        let out = r.entities.iter().zip(shards).map(|(&e, shard)| self.count_of(r.biz, shard, e));
-        Some(out.collect::<Result<Vec<_>, WireError>>().map(Response::Counts))
+        Some(shards)
+    }
+
+    /// The counts of `entities` (on `shards`, as `sole_shards` gave them),
+    /// read in place: all prefetched first, so their cache misses overlap.
+    pub(crate) fn counts_in_place(
+        &self,
+        biz: BizId,
+        entities: &[EntityId],
+        shards: &[u32],
+    ) -> Result<Vec<EntityCounts>, WireError> {
+        for (&e, &shard) in entities.iter().zip(shards) {
+            self.store.prefetch_counts(biz, shard, e);
+        }
+        entities.iter().zip(shards).map(|(&e, &shard)| self.count_of(biz, shard, e)).collect()
     }
 
     fn status_now(&self, r: &StatusRequest) -> Option<Result<Response, WireError>> {
