@@ -36,10 +36,12 @@ use std::sync::Arc;
 /// Boards one thread remembers.
 pub const BOARDS: usize = 4096;
 
-/// A named board: its type id, key and shard.
+/// A named board: its type id (and its text, which a list reply carries:
+/// formatting it per reply was 1% of the rankings mix), key and shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Named {
     pub type_id: TypeId,
+    pub type_text: String,
     pub key: Vec<u8>,
     pub shard: ShardId,
 }
@@ -108,7 +110,7 @@ pub fn name(def: &RankDef, board: &BoardRef, shards: u32) -> Result<Named, WireE
     let type_id = route::board_of(def, board)?;
     let key = type_id.to_key();
     let shard = board_shard(def.id, &key, shards);
-    Ok(Named { type_id, key, shard })
+    Ok(Named { type_text: type_id.format(), type_id, key, shard })
 }
 
 thread_local! {

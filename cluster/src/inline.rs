@@ -29,7 +29,6 @@ use plaudit_actors::board_host::QueryOut;
 use plaudit_proto::likes::{CountsRequest, EntityCounts, EntityState, StatusRequest};
 use plaudit_proto::routing::shard_of;
 use plaudit_proto::scoring::{BoardQuery, QueryReply, QueryRequest};
-use plaudit_proto::window::TypeId;
 use plaudit_proto::{BizId, EntityId, Request, Response, WireError};
 use std::sync::Arc;
 
@@ -69,7 +68,7 @@ impl Engine {
         board_memo::with_named(&def, &q.board, self.cfg.shards, |b| {
             let g = self.sole_group(b.shard)?;
             let out = g.handle.board_query_now(q.rank, &b.key, &q.query)?;
-            Some(Ok(Response::Query(query_reply(&b.type_id, &q.query, out))))
+            Some(Ok(Response::Query(query_reply(&b.type_text, &q.query, out))))
         })
         .ok()
         .flatten()
@@ -138,10 +137,11 @@ impl Engine {
 }
 
 /// A board query's answer as the wire carries it.
-pub(crate) fn query_reply(t: &TypeId, q: &BoardQuery, out: QueryOut) -> QueryReply {
+/// `type_text` is the board's `TypeId::format`.
+pub(crate) fn query_reply(type_text: &str, q: &BoardQuery, out: QueryOut) -> QueryReply {
     match out {
         // Only a list names its board (formatting it was 4.6% of rank-of).
-        QueryOut::Items(items) => QueryReply::Items { type_id: t.format(), items },
+        QueryOut::Items(items) => QueryReply::Items { type_id: type_text.to_owned(), items },
         QueryOut::RankOf(row) => {
             let item = match q {
                 BoardQuery::RankOf { item } => *item,

@@ -266,7 +266,7 @@ impl Engine {
             .board_query(q.rank, t.to_key(), rules, q.query.clone())
             .await
             .map_err(ShardError::into_wire)?;
-        Ok(Response::Query(crate::inline::query_reply(&t, &q.query, out)))
+        Ok(Response::Query(crate::inline::query_reply(&t.format(), &q.query, out)))
     }
 
     /// One shard's page of a ranking's sub-boards, on this node, which

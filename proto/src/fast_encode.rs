@@ -7,19 +7,21 @@
 //! and the type id's `String`) and bincode's serde path, to write about
 //! twenty bytes, on every scoring event (thirteenth Step 4 session); a
 //! counts reply is sixty varints through serde, one call each (3.3% of
-//! the likes mix in `varint_encode_u64` alone, fourteenth session). These
-//! write the same bytes directly. The serde encoding stays the
+//! the likes mix in `varint_encode_u64` alone, fourteenth session); a
+//! top-10 or rank-of reply went through serde too (1.5% of the rankings
+//! mix, fifteenth session). These write the same bytes directly. The serde encoding stays the
 //! definition: property tests check that both write identical frames.
 
 use crate::codec::CodecError;
 use crate::frame;
 use crate::likes::{EntityCounts, EntityState};
-use crate::scoring::Outcome;
+use crate::scoring::{Outcome, QueryReply, RankedItem};
 
 /// Variant indexes in `Response`; a test checks them against serde.
 const STATUS_VARIANT: u64 = 4;
 const COUNTS_VARIANT: u64 = 5;
 const SCORE_VARIANT: u64 = 11;
+const QUERY_VARIANT: u64 = 12;
 
 /// Appends the frame of `Envelope { req_id, Response::Score(ScoreReply {
 /// boards: vec![BoardOutcome { type_id, outcome, score }] }) }` to `out`,
@@ -42,11 +44,83 @@ pub fn encode_score_reply(
         None => out.push(0),
         Some(s) => {
             out.push(1);
-            // Zigzag: 0, -1, 1, -2, ... -> 0, 1, 2, 3, ...
-            varint(out, ((s << 1) ^ (s >> 63)) as u64);
+            signed(out, s);
         }
     }
     frame::end_frame(out, start)
+}
+
+/// Appends the frame of `Envelope { req_id, Response::Query(reply) }`.
+pub fn encode_query_reply(
+    req_id: u64,
+    reply: &QueryReply,
+    out: &mut Vec<u8>,
+) -> Result<(), CodecError> {
+    let start = frame::begin_frame(out);
+    varint(out, req_id);
+    varint(out, QUERY_VARIANT);
+    // `QueryReply`'s variants in declaration order; a test checks each.
+    match reply {
+        QueryReply::Items { type_id, items } => {
+            varint(out, 0);
+            varint(out, type_id.len() as u64);
+            out.extend_from_slice(type_id.as_bytes());
+            varint(out, items.len() as u64);
+            for it in items {
+                ranked(out, it);
+            }
+        }
+        QueryReply::RankOf { item, row } => {
+            varint(out, 1);
+            varint(out, *item);
+            match row {
+                None => out.push(0),
+                Some(r) => {
+                    out.push(1);
+                    ranked(out, r);
+                }
+            }
+        }
+        QueryReply::Scores(scores) => {
+            varint(out, 2);
+            varint(out, scores.len() as u64);
+            for &(item, score) in scores {
+                varint(out, item);
+                match score {
+                    None => out.push(0),
+                    Some(s) => {
+                        out.push(1);
+                        signed(out, s);
+                    }
+                }
+            }
+        }
+        QueryReply::Size(n) => {
+            varint(out, 3);
+            varint(out, *n);
+        }
+    }
+    frame::end_frame(out, start)
+}
+
+/// A `RankedItem`'s fields in declaration order.
+fn ranked(out: &mut Vec<u8>, r: &RankedItem) {
+    varint(out, r.rank);
+    varint(out, r.item);
+    signed(out, r.score);
+    match r.sub {
+        None => out.push(0),
+        Some(s) => {
+            out.push(1);
+            varint(out, u64::from(s));
+        }
+    }
+}
+
+/// Bincode's signed varint: zigzag (0, -1, 1, -2, ... -> 0, 1, 2, 3, ...),
+/// then the unsigned varint.
+fn signed(out: &mut Vec<u8>, s: i64) {
+    varint(out, ((s << 1) ^ (s >> 63)) as u64);
 }
 
 /// Appends the frame of `Envelope { req_id, Response::Counts(counts) }`.
@@ -179,6 +253,43 @@ mod tests {
         assert_eq!(counts_by_hand(3, &[]), serde_frame(3, Response::Counts(vec![])));
     }
 
+    fn ranked_item() -> impl Strategy<Value = RankedItem> {
+        (any::<u64>(), any::<u64>(), any::<i64>(), any::<Option<u32>>())
+            .prop_map(|(rank, item, score, sub)| RankedItem { rank, item, score, sub })
+    }
+
+    fn query_reply() -> impl Strategy<Value = QueryReply> {
+        prop_oneof![
+            (".{0,300}", prop::collection::vec(ranked_item(), 0..20))
+                .prop_map(|(type_id, items)| QueryReply::Items { type_id, items }),
+            (any::<u64>(), prop::option::of(ranked_item()))
+                .prop_map(|(item, row)| QueryReply::RankOf { item, row }),
+            prop::collection::vec(any::<(u64, Option<i64>)>(), 0..20).prop_map(QueryReply::Scores),
+            any::<u64>().prop_map(QueryReply::Size),
+        ]
+    }
+
+    #[test]
+    fn every_query_variant_and_varint_width_matches_serde() {
+        let ints = [0, 1, 250, 251, 65_535, 65_536, u32::MAX as u64, u32::MAX as u64 + 1, u64::MAX];
+        for &n in &ints {
+            let row = RankedItem { rank: n, item: n, score: -(n as i64), sub: Some(n as u32) };
+            let replies = [
+                QueryReply::Items { type_id: "day:1713110400_7".into(), items: vec![row; 3] },
+                QueryReply::Items { type_id: String::new(), items: vec![] },
+                QueryReply::RankOf { item: n, row: Some(RankedItem { sub: None, ..row }) },
+                QueryReply::RankOf { item: n, row: None },
+                QueryReply::Scores(vec![(n, Some(n as i64)), (n, None), (n, Some(i64::MIN))]),
+                QueryReply::Size(n),
+            ];
+            for reply in replies {
+                let mut out = vec![9];
+                encode_query_reply(n, &reply, &mut out).unwrap();
+                assert_eq!(out, serde_frame(n, Response::Query(reply.clone())), "{reply:?}");
+            }
+        }
+    }
+
     fn like_state() -> impl Strategy<Value = LikeState> {
         prop::sample::select(vec![LikeState::None, LikeState::Like, LikeState::Dislike])
     }
@@ -207,6 +318,16 @@ mod tests {
                 status_by_hand(req_id, &states),
                 serde_frame(req_id, Response::Status(states.clone()))
             );
+        }
+
+        #[test]
+        fn query_replies_are_written_as_serde_writes_them(
+            req_id in any::<u64>(),
+            reply in query_reply(),
+        ) {
+            let mut out = vec![9];
+            encode_query_reply(req_id, &reply, &mut out).unwrap();
+            prop_assert_eq!(out, serde_frame(req_id, Response::Query(reply)));
         }
 
         #[test]

@@ -125,6 +125,7 @@ pub fn encode_reply(env: &Envelope<Response>, out: &mut Vec<u8>) -> Result<(), C
     match &env.body {
         Response::Counts(c) => fast_encode::encode_counts_reply(env.req_id, c, out),
         Response::Status(s) => fast_encode::encode_status_reply(env.req_id, s, out),
+        Response::Query(q) => fast_encode::encode_query_reply(env.req_id, q, out),
         _ => encode_frame(env, out),
     }
 }
