@@ -39,6 +39,13 @@
 # was saturated and the throughput is a client limit, not a server one. Not
 # counted: a Redis AOF rewrite runs in a forked child, a separate process.
 #
+# With REPEAT above 1, a summary follows the last table: per workload, each
+# run's Plaudit/Redis throughput ratio, their median and range, and how many
+# runs reached 1.0x; and each run's like p99 ratio (Plaudit's over Redis's,
+# at most 1.0 is "no worse"). Why: Redis and Plaudit each swing by up to 20%
+# between runs on this shared host, so one run's pass or fail on a ratio
+# near 1.0 says little; the median of a series says how they compare.
+#
 # Environment (defaults in brackets):
 #   DURATION [10s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]
 #   WORKLOADS ["likes hot cold top rank mixed"]  REPEAT [1: run the matrix N
@@ -244,6 +251,53 @@ print_table() { # rep
     fi
 }
 
+# median VALUES...: the middle value (the mean of the two middle ones).
+median() {
+    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
+        END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# summary_row LABEL GOAL(at_least|at_most) RATIOS...: a row of the summary.
+summary_row() {
+    local label=$1 goal=$2 met=0 x
+    shift 2
+    for x in "$@"; do
+        awk -v x="$x" -v g="$goal" 'BEGIN { exit !(g == "at_least" ? x >= 1 : x <= 1) }' && met=$((met + 1))
+    done
+    local sorted
+    sorted=$(printf '%s\n' "$@" | sort -g)
+    echo "| $label | $(printf '%.2f ' "$@")| $(printf '%.2f' "$(median "$@")")" \
+        "| $(printf '%.2f' "$(head -1 <<<"$sorted")")–$(printf '%.2f' "$(tail -1 <<<"$sorted")") | $met of $# |"
+}
+
+print_summary() {
+    local w rep r p ratios
+    echo
+    echo "summary of $REPEAT runs: Plaudit/Redis throughput per run, median, range, runs at or above 1.0x"
+    echo "(like p99: Plaudit's p99 over Redis's, runs at or below 1.0)"
+    echo
+    echo "| workload | per run | median | range | runs met |"
+    echo "|---|---|---|---|---|"
+    for w in $WORKLOADS; do
+        ratios=()
+        for rep in $(seq "$REPEAT"); do
+            r=$(num "$WORK/r$rep-$w-redis.json" total_ops_per_s)
+            p=$(num "$WORK/r$rep-$w-plaudit.json" total_ops_per_s)
+            ratios+=("$(awk -v p="${p:-0}" -v r="${r:-0}" 'BEGIN { print (r > 0 ? p / r : 0) }')")
+        done
+        summary_row "$w" at_least "${ratios[@]}"
+    done
+    if [[ " $WORKLOADS " == *" likes "* ]]; then
+        ratios=()
+        for rep in $(seq "$REPEAT"); do
+            r=$(num "$WORK/r$rep-likes-redis.json" like p99_us)
+            p=$(num "$WORK/r$rep-likes-plaudit.json" like p99_us)
+            ratios+=("$(awk -v p="${p:-0}" -v r="${r:-0}" 'BEGIN { print (r > 0 ? p / r : 9) }')")
+        done
+        summary_row "like p99 (lower is better)" at_most "${ratios[@]}"
+    fi
+}
+
 # Each run's table as soon as the run is done, so a long REPEAT shows progress.
 for rep in $(seq "$REPEAT"); do
     for w in $WORKLOADS; do
@@ -251,3 +305,4 @@ for rep in $(seq "$REPEAT"); do
     done
     print_table "$rep"
 done
+[[ $REPEAT -eq 1 ]] || print_summary
