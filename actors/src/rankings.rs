@@ -15,6 +15,7 @@ pub mod dedup;
 mod fenwick;
 pub mod order;
 pub mod route;
+pub mod search;
 
 /// Windows and type ids are part of the wire contract; they live in proto.
 pub use plaudit_proto::window;

@@ -42,6 +42,7 @@ pub mod limits;
 pub mod listing;
 pub mod message;
 mod nesting;
+pub mod prefetch;
 pub mod rankings;
 pub mod routing;
 pub mod scoring;

@@ -20,6 +20,7 @@
 
 use crate::likes::CountsRec;
 use plaudit_proto::keyed_hash::KeyedHash;
+use plaudit_proto::prefetch::prefetch;
 use plaudit_proto::{BizId, EntityId};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -192,20 +193,6 @@ impl CountsCache {
             }
         }
     }
-}
-
-/// A hint to the CPU to bring the line at `p` into its caches.
-#[inline]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads no memory the program can observe and
-    // cannot fault, whatever the address; `_mm_prefetch` needs only SSE,
-    // which every x86_64 CPU has.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 #[cfg(test)]

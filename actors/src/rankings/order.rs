@@ -13,6 +13,7 @@
 //! with one `memmove`, which is cheap next to the cache misses of a tree.
 
 use super::fenwick::Fenwick;
+use super::search::search;
 use std::fmt;
 use std::mem::size_of;
 
@@ -104,7 +105,7 @@ impl<K: Ord + Copy, const LOAD: usize> OrderList<K, LOAD> {
         // the last chunk.
         let ci = self.maxes.partition_point(|m| *m < k).min(self.chunks.len() - 1);
         let chunk = &mut self.chunks[ci];
-        let Err(j) = chunk.binary_search(&k) else { return false };
+        let Err(j) = search(chunk, &k) else { return false };
         if chunk.len() == chunk.capacity() {
             // Grow by an eighth rather than doubling: spare capacity stays
             // small, and the extra copies cost less than the insert's memmove.
@@ -152,7 +153,7 @@ impl<K: Ord + Copy, const LOAD: usize> OrderList<K, LOAD> {
             return false;
         }
         let chunk = &mut self.chunks[ci];
-        let Err(p) = chunk.binary_search(&new) else { return false };
+        let Err(p) = search(chunk, &new) else { return false };
         // One `memmove` of the keys between (`rotate_*` was slower here).
         if p > j {
             chunk.copy_within(j + 1..p, j);
@@ -237,7 +238,7 @@ impl<K: Ord + Copy, const LOAD: usize> OrderList<K, LOAD> {
     /// The chunk and offset holding `k`, if present.
     fn locate(&self, k: &K) -> Option<(usize, usize)> {
         let ci = self.maxes.partition_point(|m| m < k);
-        let j = self.chunks.get(ci)?.binary_search(k).ok()?;
+        let j = search(self.chunks.get(ci)?, k).ok()?;
         Some((ci, j))
     }
 
