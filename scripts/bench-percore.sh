@@ -257,42 +257,53 @@ median() {
         END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# ratio2 NUM DEN: NUM/DEN to two decimals, or "-" unless both are positive.
+ratio2() { awk -v p="${1:-0}" -v r="${2:-0}" 'BEGIN { if (p > 0 && r > 0) printf "%.2f", p / r; else print "-" }'; }
+
 # summary_row LABEL GOAL(at_least|at_most) RATIOS...: a row of the summary.
+# A run without both figures shows "-" and counts neither way; "met" is
+# judged on the ratio as shown (two decimals), so 1.00 meets either goal.
 summary_row() {
-    local label=$1 goal=$2 met=0 x
+    local label=$1 goal=$2 met=0 x valid=()
     shift 2
     for x in "$@"; do
+        [[ $x == - ]] && continue
+        valid+=("$x")
         awk -v x="$x" -v g="$goal" 'BEGIN { exit !(g == "at_least" ? x >= 1 : x <= 1) }' && met=$((met + 1))
     done
+    if [[ ${#valid[@]} -eq 0 ]]; then
+        echo "| $label | $* | - | - | no run with both figures |"
+        return
+    fi
     local sorted
-    sorted=$(printf '%s\n' "$@" | sort -g)
-    echo "| $label | $(printf '%.2f ' "$@")| $(printf '%.2f' "$(median "$@")")" \
-        "| $(printf '%.2f' "$(head -1 <<<"$sorted")")–$(printf '%.2f' "$(tail -1 <<<"$sorted")") | $met of $# |"
+    sorted=$(printf '%s\n' "${valid[@]}" | sort -g)
+    echo "| $label | $* | $(printf '%.2f' "$(median "${valid[@]}")")" \
+        "| $(head -1 <<<"$sorted")–$(tail -1 <<<"$sorted") | $met of ${#valid[@]} |"
 }
 
 print_summary() {
     local w rep r p ratios
     echo
-    echo "summary of $REPEAT runs: Plaudit/Redis throughput per run, median, range, runs at or above 1.0x"
-    echo "(like p99: Plaudit's p99 over Redis's, runs at or below 1.0)"
+    echo "summary of $REPEAT runs: Plaudit/Redis throughput per run, median, range, runs at or above 1.00x"
+    echo "(like p99: Plaudit's p99 over Redis's, runs at or below 1.00)"
     echo
     echo "| workload | per run | median | range | runs met |"
     echo "|---|---|---|---|---|"
     for w in $WORKLOADS; do
         ratios=()
         for rep in $(seq "$REPEAT"); do
-            r=$(num "$WORK/r$rep-$w-redis.json" total_ops_per_s)
-            p=$(num "$WORK/r$rep-$w-plaudit.json" total_ops_per_s)
-            ratios+=("$(awk -v p="${p:-0}" -v r="${r:-0}" 'BEGIN { print (r > 0 ? p / r : 0) }')")
+            r=$(num "$WORK/r$rep-$w-redis.json" total_ops_per_s) || r=""
+            p=$(num "$WORK/r$rep-$w-plaudit.json" total_ops_per_s) || p=""
+            ratios+=("$(ratio2 "$p" "$r")")
         done
         summary_row "$w" at_least "${ratios[@]}"
     done
     if [[ " $WORKLOADS " == *" likes "* ]]; then
         ratios=()
         for rep in $(seq "$REPEAT"); do
-            r=$(num "$WORK/r$rep-likes-redis.json" like p99_us)
-            p=$(num "$WORK/r$rep-likes-plaudit.json" like p99_us)
-            ratios+=("$(awk -v p="${p:-0}" -v r="${r:-0}" 'BEGIN { print (r > 0 ? p / r : 9) }')")
+            r=$(num "$WORK/r$rep-likes-redis.json" like p99_us) || r=""
+            p=$(num "$WORK/r$rep-likes-plaudit.json" like p99_us) || p=""
+            ratios+=("$(ratio2 "$p" "$r")")
         done
         summary_row "like p99 (lower is better)" at_most "${ratios[@]}"
     fi

@@ -16,8 +16,8 @@
 //! cannot be reused while it is remembered.
 //!
 //! Memory: at most `BOARDS` entries per worker thread (each a reference
-//! of at most 256 bytes of type id, or a checked dimension list, and its
-//! key); past that the memo starts over, and so it does when a ranking's
+//! of at most 256 bytes of type id, or a checked dimension list, its key
+//! and its type id's text, again at most 256 bytes); past that the memo starts over, and so it does when a ranking's
 //! definition changes (entries hold only current definitions). A thread, not a connection,
 //! because a node's connections query the same boards.
 
@@ -169,7 +169,9 @@ mod tests {
             for (ruid, daily, offset, shards) in asks.iter().chain(asks.iter()) {
                 let g = if *daily { Granularity::Day } else { Granularity::Total };
                 let b = at(*ruid, g, TS + offset);
-                prop_assert_eq!(named(&mut memo, &d, &b, *shards), name(&d, &b, *shards).unwrap());
+                let n = named(&mut memo, &d, &b, *shards);
+                prop_assert_eq!(&n.type_text, &n.type_id.format());
+                prop_assert_eq!(n, name(&d, &b, *shards).unwrap());
                 let by_id = BoardRef::TypeId(name(&d, &b, *shards).unwrap().type_id.format());
                 prop_assert_eq!(named(&mut memo, &d, &by_id, *shards), name(&d, &b, *shards).unwrap());
             }

@@ -1,7 +1,8 @@
 //! Hand-written encoders for the replies a busy node writes most: one
 //! scoring event's outcome on one board (`Response::Score` with one
-//! `BoardOutcome`), and the states and counts of a batch of entities
-//! (`Response::Status`, `Response::Counts`).
+//! `BoardOutcome`), the states and counts of a batch of entities
+//! (`Response::Status`, `Response::Counts`), and board query replies
+//! (`Response::Query`: top-N, rank-of, scores, size).
 //!
 //! Why: building a scoring reply took two allocations (the outcomes `Vec`
 //! and the type id's `String`) and bincode's serde path, to write about
@@ -288,6 +289,18 @@ mod tests {
                 assert_eq!(out, serde_frame(n, Response::Query(reply.clone())), "{reply:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_reply_past_the_frame_limit_fails_as_serde_does_and_writes_nothing() {
+        let big =
+            QueryReply::Items { type_id: "x".repeat(crate::limits::MAX_FRAME_LEN), items: vec![] };
+        let env = crate::message::Envelope { req_id: 1, body: Response::Query(big) };
+        let mut out = vec![9];
+        assert!(crate::frame::encode_reply(&env, &mut out).is_err());
+        assert_eq!(out, vec![9], "nothing of the frame is left");
+        assert!(encode_frame(&env, &mut out).is_err());
+        assert_eq!(out, vec![9]);
     }
 
     fn like_state() -> impl Strategy<Value = LikeState> {

@@ -119,8 +119,9 @@ pub fn encode_frame<T: Serialize>(env: &Envelope<T>, out: &mut Vec<u8>) -> Resul
 }
 
 /// Encodes one reply frame onto the end of `out`: `encode_frame`, with
-/// the states and counts of a batch written by hand (`fast_encode.rs`;
-/// the same bytes).
+/// the states and counts of a batch and board query replies written by
+/// hand (`fast_encode.rs`; the same bytes, and the same error past the
+/// frame limit).
 pub fn encode_reply(env: &Envelope<Response>, out: &mut Vec<u8>) -> Result<(), CodecError> {
     match &env.body {
         Response::Counts(c) => fast_encode::encode_counts_reply(env.req_id, c, out),
