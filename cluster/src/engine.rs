@@ -166,6 +166,7 @@ impl Engine {
             .open()?;
         let commit = GroupCommit::start(db.clone(), &cfg.data_dir.join("sled"))?;
         let wal = Wal::open(&cfg.data_dir.join("raft"))?;
+        crate::shard_count::check(&cfg.data_dir, cfg.shards, &wal.group_ids())?;
         // A spare segment (zeros made ahead, `wal.rs`) must not eat the
         // reserve that keeps the node serving on a nearly full disk.
         wal.set_spare_floor(cfg.group.disk.min_free());

@@ -39,6 +39,7 @@ mod registry_read;
 pub mod retention;
 pub mod router;
 pub mod score_route;
+pub mod shard_count;
 pub mod snapshot_file;
 pub mod snapshot_policy;
 pub mod staged;

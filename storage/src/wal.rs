@@ -173,6 +173,11 @@ impl Wal {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The groups the log holds records of, in no particular order.
+    pub fn group_ids(&self) -> Vec<u32> {
+        self.lock().groups.keys().copied().collect()
+    }
+
     /// Segment files on disk, for tests and status.
     pub fn segment_count(&self) -> usize {
         self.lock().segments.len()

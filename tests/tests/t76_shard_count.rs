@@ -1,0 +1,74 @@
+//! A data directory keeps the shard count it was made with: a node started
+//! on it with another count refuses to start (and changes nothing), and
+//! started with its own count serves what it held. Real node processes on
+//! one data directory.
+
+use plaudit_tests::{node_bin, Node};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Runs a node on `dir` with `shards` and returns its stderr once it has
+/// exited, failing if it exits successfully or keeps running.
+fn refused(dir: &Path, shards: u32) -> String {
+    let mut child = std::process::Command::new(node_bin())
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--shards", &shards.to_string(), "--listen", "127.0.0.1:0", "--admin"])
+        .arg("127.0.0.1:0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn plaudit-node");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(!status.success(), "a node with {shards} shards started");
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            return err;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a node with {shards} shards did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn liked(node: &Node, biz: &str, user: &str) -> String {
+    let state = node.cli_json(&["status", "--biz", biz, "--user", user, "5"]);
+    state.to_string()
+}
+
+#[test]
+fn a_node_keeps_the_shard_count_its_data_was_made_with() {
+    let mut node = Node::builder().shards(4).start();
+    let dir = node.data_dir().to_path_buf();
+    let biz = node.cli("biz create --name counted");
+    let biz = biz["id"].as_u64().expect("a business id").to_string();
+    for user in ["6", "7", "8"] {
+        let out = node.cli_json(&["like", "--biz", &biz, "--entity", "5", "--user", user]);
+        assert_eq!(out["now"], "like", "{out}");
+    }
+    let before: Vec<String> = ["6", "7", "8"].iter().map(|u| liked(&node, &biz, u)).collect();
+    assert!(before.iter().all(|s| s.contains("\"like\"")), "{before:?}");
+    node.terminate();
+    assert_eq!(std::fs::read_to_string(dir.join("shards")).unwrap(), "4\n");
+
+    for wrong in [2, 16] {
+        let err = refused(&dir, wrong);
+        assert!(err.contains("made with 4 shards") && err.contains("--shards 4"), "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("shards")).unwrap(), "4\n", "unchanged");
+
+    // A directory from before the record: its log shows a smaller count
+    // is wrong (the registry's group, 4, is above it).
+    std::fs::remove_file(dir.join("shards")).unwrap();
+    let err = refused(&dir, 3);
+    assert!(err.contains("made with 4 shards"), "{err}");
+
+    node.restart();
+    assert_eq!(std::fs::read_to_string(dir.join("shards")).unwrap(), "4\n", "recorded again");
+    let after: Vec<String> = ["6", "7", "8"].iter().map(|u| liked(&node, &biz, u)).collect();
+    assert_eq!(after, before, "the node serves what it held");
+}
