@@ -54,6 +54,35 @@ pub fn node_bin() -> PathBuf {
     bin("plaudit-node", "PLAUDIT_NODE_BIN")
 }
 
+/// Runs `plaudit-node --data-dir DATA_DIR ARGS...` with `env` added and
+/// returns its stderr once it has exited; panics if it exits successfully
+/// or is still running after 20 s (a node expected to refuse to start).
+pub fn refused_start(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut child = std::process::Command::new(node_bin())
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn plaudit-node");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(!status.success(), "the node exited successfully ({args:?})");
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            return err;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the node did not refuse to start ({args:?})");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The `plaudit` CLI binary, found like `node_bin` (or `$PLAUDIT_CLI_BIN`).
 pub fn cli_bin() -> PathBuf {
     bin("plaudit", "PLAUDIT_CLI_BIN")

@@ -15,7 +15,7 @@ use plaudit_client::proto::window::Granularity;
 use plaudit_client::proto::{BizConfig, ErrorCode, Request, Response};
 use plaudit_client::{Client, ClientError, ClientOptions};
 use plaudit_tests::raw::RawConn;
-use plaudit_tests::{metric_sum, node_bin, total_ranking, wait_until, Cluster, Node};
+use plaudit_tests::{metric_sum, refused_start, total_ranking, wait_until, Cluster, Node};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const ADMIN: &str = "t71-admin-token-0123456789";
@@ -349,29 +349,7 @@ async fn a_token_made_through_one_node_works_at_every_node() {
 /// (refusing to start) within 10 s; returns its stderr.
 fn start_expecting_exit(args: &[&str], env: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(node_bin())
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(args)
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn plaudit-node");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(!status.success(), "the node exited successfully");
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            return err;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the node did not refuse to start");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    refused_start(dir.path(), args, env)
 }
 
 #[test]

@@ -3,36 +3,17 @@
 //! started with its own count serves what it held. Real node processes on
 //! one data directory.
 
-use plaudit_tests::{node_bin, Node};
+use plaudit_tests::{refused_start, Node};
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-/// Runs a node on `dir` with `shards` and returns its stderr once it has
-/// exited, failing if it exits successfully or keeps running.
+/// The error of a node started on `dir` with `shards`, which must refuse.
 fn refused(dir: &Path, shards: u32) -> String {
-    let mut child = std::process::Command::new(node_bin())
-        .arg("--data-dir")
-        .arg(dir)
-        .args(["--shards", &shards.to_string(), "--listen", "127.0.0.1:0", "--admin"])
-        .arg("127.0.0.1:0")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn plaudit-node");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(!status.success(), "a node with {shards} shards started");
-            let mut err = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-            return err;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("a node with {shards} shards did not refuse to start");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let shards = shards.to_string();
+    refused_start(
+        dir,
+        &["--shards", &shards, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
+        &[],
+    )
 }
 
 fn liked(node: &Node, biz: &str, user: &str) -> String {
