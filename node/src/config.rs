@@ -34,7 +34,20 @@ pub const DEFAULT_BOOTSTRAP_EXPECT: u32 = 0;
 pub const DEFAULT_REPLICATION_FACTOR: u32 = 3;
 /// A cluster secret shorter than this is refused.
 pub const MIN_SECRET_LEN: usize = 16;
-pub const DEFAULT_SHARDS: u32 = 16;
+/// Six shards (Raft groups) by default, sixteen before the fifteenth Step 4
+/// session. A node pays roughly 16 µs of CPU per Raft entry whatever the
+/// entry carries, and each shard with work makes an entry per round, so
+/// fewer shards make fewer, larger entries: per core, with the actor
+/// budget kept at ~16k per node, the rankings mix went from 0.98–1.05x
+/// Redis to 1.14–1.16x and likes from 1.86–2.48x to 2.09–2.36x
+/// (`docs/benchmarks.md`). Six rather than four: six divide evenly among
+/// 1, 2, 3 and 6 nodes, so a three-node cluster leads two each. The cost:
+/// at most six nodes can lead, and a larger entry takes longer to apply
+/// (cold scoring's p99 ~9 -> 10–14 ms). A larger cluster sets `shards`
+/// when it is created; a data directory keeps its count (`shard_count.rs`
+/// in the cluster crate), so one made with the old default must be
+/// started with `shards = 16`.
+pub const DEFAULT_SHARDS: u32 = 6;
 /// The most shards a cluster may have; `shards` must lie in `1..=MAX_SHARDS`.
 pub const MAX_SHARDS: u32 = 1024;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
@@ -60,9 +73,11 @@ pub const DEFAULT_BATCH_MAX_COMMANDS: usize = 4096;
 /// queues while it commits joins the next entry (measured: 9.3k likes/s at 1,
 /// 7.1k at 2, 5.6k at 4 in docs/benchmarks.md).
 pub const DEFAULT_MAX_PROPOSALS_IN_FLIGHT: usize = 1;
-/// Per kind (users, entities) and shard: 1024 x 2 x 16 shards bounds a node at
-/// about 32k active actors (measured ~400 MiB RSS with the 256 MiB sled cache).
-pub const DEFAULT_ACTOR_BUDGET_PER_SHARD: usize = 1024;
+/// Per kind (users, entities, boards) and shard: 16,384 per node at the
+/// default 6 shards (2,731 x 6), what 1,024 x 16 shards gave before. The
+/// node-wide bound is `shards` x this, so a node with more shards should
+/// lower it (with 16 shards, 1,024).
+pub const DEFAULT_ACTOR_BUDGET_PER_SHARD: usize = 2731;
 /// Expired sub-boards are looked for once a minute: a window ends at most
 /// once an hour, so a minute's delay costs little storage.
 pub const DEFAULT_RETENTION_SWEEP_SECS: u64 = 60;

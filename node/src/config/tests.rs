@@ -21,7 +21,7 @@ fn no_sources_give_the_documented_defaults() {
     assert_eq!(config, Config::default());
     assert_eq!(config.listen.to_string(), "127.0.0.1:7401");
     assert_eq!(config.admin.to_string(), "127.0.0.1:7402");
-    assert_eq!(config.shards, 16);
+    assert_eq!(config.shards, 6);
     assert_eq!(config.log, DEFAULT_LOG);
 }
 
