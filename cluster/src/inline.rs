@@ -82,7 +82,8 @@ impl Engine {
 
     /// The shard of each of `entities` if this node is the only voter of
     /// every one. Each shard is looked up once: a batch of 20 entities
-    /// spans about 12 of 16, and each lookup locks the router.
+    /// spans most shards (about 12 of 16 at the old default), and each
+    /// lookup locks the router.
     pub(crate) fn sole_shards(&self, biz: BizId, entities: &[EntityId]) -> Option<Vec<u32>> {
         let mut shards = Vec::with_capacity(entities.len());
         let mut checked = 0u128;
