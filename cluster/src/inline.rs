@@ -68,7 +68,7 @@ impl Engine {
         board_memo::with_named(&def, &q.board, self.cfg.shards, |b| {
             let g = self.sole_group(b.shard)?;
             let out = g.handle.board_query_now(q.rank, &b.key, &q.query)?;
-            Some(Ok(Response::Query(query_reply(&b.type_text, &q.query, out))))
+            Some(Ok(Response::Query(query_reply(|| b.type_text.clone(), &q.query, out))))
         })
         .ok()
         .flatten()
@@ -138,11 +138,15 @@ impl Engine {
 }
 
 /// A board query's answer as the wire carries it.
-/// `type_text` is the board's `TypeId::format`.
-pub(crate) fn query_reply(type_text: &str, q: &BoardQuery, out: QueryOut) -> QueryReply {
+/// `type_text` gives the board's `TypeId::format`, asked for only by a list.
+pub(crate) fn query_reply(
+    type_text: impl FnOnce() -> String,
+    q: &BoardQuery,
+    out: QueryOut,
+) -> QueryReply {
     match out {
         // Only a list names its board (formatting it was 4.6% of rank-of).
-        QueryOut::Items(items) => QueryReply::Items { type_id: type_text.to_owned(), items },
+        QueryOut::Items(items) => QueryReply::Items { type_id: type_text(), items },
         QueryOut::RankOf(row) => {
             let item = match q {
                 BoardQuery::RankOf { item } => *item,

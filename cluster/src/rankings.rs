@@ -266,13 +266,7 @@ impl Engine {
             .board_query(q.rank, t.to_key(), rules, q.query.clone())
             .await
             .map_err(ShardError::into_wire)?;
-        // Only a list carries its board's text (`query_reply`).
-        let text = if matches!(out, plaudit_actors::board_host::QueryOut::Items(_)) {
-            t.format()
-        } else {
-            String::new()
-        };
-        Ok(Response::Query(crate::inline::query_reply(&text, &q.query, out)))
+        Ok(Response::Query(crate::inline::query_reply(|| t.format(), &q.query, out)))
     }
 
     /// One shard's page of a ranking's sub-boards, on this node, which
