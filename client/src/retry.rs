@@ -71,9 +71,11 @@ pub(crate) fn outcome(r: Result<Response, ClientError>) -> Outcome {
 /// cannot apply it twice; anything else is returned as it is. Token changes
 /// are registry changes: a repeated create must not mint a second token
 /// with the same secret, and a repeated revoke must answer as the first.
-pub(crate) fn once(req: Request, id: u64) -> Request {
+/// `id` is asked for only then: a fresh id costs a hash, and most requests
+/// of a pipeline are not registry changes.
+pub(crate) fn once(req: Request, id: impl FnOnce() -> u64) -> Request {
     if is_registry_change(&req) {
-        Request::Once { id, req: Box::new(req) }
+        Request::Once { id: id(), req: Box::new(req) }
     } else {
         req
     }
@@ -265,13 +267,16 @@ mod tests {
             config: Default::default(),
         });
         assert!(!safe_to_repeat(&create));
-        let wrapped = once(create.clone(), 77);
+        let wrapped = once(create.clone(), || 77);
         assert_eq!(wrapped, Request::Once { id: 77, req: Box::new(create) });
         assert!(safe_to_repeat(&wrapped));
         let update = Request::UpdateBiz(UpdateBiz { id: 1, config: Default::default() });
-        assert!(matches!(once(update, 1), Request::Once { .. }));
-        assert_eq!(once(Request::GetBiz(1), 5), Request::GetBiz(1));
-        assert_eq!(once(Request::Ping, 5), Request::Ping);
+        assert!(matches!(once(update, || 1), Request::Once { .. }));
+        assert_eq!(once(Request::GetBiz(1), || 5), Request::GetBiz(1));
+        assert_eq!(
+            once(Request::Ping, || unreachable!("an id only for a wrapped request")),
+            Request::Ping
+        );
     }
 
     #[test]
@@ -283,14 +288,14 @@ mod tests {
             read_only: false,
         });
         assert!(!safe_to_repeat(&create));
-        let wrapped = once(create.clone(), 9);
+        let wrapped = once(create.clone(), || 9);
         assert_eq!(wrapped, Request::Once { id: 9, req: Box::new(create) });
         // What the node accepts inside a Once, it accepts from us.
         assert!(wrapped.validate().is_ok(), "{:?}", wrapped.validate());
-        let revoke = once(Request::RevokeToken(4), 9);
+        let revoke = once(Request::RevokeToken(4), || 9);
         assert_eq!(revoke, Request::Once { id: 9, req: Box::new(Request::RevokeToken(4)) });
         assert!(revoke.validate().is_ok());
-        assert_eq!(once(Request::ListTokens, 9), Request::ListTokens);
+        assert_eq!(once(Request::ListTokens, || 9), Request::ListTokens);
         assert!(safe_to_repeat(&Request::ListTokens));
     }
 

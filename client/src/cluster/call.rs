@@ -68,7 +68,7 @@ impl Cluster {
         deadline: Instant,
         maybe_applied: bool,
     ) -> Result<Response, ClientError> {
-        let req = retry::once(req, retry::random_u64());
+        let req = retry::once(req, retry::random_u64);
         let mut call = Call {
             deadline,
             attempts: Attempts::default(),

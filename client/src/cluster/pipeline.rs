@@ -25,6 +25,7 @@ use crate::retry::{self, Outcome};
 use crate::route::{self, Dest, Target};
 use plaudit_proto::scoring::BoardRef;
 use plaudit_proto::{ErrorCode, Request, Response};
+use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 type Answer = Result<Response, ClientError>;
@@ -40,43 +41,8 @@ impl Cluster {
     pub(crate) async fn pipeline(&self, reqs: Vec<Request>) -> Vec<Answer> {
         let deadline = Instant::now() + self.timeout;
         let reqs: Vec<Request> =
-            reqs.into_iter().map(|r| retry::once(r, retry::random_u64())).collect();
-        let mut groups: Vec<(Dest, Vec<usize>)> = Vec::new();
-        // Each target is routed once per pipeline (and a board's type id
-        // hashed once): requests for one board or shard repeat, and routing
-        // each was a seventh of the client's CPU on rank-of.
-        let shards = lock(&self.view).shards();
-        let mut targets = TargetMemo::default();
-        let mut routed: Vec<(Target, Option<usize>)> = Vec::new();
-        for (i, req) in reqs.iter().enumerate() {
-            let target = targets.target(req, shards);
-            // A leader is one node; `Any` and `Replica` rotate over their
-            // candidates per request (`View::pick`'s spin), which spreads a
-            // pipeline's fan-outs and stale reads: those are picked each.
-            let once = matches!(target, Target::Leader(_) | Target::Meta);
-            let group = match routed.iter().find(|(t, _)| once && *t == target) {
-                Some(&(_, g)) => g,
-                None => {
-                    let g = self.pick(target).map(|dest| {
-                        match groups.iter().position(|(d, _)| d.addr == dest.addr) {
-                            Some(g) => g,
-                            None => {
-                                groups.push((dest, Vec::new()));
-                                groups.len() - 1
-                            }
-                        }
-                    });
-                    if once {
-                        routed.push((target, g));
-                    }
-                    g
-                }
-            };
-            // No node to pick: `call_until` waits for one, or says why not.
-            if let Some(g) = group {
-                groups[g].1.push(i);
-            }
-        }
+            reqs.into_iter().map(|r| retry::once(r, retry::random_u64)).collect();
+        let groups = self.route_all(&reqs);
         let sent = futures::future::join_all(groups.iter().map(|(dest, of_dest)| {
             let batch: Vec<&Request> = of_dest.iter().map(|&i| &reqs[i]).collect();
             self.send_batch(dest, batch, deadline)
@@ -128,6 +94,52 @@ impl Cluster {
             answers[i] = Some(a);
         }
         answers.into_iter().map(|a| a.unwrap_or(Err(ClientError::Timeout))).collect()
+    }
+
+    /// Each request's node, as index lists per node: the requests `call`
+    /// would send to each (none for a request with no node to pick).
+    fn route_all(&self, reqs: &[Request]) -> Vec<(Dest, Vec<usize>)> {
+        let mut groups: Vec<(Dest, Vec<usize>)> = Vec::new();
+        // Each target is routed once per pipeline (and a board's type id
+        // hashed once): requests for one board or shard repeat, and routing
+        // each was a seventh of the client's CPU on rank-of. The view is
+        // locked and the clock read once for the whole pipeline.
+        let view = lock(&self.view);
+        let now = Instant::now().into_std();
+        let shards = view.shards();
+        let mut targets = TargetMemo::default();
+        let mut routed: Vec<(Target, Option<usize>)> = Vec::new();
+        for (i, req) in reqs.iter().enumerate() {
+            let target = targets.target(req, shards);
+            // A leader is one node; `Any` and `Replica` rotate over their
+            // candidates per request (`View::pick`'s spin), which spreads a
+            // pipeline's fan-outs and stale reads: those are picked each.
+            let once = matches!(target, Target::Leader(_) | Target::Meta);
+            let group = match routed.iter().find(|(t, _)| once && *t == target) {
+                Some(&(_, g)) => g,
+                None => {
+                    let spin = self.spin.fetch_add(1, Ordering::Relaxed);
+                    let g = view.pick(target, now, spin).map(|dest| {
+                        match groups.iter().position(|(d, _)| d.addr == dest.addr) {
+                            Some(g) => g,
+                            None => {
+                                groups.push((dest, Vec::new()));
+                                groups.len() - 1
+                            }
+                        }
+                    });
+                    if once {
+                        routed.push((target, g));
+                    }
+                    g
+                }
+            };
+            // No node to pick: `call_until` waits for one, or says why not.
+            if let Some(g) = group {
+                groups[g].1.push(i);
+            }
+        }
+        groups
     }
 
     /// One node's share, in writes of at most [`CHUNK`] requests, one after
