@@ -171,7 +171,7 @@ impl Connection {
     pub(crate) async fn call(&self, req: &Request) -> Reply {
         let req_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut bytes = Vec::new();
-        frame::encode_frame(&Envelope { req_id, body: req }, &mut bytes).map_err(|e| {
+        frame::encode_request(req_id, req, &mut bytes).map_err(|e| {
             ClientError::Protocol(format!("cannot encode {} request: {e}", req.op()))
         })?;
 
@@ -202,9 +202,8 @@ impl Connection {
         let mut bytes = Vec::new();
         let mut out: Vec<Option<Reply>> = Vec::with_capacity(reqs.len());
         for (i, req) in reqs.iter().enumerate() {
-            let env = Envelope { req_id: first + i as u64, body: *req };
             let at = bytes.len();
-            match frame::encode_frame(&env, &mut bytes) {
+            match frame::encode_request(first + i as u64, req, &mut bytes) {
                 Ok(()) => out.push(None),
                 Err(e) => {
                     bytes.truncate(at);
@@ -360,7 +359,11 @@ async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {
     let mut rd = BufReader::new(rd);
     let mut buf = Vec::new();
     let death = loop {
-        match frame::read_frame::<_, Response>(&mut rd, &mut buf).await {
+        let frame = match frame::read_payload(&mut rd, &mut buf).await {
+            Ok(()) => frame::decode_reply(&buf),
+            Err(e) => Err(e),
+        };
+        match frame {
             // The node's answer to the connection itself: it is at its
             // connection limit and closes this one next. Reading on could
             // meet a reset before the close and lose its words.

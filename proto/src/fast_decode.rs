@@ -23,19 +23,18 @@
 //! it never answers differently from the serde decoder.
 
 use crate::likes::{CountsRequest, LikeAction, LikeRequest, StatusRequest};
-use crate::limits::MAX_BATCH;
 use crate::message::{Envelope, Request};
-use crate::rankings::MAX_DIMS;
 use crate::scoring::{BoardQuery, BoardRef, QueryRequest, ScoreRequest, MAX_SCORE_BATCH};
+use crate::varint::Cursor;
 use crate::window::Granularity;
 
 /// The variant indexes of the requests read here (their positions in the
 /// enum); a test checks them against the serde encoding.
-const LIKE_VARIANT: u32 = 5;
-const STATUS_VARIANT: u32 = 6;
-const COUNTS_VARIANT: u32 = 7;
-const SCORE_VARIANT: u32 = 15;
-const QUERY_VARIANT: u32 = 16;
+pub(crate) const LIKE_VARIANT: u32 = 5;
+pub(crate) const STATUS_VARIANT: u32 = 6;
+pub(crate) const COUNTS_VARIANT: u32 = 7;
+pub(crate) const SCORE_VARIANT: u32 = 15;
+pub(crate) const QUERY_VARIANT: u32 = 16;
 
 /// The envelope in `body` (a payload without its version byte), if it holds
 /// a request this decoder reads in full; `None` leaves it to serde.
@@ -116,100 +115,12 @@ fn query(c: &mut Cursor<'_>) -> Option<QueryRequest> {
     Some(QueryRequest { rank, board, query })
 }
 
-/// The bytes not read yet.
-struct Cursor<'a>(&'a [u8]);
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-
-    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.bytes(N)?.try_into().ok()
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        match self.byte()? {
-            b @ 0..=250 => Some(u64::from(b)),
-            251 => Some(u64::from(u16::from_le_bytes(self.array()?))),
-            252 => Some(u64::from(u32::from_le_bytes(self.array()?))),
-            253 => Some(u64::from_le_bytes(self.array()?)),
-            _ => None,
-        }
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        match self.byte()? {
-            b @ 0..=250 => Some(u32::from(b)),
-            251 => Some(u32::from(u16::from_le_bytes(self.array()?))),
-            252 => Some(u32::from_le_bytes(self.array()?)),
-            _ => None,
-        }
-    }
-
-    /// Zigzag: even `n` is `n / 2`, odd `n` is `!(n / 2)`.
-    fn i64(&mut self) -> Option<i64> {
-        let n = self.u64()?;
-        let half = (n / 2) as i64;
-        Some(if n % 2 == 0 { half } else { !half })
-    }
-
-    fn option_u64(&mut self) -> Option<Option<u64>> {
-        match self.byte()? {
-            0 => Some(None),
-            1 => Some(Some(self.u64()?)),
-            _ => None,
-        }
-    }
-
-    /// A batch of ids. Longer batches than a request may carry are
-    /// refused later; serde decodes them for that.
-    fn ids(&mut self) -> Option<Vec<u64>> {
-        let n = self.u64()?;
-        if n > MAX_BATCH as u64 {
-            return None;
-        }
-        (0..n).map(|_| self.u64()).collect()
-    }
-
-    /// Dimension values by name. More than a ranking may have are refused
-    /// later; serde decodes them for that, and no length read here sizes
-    /// an allocation.
-    fn dims(&mut self) -> Option<Vec<(String, u64)>> {
-        let n = self.u64()?;
-        if n > MAX_DIMS as u64 {
-            return None;
-        }
-        let mut dims = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            let name = self.string()?;
-            dims.push((name, self.u64()?));
-        }
-        Some(dims)
-    }
-
-    fn string(&mut self) -> Option<String> {
-        let len = usize::try_from(self.u64()?).ok()?;
-        let bytes = self.bytes(len)?;
-        std::str::from_utf8(bytes).ok().map(str::to_owned)
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::codec;
+    use crate::limits::MAX_BATCH;
+    use crate::rankings::MAX_DIMS;
     use proptest::prelude::*;
 
     fn encoded(req_id: u64, body: &Request) -> Vec<u8> {
@@ -384,7 +295,7 @@ mod tests {
         ]
     }
 
-    fn request() -> impl Strategy<Value = Request> {
+    pub(crate) fn request() -> impl Strategy<Value = Request> {
         prop_oneof![score_request(), query_request(), likes_request()]
     }
 

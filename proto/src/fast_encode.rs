@@ -17,12 +17,13 @@ use crate::codec::CodecError;
 use crate::frame;
 use crate::likes::{EntityCounts, EntityState};
 use crate::scoring::{Outcome, QueryReply, RankedItem};
+use crate::varint::{signed, varint};
 
 /// Variant indexes in `Response`; a test checks them against serde.
-const STATUS_VARIANT: u64 = 4;
-const COUNTS_VARIANT: u64 = 5;
-const SCORE_VARIANT: u64 = 11;
-const QUERY_VARIANT: u64 = 12;
+pub(crate) const STATUS_VARIANT: u64 = 4;
+pub(crate) const COUNTS_VARIANT: u64 = 5;
+pub(crate) const SCORE_VARIANT: u64 = 11;
+pub(crate) const QUERY_VARIANT: u64 = 12;
 
 /// Appends the frame of `Envelope { req_id, Response::Score(ScoreReply {
 /// boards: vec![BoardOutcome { type_id, outcome, score }] }) }` to `out`,
@@ -118,12 +119,6 @@ fn ranked(out: &mut Vec<u8>, r: &RankedItem) {
     }
 }
 
-/// Bincode's signed varint: zigzag (0, -1, 1, -2, ... -> 0, 1, 2, 3, ...),
-/// then the unsigned varint.
-fn signed(out: &mut Vec<u8>, s: i64) {
-    varint(out, ((s << 1) ^ (s >> 63)) as u64);
-}
-
 /// Appends the frame of `Envelope { req_id, Response::Counts(counts) }`.
 pub fn encode_counts_reply(
     req_id: u64,
@@ -166,25 +161,8 @@ fn encode_batch_reply<T>(
     frame::end_frame(out, start)
 }
 
-/// Bincode's standard varint: below 251 one byte, else a tag (251, 252,
-/// 253) and the value as a little-endian `u16`, `u32` or `u64`.
-fn varint(out: &mut Vec<u8>, v: u64) {
-    if v < 251 {
-        out.push(v as u8);
-    } else if let Ok(v) = u16::try_from(v) {
-        out.push(251);
-        out.extend_from_slice(&v.to_le_bytes());
-    } else if let Ok(v) = u32::try_from(v) {
-        out.push(252);
-        out.extend_from_slice(&v.to_le_bytes());
-    } else {
-        out.push(253);
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::frame::encode_frame;
     use crate::likes::LikeState;
@@ -254,12 +232,12 @@ mod tests {
         assert_eq!(counts_by_hand(3, &[]), serde_frame(3, Response::Counts(vec![])));
     }
 
-    fn ranked_item() -> impl Strategy<Value = RankedItem> {
+    pub(crate) fn ranked_item() -> impl Strategy<Value = RankedItem> {
         (any::<u64>(), any::<u64>(), any::<i64>(), any::<Option<u32>>())
             .prop_map(|(rank, item, score, sub)| RankedItem { rank, item, score, sub })
     }
 
-    fn query_reply() -> impl Strategy<Value = QueryReply> {
+    pub(crate) fn query_reply() -> impl Strategy<Value = QueryReply> {
         prop_oneof![
             (".{0,300}", prop::collection::vec(ranked_item(), 0..20))
                 .prop_map(|(type_id, items)| QueryReply::Items { type_id, items }),
@@ -303,7 +281,7 @@ mod tests {
         assert_eq!(out, vec![9]);
     }
 
-    fn like_state() -> impl Strategy<Value = LikeState> {
+    pub(crate) fn like_state() -> impl Strategy<Value = LikeState> {
         prop::sample::select(vec![LikeState::None, LikeState::Like, LikeState::Dislike])
     }
 

@@ -29,6 +29,7 @@
 
 pub mod auth;
 pub mod business;
+mod client_codec;
 pub mod cluster;
 pub mod codec;
 pub mod error;
@@ -46,6 +47,7 @@ pub mod prefetch;
 pub mod rankings;
 pub mod routing;
 pub mod scoring;
+mod varint;
 pub mod window;
 
 pub use business::{BizConfig, Business};

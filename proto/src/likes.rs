@@ -16,6 +16,9 @@ pub enum LikeState {
 }
 
 impl LikeState {
+    /// Declaration order: a state's index here is its wire index.
+    pub const ALL: [LikeState; 3] = [LikeState::None, LikeState::Like, LikeState::Dislike];
+
     pub fn as_str(self) -> &'static str {
         match self {
             LikeState::None => "none",

@@ -60,6 +60,10 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Declaration order: an outcome's index here is its wire index.
+    pub const ALL: [Outcome; 4] =
+        [Outcome::Applied, Outcome::Duplicate, Outcome::Filtered, Outcome::Shed];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Applied => "applied",
