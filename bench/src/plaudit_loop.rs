@@ -53,12 +53,14 @@ pub async fn run<W: BatchOps>(client: Client, mut work: W, slots: usize, phase: 
         let reqs = ops.iter().map(|op| work.request(op)).collect();
         let started = Instant::now();
         let answers = client.pipeline(reqs).await;
+        // Every answer arrived when the pipeline returned.
+        let took = started.elapsed().as_nanos() as u64;
         let mut failed = None;
         for (slot, (op, answer)) in ops.iter().zip(answers).enumerate() {
             let r = work.judge(slot, op, answer);
             if p == MEASURE {
                 match &r {
-                    Ok(()) => stats.ok(W::kind(op), started),
+                    Ok(()) => stats.ok_ns(W::kind(op), took),
                     Err(Failure::Client(e)) => stats.error(W::kind(op), error_name(e)),
                     Err(Failure::Outcome(o)) => stats.error(W::kind(op), o),
                 }

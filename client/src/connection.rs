@@ -23,6 +23,7 @@
 
 use crate::error::ClientError;
 use plaudit_proto::frame::{self, FrameError};
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
 use std::collections::HashMap;
 use std::io;
@@ -64,7 +65,10 @@ struct Shared {
 }
 
 struct State {
-    pending: HashMap<u64, Waiter>,
+    /// Keyed by request id: two lookups per request (register, complete).
+    /// The ids are ours, not a peer's, so SipHash's resistance to chosen
+    /// keys buys nothing here; the node's keyed multiply-fold is enough.
+    pending: HashMap<u64, Waiter, KeyedHash>,
     /// Why the connection died. Set once; afterwards nothing registers.
     dead: Option<Death>,
 }
@@ -152,7 +156,7 @@ impl Connection {
         let (rd, wr) = stream.into_split();
         let shared = Arc::new(Shared {
             addr: addr.clone(),
-            state: Mutex::new(State { pending: HashMap::new(), dead: None }),
+            state: Mutex::new(State { pending: HashMap::default(), dead: None }),
         });
         let (frames, queue) = mpsc::channel(QUEUE_DEPTH);
         let reader = tokio::spawn(read_loop(rd, shared.clone()));
@@ -440,7 +444,7 @@ mod tests {
     fn a_dead_connection_fails_every_request_of_a_waiting_batch() {
         let shared = Shared {
             addr: "127.0.0.1:1".into(),
-            state: Mutex::new(State { pending: HashMap::new(), dead: None }),
+            state: Mutex::new(State { pending: HashMap::default(), dead: None }),
         };
         let (b, mut rx) = batch(2);
         let ws = (0..2).map(|i| (10 + i as u64, Waiter::Batch(b.clone(), i)));

@@ -276,6 +276,7 @@ impl Conn {
         let now = Instant::now();
         self.hold.next_pass();
         self.pass_secs = plaudit_cluster::staged::wall_secs();
+        let mut read_any = false;
         while self.backlog() < OUT_LIMIT && !self.authing {
             let env = match self.inbuf.next_frame() {
                 Ok(Some(payload)) => frame::decode_request(payload),
@@ -294,8 +295,11 @@ impl Conn {
             };
             self.frame_started = None;
             self.last_active = now;
-            self.entry.touch();
+            read_any = true;
             self.request(env, now);
+        }
+        if read_any {
+            self.entry.touch(now);
         }
         if !self.staged.is_empty() {
             self.submit_staged();

@@ -46,8 +46,12 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn touch(&self) {
-        self.last_active_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    /// The connection was active at `now` (a time its caller has read
+    /// already: a clock read per request was 1.4% of the node on hot
+    /// scoring).
+    pub fn touch(&self, now: Instant) {
+        let ms = now.saturating_duration_since(self.epoch).as_millis() as u64;
+        self.last_active_ms.store(ms, Ordering::Relaxed);
     }
 
     pub fn set_busy(&self, busy: bool) {
