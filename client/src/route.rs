@@ -560,6 +560,84 @@ mod tests {
         );
     }
 
+    /// The candidate list as it was built before `walk` (eagerly, then
+    /// without repeats): the reference the walk must match.
+    fn listed(v: &View, target: Target, spin: usize) -> Vec<Dest> {
+        let map = &v.table.map;
+        let mut nodes: Vec<NodeId> = Vec::new();
+        match target {
+            Target::Leader(s) => {
+                nodes.extend(v.table.leaders.get(s as usize).copied().flatten());
+                nodes.extend(map.replicas(s));
+            }
+            Target::Meta => {
+                nodes.extend(v.table.meta_leader);
+                nodes.extend(&map.meta_voters);
+            }
+            Target::Replica(s) => nodes.extend(rotated(map.replicas(s), spin)),
+            Target::Any => {}
+        }
+        let all: Vec<NodeId> = map.nodes.iter().map(|n| n.id).collect();
+        nodes.extend(rotated(&all, spin));
+        let mut out: Vec<Dest> = Vec::new();
+        for d in nodes.into_iter().filter_map(|n| v.dest(n)) {
+            if !out.iter().any(|o| o.addr == d.addr) {
+                out.push(d);
+            }
+        }
+        for addr in rotated(&v.seeds, if map.nodes.is_empty() { spin } else { 0 }) {
+            if !out.iter().any(|o| &o.addr == addr) {
+                out.push(Dest { node: None, addr: addr.clone() });
+            }
+        }
+        out
+    }
+
+    /// Four nodes, each shard on three of them, leaders known, unknown
+    /// (an election) and unmapped (a node the map lacks), no metadata
+    /// leader: the walk's every branch with something to skip or rotate.
+    fn uneven() -> View {
+        let mut t = table();
+        t.map.nodes.push(NodeInfo {
+            id: 4,
+            client: addr(4),
+            peer: "10.0.0.4:7403".into(),
+            admin: "10.0.0.4:7402".into(),
+        });
+        t.map.shards = vec![vec![1, 2, 3], vec![2, 3, 4], vec![3, 4, 1], vec![4, 1, 2]];
+        t.leaders = vec![Some(2), None, Some(9), Some(4)];
+        t.meta_leader = None;
+        let mut v = View::new(vec![addr(2), "seed.example:7401".into(), "other:1".into()]);
+        assert!(v.accept(t));
+        v
+    }
+
+    #[test]
+    fn the_walk_lists_the_candidates_in_the_order_they_were_listed() {
+        let targets: Vec<Target> = (0..5)
+            .flat_map(|s| [Target::Leader(s), Target::Replica(s)])
+            .chain([Target::Meta, Target::Any])
+            .collect();
+        let seeds_only = View::new(vec!["a:1".into(), "b:1".into(), "c:1".into()]);
+        for v in [view(), uneven(), seeds_only] {
+            for &t in &targets {
+                for spin in 0..7 {
+                    assert_eq!(v.candidates(t, spin), listed(&v, t, spin), "{t:?} spin {spin}");
+                }
+            }
+        }
+        // Spot checks of the reference itself.
+        let v = uneven();
+        let order = |t, spin| -> Vec<Option<NodeId>> {
+            listed(&v, t, spin).into_iter().map(|d| d.node).collect()
+        };
+        assert_eq!(
+            order(Target::Leader(0), 1),
+            [2, 1, 3, 4].map(Some).into_iter().chain([None, None]).collect::<Vec<_>>()
+        );
+        assert_eq!(order(Target::Replica(1), 1)[..3], [Some(3), Some(4), Some(2)]);
+    }
+
     /// `pick` walks the candidates lazily; it must choose what the first
     /// match over the listed candidates chooses, for every mix of down and
     /// doubtful addresses (a seed that is also a member included).

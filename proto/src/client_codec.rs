@@ -25,6 +25,9 @@ use crate::scoring::ScoreReply;
 use crate::scoring::{BoardOutcome, BoardQuery, BoardRef, Outcome, QueryReply, RankedItem};
 use crate::varint::{signed, varint, Cursor};
 
+/// The most elements a sequence reserves room for before reading them.
+const MAX_RESERVE: usize = 1024;
+
 /// `Response::Like`'s variant index; a test checks it against serde.
 const LIKE_REPLY_VARIANT: u64 = 3;
 
@@ -215,8 +218,9 @@ fn opt<'a, T>(
     }
 }
 
-/// A sequence. Its length sizes no allocation past the bytes left (each
-/// element takes at least one), so a broken length cannot reserve memory.
+/// A sequence. A length past the bytes left (each element takes at least
+/// one) is refused, and the first reservation is capped, so a broken
+/// length reserves little: the rest grows with elements actually read.
 fn seq<'a, T>(
     c: &mut Cursor<'a>,
     mut read: impl FnMut(&mut Cursor<'a>) -> Option<T>,
@@ -225,7 +229,7 @@ fn seq<'a, T>(
     if n > c.0.len() {
         return None;
     }
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(n.min(MAX_RESERVE));
     for _ in 0..n {
         out.push(read(c)?);
     }

@@ -70,7 +70,7 @@ pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<Envelope<T>
             ),
         });
     }
-    codec::from_bytes(body)
+    codec::from_bytes_within::<MAX_FRAME_LEN, _>(body)
         .map_err(|e| FrameError::Malformed { req_id: peek_req_id(body), reason: e.to_string() })
 }
 
@@ -189,6 +189,43 @@ pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A payload of a few bytes whose board name announces a terabyte:
+    /// a query (`fast_decode` leaves it to serde, which would allocate
+    /// what it announces) or, as a reply, a top-N list.
+    fn announcing_a_terabyte(variant: u8) -> Vec<u8> {
+        let mut payload = vec![PROTOCOL_VERSION, 7, variant, 1, 0, 253];
+        payload.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        payload.extend_from_slice(b"abc");
+        payload
+    }
+
+    #[test]
+    fn a_string_announcing_more_than_a_frame_is_refused_not_allocated() {
+        // Without the bound the process aborts here ("memory allocation of
+        // 1099511627776 bytes failed"), so the test cannot pass by luck.
+        match decode_request(&announcing_a_terabyte(16)) {
+            Err(FrameError::Malformed { req_id: Some(7), .. }) => {}
+            other => panic!("expected a malformed request, got {other:?}"),
+        }
+        // Response::Query (12), QueryReply::Items (0) with its type id.
+        let mut reply = announcing_a_terabyte(12);
+        reply.remove(3); // no rank in a reply
+        assert!(matches!(decode_reply(&reply), Err(FrameError::Malformed { req_id: Some(7), .. })));
+        // A string as long as a frame allows still decodes.
+        let name = "x".repeat(MAX_FRAME_LEN - 64);
+        let req = Request::GetRank(1);
+        let big = Request::CreateBiz(crate::business::CreateBiz {
+            id: None,
+            name,
+            config: Default::default(),
+        });
+        for body in [req, big] {
+            let mut out = Vec::new();
+            encode_frame(&Envelope { req_id: 3, body: body.clone() }, &mut out).unwrap();
+            assert_eq!(decode_request(&out[4..]).unwrap(), Envelope { req_id: 3, body });
+        }
+    }
 
     #[tokio::test]
     async fn frames_round_trip_back_to_back() {

@@ -162,6 +162,30 @@ async fn a_request_nested_a_million_times_is_refused_and_the_node_lives() {
     node.client().await.ping().await.expect("the node is alive");
 }
 
+#[tokio::test]
+async fn a_string_announcing_a_terabyte_is_refused_and_the_node_lives() {
+    // A board query of a few bytes whose type id announces 2^40 bytes.
+    // bincode allocated what a string announced before reading it, so this
+    // frame, from a connection that had not authenticated, aborted the
+    // node on the failed allocation.
+    let node = Node::start();
+    let query_tag =
+        codec::to_bytes(&Request::Query(plaudit_client::proto::scoring::QueryRequest {
+            rank: 1,
+            board: plaudit_client::proto::scoring::BoardRef::TypeId(String::new()),
+            query: plaudit_client::proto::scoring::BoardQuery::Size,
+        }))
+        .unwrap()[0];
+    let mut payload = vec![PROTOCOL_VERSION, 7, query_tag, 1, 0, 253];
+    payload.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    payload.extend_from_slice(b"total");
+    let mut conn = RawConn::connect(&node.addr()).await;
+    conn.send(&raw::frame_of(&payload)).await;
+    assert_bad_request(&conn.recv().await, 7);
+    assert_serves_ping(&mut conn, 8).await;
+    node.client().await.ping().await.expect("the node is alive");
+}
+
 /// Writes a pass stages for proposal together (`node/src/server/batch.rs`)
 /// are still proposed and answered when a bad length ends the pass.
 #[tokio::test]

@@ -252,7 +252,9 @@ pub async fn read_msg_max<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(
     if got != len {
         return Err(WireFault::Closed);
     }
-    Ok(codec::from_bytes(buf)?)
+    // Strings bounded by the largest frame: a peer that has not yet
+    // proved the secret must not make the node allocate what it announces.
+    Ok(codec::from_bytes_within::<MAX_FRAME, _>(buf)?)
 }
 
 #[cfg(test)]
@@ -276,5 +278,20 @@ mod tests {
         drop(a);
         let err = read_msg::<_, Frame<PeerRequest>>(&mut b, &mut buf).await.unwrap_err();
         assert!(matches!(err, WireFault::Closed), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_string_announcing_a_terabyte_is_refused_not_allocated() {
+        // Eleven bytes that announce a `String` of 2^40 bytes: without the
+        // bound, decoding aborts the process on the failed allocation.
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let mut msg = vec![253];
+        msg.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        msg.extend_from_slice(b"ab");
+        a.write_all(&(msg.len() as u32).to_be_bytes()).await.unwrap();
+        a.write_all(&msg).await.unwrap();
+        let mut buf = Vec::new();
+        let err = read_msg_max::<_, String>(&mut b, &mut buf, 256).await.unwrap_err();
+        assert!(matches!(err, WireFault::Codec(_)), "{err}");
     }
 }

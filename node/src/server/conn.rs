@@ -287,6 +287,9 @@ impl Conn {
                     self.push_reply(0, Response::Error(WireError::bad_request(e.to_string())));
                     self.broken = true;
                     self.frame_started = None;
+                    if read_any {
+                        self.entry.touch(now);
+                    }
                     // What came before the bad frame is still answered.
                     self.submit_staged();
                     self.seen.flush(&self.server.metrics, now);
