@@ -244,6 +244,7 @@ mod tests {
     use crate::fast_encode::tests::{like_state, query_reply};
     use crate::frame::{self, encode_frame};
     use crate::likes::CountsRequest;
+    use crate::varint::fuzz::{broken, led_by};
     use proptest::prelude::*;
 
     fn by_serde(body: &[u8]) -> Option<Envelope<Response>> {
@@ -349,13 +350,7 @@ mod tests {
             byte in any::<u8>(),
             how in 0..3u8,
         ) {
-            let mut bytes = encoded(req_id, &body);
-            let i = at.index(bytes.len());
-            match how {
-                0 => bytes.truncate(i),
-                1 => bytes[i] = byte,
-                _ => bytes.insert(i, byte),
-            }
+            let bytes = broken(encoded(req_id, &body), at, byte, how);
             if let Some(fast) = reply_envelope(&bytes) {
                 prop_assert_eq!(Some(fast), by_serde(&bytes));
             }
@@ -369,12 +364,9 @@ mod tests {
             ]),
             bytes in prop::collection::vec(any::<u8>(), 0..64),
         ) {
-            // Mostly a known reply's first bytes, so the fields are reached.
-            let mut body = vec![1, variant as u8];
-            body.extend_from_slice(&bytes);
-            for b in [&body[..], &bytes[..]] {
-                if let Some(fast) = reply_envelope(b) {
-                    prop_assert_eq!(Some(fast), by_serde(b));
+            for b in led_by(variant as u8, &bytes) {
+                if let Some(fast) = reply_envelope(&b) {
+                    prop_assert_eq!(Some(fast), by_serde(&b));
                 }
             }
         }

@@ -121,6 +121,7 @@ pub(crate) mod tests {
     use crate::codec;
     use crate::limits::MAX_BATCH;
     use crate::rankings::MAX_DIMS;
+    use crate::varint::fuzz::{broken, led_by};
     use proptest::prelude::*;
 
     fn encoded(req_id: u64, body: &Request) -> Vec<u8> {
@@ -318,13 +319,7 @@ pub(crate) mod tests {
             byte in any::<u8>(),
             how in 0..3u8,
         ) {
-            let mut bytes = encoded(req_id, &body);
-            let i = at.index(bytes.len());
-            match how {
-                0 => bytes.truncate(i),
-                1 => bytes[i] = byte,
-                _ => bytes.insert(i, byte),
-            }
+            let bytes = broken(encoded(req_id, &body), at, byte, how);
             if let Some(fast) = request_envelope(&bytes) {
                 prop_assert_eq!(Some(fast), by_serde(&bytes));
             }
@@ -337,12 +332,9 @@ pub(crate) mod tests {
             ]),
             bytes in prop::collection::vec(any::<u8>(), 0..64),
         ) {
-            // Mostly a known request's first bytes, so the fields are reached.
-            let mut body = vec![1, variant as u8];
-            body.extend_from_slice(&bytes);
-            for b in [&body[..], &bytes[..]] {
-                if let Some(fast) = request_envelope(b) {
-                    prop_assert_eq!(Some(fast), by_serde(b));
+            for b in led_by(variant as u8, &bytes) {
+                if let Some(fast) = request_envelope(&b) {
+                    prop_assert_eq!(Some(fast), by_serde(&b));
                 }
             }
         }

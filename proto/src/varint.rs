@@ -121,3 +121,31 @@ impl Cursor<'_> {
         std::str::from_utf8(bytes).ok().map(str::to_owned)
     }
 }
+
+/// Inputs for the hand-written decoders' property tests, which check that
+/// a decoder never answers differently from serde.
+#[cfg(test)]
+pub(crate) mod fuzz {
+    use proptest::sample::Index;
+
+    /// `bytes` broken one way (`how`): cut at a place, a byte there
+    /// changed, or `byte` added there.
+    pub(crate) fn broken(mut bytes: Vec<u8>, at: Index, byte: u8, how: u8) -> Vec<u8> {
+        let i = at.index(bytes.len());
+        match how {
+            0 => bytes.truncate(i),
+            1 => bytes[i] = byte,
+            _ => bytes.insert(i, byte),
+        }
+        bytes
+    }
+
+    /// Mostly arbitrary bytes after an envelope's first two (req_id 1, a
+    /// known variant), so that the decoder reaches the fields; and the
+    /// arbitrary bytes alone.
+    pub(crate) fn led_by(variant: u8, bytes: &[u8]) -> [Vec<u8>; 2] {
+        let mut led = vec![1, variant];
+        led.extend_from_slice(bytes);
+        [led, bytes.to_vec()]
+    }
+}
