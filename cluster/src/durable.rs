@@ -11,8 +11,7 @@
 use crate::group::Group;
 use crate::snapshot_file;
 use openraft::{BasicNode, SnapshotMeta};
-use plaudit_proto::codec;
-use plaudit_storage::snapshot::read_header;
+use plaudit_storage::snapshot::{decode_header, read_header};
 use plaudit_storage::StateStore;
 use std::io::BufReader;
 use std::path::Path;
@@ -88,7 +87,7 @@ fn promote_installing(dir: &Path) -> anyhow::Result<()> {
         return Ok(());
     }
     let header = snapshot_file::read_meta_header(&installing)?;
-    let meta: SnapshotMeta<u64, BasicNode> = codec::from_bytes(&header)?;
+    let meta: SnapshotMeta<u64, BasicNode> = decode_header(&header)?;
     let complete = dir.join(snapshot_file::complete_name(&meta.snapshot_id));
     tracing::warn!(snapshot = %meta.snapshot_id, "promoting a snapshot whose install a crash interrupted");
     std::fs::rename(&installing, &complete)?;

@@ -33,7 +33,7 @@ use openraft::{
 };
 use plaudit_actors::{ApplyEntry, CmdResult, Directory, ShardHandle};
 use plaudit_proto::codec;
-use plaudit_storage::snapshot::{read_header, Frozen};
+use plaudit_storage::snapshot::{decode_header, read_header, Frozen};
 use plaudit_storage::wal::Wal;
 use plaudit_storage::StateStore;
 use std::io::BufReader;
@@ -149,7 +149,7 @@ impl ShardStateMachine {
                 continue;
             }
             let Ok(header) = snapshot_file::read_meta_header(&path) else { continue };
-            let Ok(meta) = codec::from_bytes::<Meta>(&header) else { continue };
+            let Ok(meta) = decode_header::<Meta>(&header) else { continue };
             if meta.last_log_id.map(|l| l.index) >= purged {
                 candidates.push((meta.last_log_id, path, meta.snapshot_id));
             }
@@ -188,7 +188,7 @@ impl ShardStateMachine {
         let meta = tokio::task::spawn_blocking(move || -> Result<Meta, String> {
             let mut input = BufReader::new(std::fs::File::open(&file).map_err(|e| e.to_string())?);
             let header = read_header(&mut input).map_err(|e| e.to_string())?;
-            let meta: Meta = codec::from_bytes(&header).map_err(|e| e.to_string())?;
+            let meta: Meta = decode_header(&header).map_err(|e| e.to_string())?;
             store.install(shard, registry, &mut input).map_err(|e| e.to_string())?;
             Ok(meta)
         })
@@ -358,7 +358,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         // The file must hold what openraft says it received.
         let header =
             snapshot_file::read_meta_header(&received).map_err(|e| snap_err(ErrorVerb::Read, e))?;
-        let got: Meta = codec::from_bytes(&header).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        let got: Meta = decode_header(&header).map_err(|e| snap_err(ErrorVerb::Read, e))?;
         if got.snapshot_id != meta.snapshot_id {
             let _ = std::fs::remove_file(&received);
             return Err(snap_err(
@@ -400,7 +400,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             let mut f = BufReader::new(file.try_clone().map_err(|e| snap_err(ErrorVerb::Read, e))?);
             read_header(&mut f).map_err(|e| snap_err(ErrorVerb::Read, e))?
         };
-        let meta: Meta = codec::from_bytes(&header).map_err(|e| snap_err(ErrorVerb::Read, e))?;
+        let meta: Meta = decode_header(&header).map_err(|e| snap_err(ErrorVerb::Read, e))?;
         let file = SnapshotFile::from_std(path, file);
         Ok(Some(Snapshot { meta, snapshot: Box::new(file) }))
     }

@@ -113,6 +113,18 @@ fn read_record(input: &mut impl Read, buf: &mut Vec<u8>) -> Result<Record> {
     codec::from_bytes(buf).map_err(snap_err)
 }
 
+/// Decodes a header read by [`read_header`], with what its strings may
+/// claim bounded by the header's own limit. Why: bincode 2 allocates a
+/// string's announced length before it reads the string, and a header
+/// holds strings (the membership's node addresses), so a corrupted
+/// length, in a file or in a snapshot sent by a peer, would abort the
+/// node instead of failing the install (`codec::from_bytes_within`).
+pub fn decode_header<T: serde::de::DeserializeOwned>(
+    header: &[u8],
+) -> std::result::Result<T, codec::CodecError> {
+    codec::from_bytes_within::<MAX_RECORD, _>(header)
+}
+
 /// Reads the header of a snapshot file (what `export` was given).
 pub fn read_header(input: &mut impl Read) -> Result<Vec<u8>> {
     let mut magic = [0u8; 12];
@@ -426,6 +438,18 @@ mod tests {
     use plaudit_proto::LikeState;
 
     use crate::state::test_store as store;
+
+    #[test]
+    fn a_header_announcing_a_terabyte_string_fails_instead_of_aborting() {
+        // A header that starts with a string of 2^40 bytes: without the
+        // bound, decoding aborts the process on the failed allocation.
+        let mut header = vec![253];
+        header.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        header.extend_from_slice(b"10.0.0.1:7403");
+        assert!(decode_header::<(String, u64)>(&header).is_err());
+        let fine = codec::to_bytes(&("10.0.0.1:7403".to_string(), 7u64)).unwrap();
+        assert_eq!(decode_header::<(String, u64)>(&fine).unwrap(), ("10.0.0.1:7403".into(), 7));
+    }
 
     /// Every key of every tree, as the trees hold it after a checkpoint.
     fn dump(s: &StateStore, shard: u32) -> Vec<(String, Vec<u8>, Vec<u8>)> {
