@@ -23,7 +23,7 @@ use crate::likes::{EntityCounts, EntityState, LikeReply, LikeState};
 use crate::message::{Envelope, Request, Response};
 use crate::scoring::ScoreReply;
 use crate::scoring::{BoardOutcome, BoardQuery, BoardRef, Outcome, QueryReply, RankedItem};
-use crate::varint::{signed, varint, Cursor};
+use crate::varint::{option, signed, string, varint, Cursor};
 
 /// The most elements a sequence reserves room for before reading them.
 const MAX_RESERVE: usize = 1024;
@@ -115,21 +115,6 @@ pub(crate) fn encode_request_body(req_id: u64, req: &Request, out: &mut Vec<u8>)
 
 fn variant(out: &mut Vec<u8>, index: u32) {
     varint(out, u64::from(index));
-}
-
-fn option<T>(out: &mut Vec<u8>, v: Option<T>, write: impl Fn(&mut Vec<u8>, T)) {
-    match v {
-        None => out.push(0),
-        Some(v) => {
-            out.push(1);
-            write(out, v);
-        }
-    }
-}
-
-fn string(out: &mut Vec<u8>, s: &str) {
-    varint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
 }
 
 fn ids(out: &mut Vec<u8>, ids: &[u64]) {

@@ -37,12 +37,7 @@ pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Resul
 /// Decodes a value that must span all of `bytes`: trailing garbage is an
 /// error, so a truncated or padded frame never decodes as something else.
 pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    let (value, used) = bincode::serde::decode_from_slice(bytes, config())
-        .map_err(|e| CodecError::Decode(e.to_string()))?;
-    if used != bytes.len() {
-        return Err(CodecError::Trailing(bytes.len() - used));
-    }
-    Ok(value)
+    decode_whole(bytes, config())
 }
 
 /// Decodes bytes read off a socket, as [`from_bytes`] does, with the
@@ -61,7 +56,14 @@ pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 pub fn from_bytes_within<const MAX: usize, T: DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<T, CodecError> {
-    let (value, used) = bincode::serde::decode_from_slice(bytes, config().with_limit::<MAX>())
+    decode_whole(bytes, config().with_limit::<MAX>())
+}
+
+fn decode_whole<T: DeserializeOwned>(
+    bytes: &[u8],
+    config: impl bincode::config::Config,
+) -> Result<T, CodecError> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config)
         .map_err(|e| CodecError::Decode(e.to_string()))?;
     if used != bytes.len() {
         return Err(CodecError::Trailing(bytes.len() - used));

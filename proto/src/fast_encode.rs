@@ -17,7 +17,7 @@ use crate::codec::CodecError;
 use crate::frame;
 use crate::likes::{EntityCounts, EntityState};
 use crate::scoring::{Outcome, QueryReply, RankedItem};
-use crate::varint::{signed, varint};
+use crate::varint::{option, signed, string, varint};
 
 /// Variant indexes in `Response`; a test checks them against serde.
 pub(crate) const STATUS_VARIANT: u64 = 4;
@@ -39,16 +39,9 @@ pub fn encode_score_reply(
     varint(out, req_id);
     varint(out, SCORE_VARIANT);
     varint(out, 1); // one board
-    varint(out, type_id.len() as u64);
-    out.extend_from_slice(type_id.as_bytes());
+    string(out, type_id);
     varint(out, outcome as u64);
-    match score {
-        None => out.push(0),
-        Some(s) => {
-            out.push(1);
-            signed(out, s);
-        }
-    }
+    option(out, score, signed);
     frame::end_frame(out, start)
 }
 
@@ -65,8 +58,7 @@ pub fn encode_query_reply(
     match reply {
         QueryReply::Items { type_id, items } => {
             varint(out, 0);
-            varint(out, type_id.len() as u64);
-            out.extend_from_slice(type_id.as_bytes());
+            string(out, type_id);
             varint(out, items.len() as u64);
             for it in items {
                 ranked(out, it);
@@ -75,26 +67,14 @@ pub fn encode_query_reply(
         QueryReply::RankOf { item, row } => {
             varint(out, 1);
             varint(out, *item);
-            match row {
-                None => out.push(0),
-                Some(r) => {
-                    out.push(1);
-                    ranked(out, r);
-                }
-            }
+            option(out, row.as_ref(), ranked);
         }
         QueryReply::Scores(scores) => {
             varint(out, 2);
             varint(out, scores.len() as u64);
             for &(item, score) in scores {
                 varint(out, item);
-                match score {
-                    None => out.push(0),
-                    Some(s) => {
-                        out.push(1);
-                        signed(out, s);
-                    }
-                }
+                option(out, score, signed);
             }
         }
         QueryReply::Size(n) => {
@@ -110,13 +90,7 @@ fn ranked(out: &mut Vec<u8>, r: &RankedItem) {
     varint(out, r.rank);
     varint(out, r.item);
     signed(out, r.score);
-    match r.sub {
-        None => out.push(0),
-        Some(s) => {
-            out.push(1);
-            varint(out, u64::from(s));
-        }
-    }
+    option(out, r.sub.map(u64::from), varint);
 }
 
 /// Appends the frame of `Envelope { req_id, Response::Counts(counts) }`.

@@ -32,6 +32,23 @@ pub(crate) fn signed(out: &mut Vec<u8>, s: i64) {
     varint(out, ((s << 1) ^ (s >> 63)) as u64);
 }
 
+/// An `Option`: a tag byte (0 for `None`, 1 for `Some`), then the value.
+pub(crate) fn option<T>(out: &mut Vec<u8>, v: Option<T>, write: impl Fn(&mut Vec<u8>, T)) {
+    match v {
+        None => out.push(0),
+        Some(v) => {
+            out.push(1);
+            write(out, v);
+        }
+    }
+}
+
+/// A string: its length in bytes, then its UTF-8 bytes.
+pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
+    varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
 /// The bytes not read yet.
 pub(crate) struct Cursor<'a>(pub(crate) &'a [u8]);
 
