@@ -101,6 +101,18 @@ impl Spare {
     }
 }
 
+/// How much of a spare is written between two of its syncs.
+///
+/// Why not one write of the whole file and one `fsync`: the device
+/// flush that every round of the log issues (`fdatasync`) waits for
+/// whatever the device has been handed before it, and a 64 MiB fill
+/// handed over at once made a round wait for all of it. A loop of
+/// 8 KiB `pwrite`+`fdatasync` on this machine, with such a fill every
+/// 3 s beside it, saw its longest sync at 37–48 ms, against 14 ms
+/// without fills. Synced a chunk at a time, a round waits for at most
+/// one chunk of someone else's data.
+const FILL_CHUNK: usize = 1 << 20;
+
 /// Creates `path` as `bytes` of zeros, synced.
 fn zero_file(path: &Path, bytes: u64) -> io::Result<File> {
     // A file of that name is one this log made and failed to remove.
@@ -109,13 +121,46 @@ fn zero_file(path: &Path, bytes: u64) -> io::Result<File> {
         _ => {}
     }
     let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
-    let zeros = vec![0u8; 1 << 20];
+    let zeros = vec![0u8; FILL_CHUNK];
     let mut at = 0u64;
     while at < bytes {
         let n = zeros.len().min((bytes - at) as usize);
         file.write_all_at(&zeros[..n], at)?;
+        file.sync_data()?;
         at += n as u64;
     }
+    // The size and the blocks are durable chunk by chunk; this makes the
+    // rest of the inode so, as before.
     file.sync_all()?;
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// Every size, whole chunks or not, comes out as exactly that many zeros.
+    #[test]
+    fn zero_file_writes_exactly_the_size_asked_in_zeros() {
+        let dir = tempfile::tempdir().unwrap();
+        for bytes in [0, 1, FILL_CHUNK as u64 - 1, FILL_CHUNK as u64, 2 * FILL_CHUNK as u64 + 5] {
+            let path = dir.path().join(format!("spare-{bytes}"));
+            drop(zero_file(&path, bytes).unwrap());
+            let mut read = Vec::new();
+            File::open(&path).unwrap().read_to_end(&mut read).unwrap();
+            assert_eq!(read.len() as u64, bytes);
+            assert!(read.iter().all(|&b| b == 0), "a non-zero byte in {bytes}");
+        }
+    }
+
+    /// A leftover of the same name (a fill that failed to clean up) is replaced.
+    #[test]
+    fn zero_file_replaces_a_leftover() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spare");
+        std::fs::write(&path, vec![7u8; 3 * FILL_CHUNK]).unwrap();
+        drop(zero_file(&path, 10).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), vec![0u8; 10]);
+    }
 }
