@@ -19,6 +19,8 @@
 //! does); it is bound to 127.0.0.1 on a free port and unused: sessions
 //! arrive through the peer listener instead.
 
+use crate::peer::auth::Credentials;
+use crate::peer::conn::DialFault;
 use crate::peer::links::Links;
 use crate::peer::wire::{GroupId, KIND_CONTROL};
 use crate::peer::Peers;
@@ -197,9 +199,9 @@ pub struct ControlConfig {
     pub me: NodeInfo,
     pub cookie: String,
     pub seeds: Vec<String>,
-    /// Control connections prove the cluster secret before ractor_cluster
-    /// sees them (as data connections do).
-    pub secret: Arc<[u8]>,
+    /// Control connections prove the cluster secret (and declare the
+    /// shard count) before ractor_cluster sees them, as data connections do.
+    pub creds: Credentials,
 }
 
 impl Control {
@@ -242,7 +244,7 @@ impl Control {
             control: control.clone(),
             me: cfg.me,
             seeds: cfg.seeds,
-            secret: cfg.secret,
+            creds: cfg.creds,
             peers,
             local,
             leaders,
@@ -295,7 +297,7 @@ struct Loop {
     control: Arc<Control>,
     me: NodeInfo,
     seeds: Vec<String>,
-    secret: Arc<[u8]>,
+    creds: Credentials,
     peers: Arc<Peers>,
     local: LocalView,
     leaders: LeaderSink,
@@ -454,10 +456,15 @@ impl Loop {
             self.dialing.insert(addr.clone(), Instant::now());
             let (server, me) = (self.control.node_server.clone(), self.me.id);
             let to = ids.get(&addr).copied().unwrap_or(0);
-            let secret = self.secret.clone();
+            let creds = self.creds.clone();
             tokio::spawn(async move {
-                if let Err(e) = dial(&server, me, to, &addr, &secret).await {
-                    debug!(%addr, error = %e, "control dial failed");
+                match dial(&server, me, to, &addr, &creds).await {
+                    Ok(()) => {}
+                    // Said no: configuration that no redial will fix, so the
+                    // operator must see it (a node joining with another
+                    // shard count, or another secret), once per patience.
+                    Err(DialFault::Refused(why)) => warn!(%addr, "control dial refused: {why}"),
+                    Err(e) => debug!(%addr, error = %e, "control dial failed"),
                 }
             });
         }
@@ -500,21 +507,19 @@ async fn dial(
     me: NodeId,
     to: NodeId,
     addr: &str,
-    secret: &[u8],
-) -> anyhow::Result<()> {
+    creds: &Credentials,
+) -> Result<(), DialFault> {
     let stream = crate::peer::conn::dial_authenticated(
         me,
         to,
         addr,
         KIND_CONTROL,
-        secret,
+        creds,
         Duration::from_secs(2),
     )
-    .await
-    .map_err(anyhow::Error::msg)?;
+    .await?;
     let bidi = Bidi { stream, label: format!("{addr}#{to}") };
     ractor_cluster::client_connect_external(server, Box::new(bidi))
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(())
+        .map_err(|e| DialFault::Failed(e.to_string()))
 }

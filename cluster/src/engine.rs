@@ -18,6 +18,7 @@
 use crate::control::{Control, ControlConfig};
 use crate::group::{Group, GroupConfig, StateMachineContext};
 use crate::outbox::Delivery;
+use crate::peer::auth::Credentials;
 use crate::peer::links::Links;
 use crate::peer::server::PeerServer;
 use crate::peer::wire::GroupId;
@@ -177,9 +178,12 @@ impl Engine {
         crate::durable::load(&store, &cfg.data_dir, meta_id).await?;
         let directory = Directory::load(&store)?;
         let me = cfg.cluster.me.id;
-        let secret: Arc<[u8]> = cfg.cluster.secret.clone().unwrap_or_default().into();
+        let creds = Credentials {
+            secret: cfg.cluster.secret.clone().unwrap_or_default().into(),
+            shards: cfg.shards,
+        };
         let links = Arc::new(Links::default());
-        let peers = Arc::new(Peers::new(me, secret.clone(), links.clone()));
+        let peers = Arc::new(Peers::new(me, creds.clone(), links.clone()));
         let router = Arc::new(Router::new(
             me,
             meta_id,
@@ -205,10 +209,10 @@ impl Engine {
         // others follow it as learners (they need the registry too).
         let meta = engine.start_group(meta_id).await?;
         if let Some(listener) = peer_listener {
-            engine.serve_peers(listener, secret);
+            engine.serve_peers(listener, creds.clone());
         }
         if engine.cfg.cluster.secret.is_some() {
-            engine.start_control().await?;
+            engine.start_control(creds).await?;
         }
         let e = engine.clone();
         engine.spawn(async move { e.watch_placement().await });
@@ -256,7 +260,7 @@ impl Engine {
         self.cfg.shards
     }
 
-    fn serve_peers(self: &Arc<Self>, listener: TcpListener, secret: Arc<[u8]>) {
+    fn serve_peers(self: &Arc<Self>, listener: TcpListener, creds: Credentials) {
         let weak = Arc::downgrade(self);
         let handler: crate::peer::server::Handler = Arc::new(move |from, req| {
             let weak = weak.clone();
@@ -279,7 +283,7 @@ impl Engine {
             handshaking: Arc::new(tokio::sync::Semaphore::new(
                 crate::peer::server::MAX_UNAUTHENTICATED,
             )),
-            secret,
+            creds,
             links: self.links.clone(),
             handler,
             control,
@@ -287,14 +291,13 @@ impl Engine {
         self.spawn(server.run(listener, std::future::pending()));
     }
 
-    async fn start_control(self: &Arc<Self>) -> anyhow::Result<()> {
+    async fn start_control(self: &Arc<Self>, creds: Credentials) -> anyhow::Result<()> {
         let c = &self.cfg.cluster;
-        let secret = c.secret.clone().unwrap_or_default();
         let cfg = ControlConfig {
             me: c.me.clone(),
-            cookie: crate::peer::auth::control_cookie(&secret),
+            cookie: crate::peer::auth::control_cookie(&creds.secret),
             seeds: c.seeds.clone(),
-            secret: secret.clone().into(),
+            creds,
         };
         let weak = Arc::downgrade(self);
         let local: crate::control::LocalView = Arc::new(move || match weak.upgrade() {

@@ -17,6 +17,7 @@ pub mod links;
 pub mod server;
 pub mod wire;
 
+use auth::Credentials;
 pub use conn::CallError;
 use conn::PeerConn;
 use links::Links;
@@ -50,15 +51,15 @@ struct Slot {
 
 pub struct Peers {
     me: NodeId,
-    secret: Arc<[u8]>,
+    creds: Credentials,
     pub links: Arc<Links>,
     addrs: RwLock<HashMap<NodeId, String>>,
     slots: RwLock<HashMap<NodeId, Arc<Slot>>>,
 }
 
 impl Peers {
-    pub fn new(me: NodeId, secret: Arc<[u8]>, links: Arc<Links>) -> Peers {
-        Peers { me, secret, links, addrs: RwLock::default(), slots: RwLock::default() }
+    pub fn new(me: NodeId, creds: Credentials, links: Arc<Links>) -> Peers {
+        Peers { me, creds, links, addrs: RwLock::default(), slots: RwLock::default() }
     }
 
     pub fn me(&self) -> NodeId {
@@ -141,7 +142,7 @@ impl Peers {
             return Err(unreachable("a recent dial failed".into()));
         }
         let addr = self.addr(node).ok_or_else(|| unreachable("its address is unknown".into()))?;
-        match PeerConn::dial(self.me, node, &addr, &self.secret, DIAL_TIMEOUT).await {
+        match PeerConn::dial(self.me, node, &addr, &self.creds, DIAL_TIMEOUT).await {
             Ok(c) => {
                 let c = Arc::new(c);
                 *slot.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.clone());
@@ -152,7 +153,7 @@ impl Peers {
                 slot.counters.dial_failures.fetch_add(1, Ordering::Relaxed);
                 *last_failure = Some(Instant::now());
                 tracing::debug!(node, %addr, %why, "dialing a peer failed");
-                Err(unreachable(why))
+                Err(unreachable(why.to_string()))
             }
         }
     }

@@ -32,8 +32,11 @@ pub struct ClusterBuilder {
 
 pub struct Cluster {
     nodes: Vec<Node>,
-    _secret_dir: tempfile::TempDir,
+    secret_dir: tempfile::TempDir,
 }
+
+/// The cluster secret's file name inside `Cluster::secret_dir`.
+const SECRET_FILE: &str = "cluster-secret";
 
 impl ClusterBuilder {
     pub fn shards(mut self, n: u32) -> Self {
@@ -51,7 +54,7 @@ impl ClusterBuilder {
     /// a leader.
     pub fn start(self) -> Cluster {
         let secret_dir = tempfile::tempdir().expect("tempdir");
-        let secret = secret_dir.path().join("cluster-secret");
+        let secret = secret_dir.path().join(SECRET_FILE);
         std::fs::write(&secret, "test-cluster-secret-0123456789abcdef\n").expect("secret file");
         let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
         let all = free_ports(self.size * 3);
@@ -84,7 +87,7 @@ impl ClusterBuilder {
                 n.fail(&e);
             }
         }
-        let cluster = Cluster { nodes, _secret_dir: secret_dir };
+        let cluster = Cluster { nodes, secret_dir };
         let deadline = Instant::now() + READY_TIMEOUT;
         for i in 0..cluster.nodes.len() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -110,6 +113,11 @@ fn wait_ready_shared(n: &Node, timeout: Duration) -> Result<(), String> {
 }
 
 impl Cluster {
+    /// The file holding the cluster's secret, for a node started beside it.
+    pub fn secret_file(&self) -> std::path::PathBuf {
+        self.secret_dir.path().join(SECRET_FILE)
+    }
+
     pub fn builder(size: usize) -> ClusterBuilder {
         ClusterBuilder { size, shards: 4, env: Vec::new() }
     }

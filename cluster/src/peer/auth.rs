@@ -6,8 +6,9 @@
 //! nonce is new each time.
 //!
 //! ```text
-//! dialer   -> Hello { from, to, nonce_d }
+//! dialer   -> Hello { from, to, nonce_d, shards }
 //! acceptor -> Challenge { nonce_a, proof_a = HMAC(s, "acceptor" | nonce_d | nonce_a | from | to) }
+//!             or Refused (another protocol version, another node, another shard count)
 //! dialer   -> Proof { proof_d = HMAC(s, "dialer" | nonce_a | nonce_d | from | to) }   (after checking proof_a)
 //! acceptor -> Verdict (after checking proof_d)
 //! ```
@@ -18,11 +19,34 @@
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::sync::Arc;
 
 type HmacSha256 = Hmac<Sha256>;
 
 pub type Nonce = [u8; 32];
 pub type Proof = [u8; 32];
+
+/// What a node brings to a peer handshake: the cluster secret it proves
+/// (never sent) and the shard count it declares.
+///
+/// Why the count: a key's shard is its hash modulo the count, so two nodes
+/// with different counts would place the same key in different groups. A
+/// data directory keeps its count (`shard_count.rs`), but a node joining
+/// a cluster has none yet; the handshake is where it meets the others.
+#[derive(Clone)]
+pub struct Credentials {
+    pub secret: Arc<[u8]>,
+    pub shards: u32,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("secret", &"(redacted)")
+            .field("shards", &self.shards)
+            .finish()
+    }
+}
 
 /// A fresh random nonce.
 pub fn nonce() -> Nonce {

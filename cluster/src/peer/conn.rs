@@ -15,7 +15,7 @@
 
 use super::auth;
 use super::wire::{
-    self, Challenge, Frame, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict, WireFault,
+    self, Frame, Greeting, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict, WireFault,
     KIND_DATA, PREAMBLE, VERSION,
 };
 use crate::types::NodeId;
@@ -87,10 +87,10 @@ impl PeerConn {
         me: NodeId,
         node: NodeId,
         addr: &str,
-        secret: &[u8],
+        creds: &auth::Credentials,
         timeout: Duration,
-    ) -> Result<PeerConn, String> {
-        let stream = dial_authenticated(me, node, addr, KIND_DATA, secret, timeout).await?;
+    ) -> Result<PeerConn, DialFault> {
+        let stream = dial_authenticated(me, node, addr, KIND_DATA, creds, timeout).await?;
         Ok(PeerConn::start(node, stream))
     }
 
@@ -159,6 +159,25 @@ impl Drop for PeerConn {
     }
 }
 
+/// Why a dial gave no authenticated connection.
+#[derive(Debug)]
+pub(crate) enum DialFault {
+    /// The node answered and said no (another shard count, a wrong
+    /// secret, ...): configuration to fix, which no retry will cure.
+    Refused(String),
+    /// Anything else: no answer in time, a broken stream, a node that
+    /// could not prove the secret.
+    Failed(String),
+}
+
+impl std::fmt::Display for DialFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialFault::Refused(why) | DialFault::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Connects to `addr`, sends the preamble of a `kind` connection and proves
 /// the secret to node `node` (0: whichever node listens there, for a seed
 /// whose id is not known yet), which must prove it back.
@@ -167,46 +186,53 @@ pub(crate) async fn dial_authenticated(
     node: NodeId,
     addr: &str,
     kind: u8,
-    secret: &[u8],
+    creds: &auth::Credentials,
     timeout: Duration,
-) -> Result<TcpStream, String> {
+) -> Result<TcpStream, DialFault> {
+    let failed = |e: &dyn std::fmt::Display| DialFault::Failed(e.to_string());
+    let refused = |why: String| DialFault::Refused(format!("refused by the node at {addr}: {why}"));
+    let secret = &creds.secret;
     let fut = async {
-        let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let mut stream = TcpStream::connect(addr).await.map_err(|e| failed(&e))?;
+        stream.set_nodelay(true).map_err(|e| failed(&e))?;
         let mut pre = PREAMBLE.to_vec();
         pre.push(kind);
         pre.extend_from_slice(&me.to_be_bytes());
-        stream.write_all(&pre).await.map_err(|e| e.to_string())?;
+        stream.write_all(&pre).await.map_err(|e| failed(&e))?;
         let mine = auth::nonce();
-        let hello = Hello { version: VERSION, from: me, to: node, nonce: mine };
-        wire::write_msg(&mut stream, &hello).await.map_err(|e| e.to_string())?;
+        let hello =
+            Hello { version: VERSION, from: me, to: node, nonce: mine, shards: creds.shards };
+        wire::write_msg(&mut stream, &hello).await.map_err(|e| failed(&e))?;
         let mut buf = Vec::new();
-        let ch: Challenge =
-            wire::read_msg(&mut stream, &mut buf).await.map_err(|e| refused_or(e, node))?;
+        let ch = match wire::read_msg(&mut stream, &mut buf).await {
+            Ok(Greeting::Challenge(ch)) => ch,
+            Ok(Greeting::Refused(why)) => return Err(refused(why)),
+            Err(e) => return Err(closed_or(e, node)),
+        };
         if !auth::check_acceptor(secret, &mine, &ch.nonce, me, node, &ch.proof) {
-            return Err(format!(
+            return Err(DialFault::Failed(format!(
                 "the node at {addr} could not prove the cluster secret (or is not node {node})"
-            ));
+            )));
         }
         let proof = auth::dialer_proof(secret, &mine, &ch.nonce, me, node);
-        wire::write_msg(&mut stream, &ProofMsg { proof }).await.map_err(|e| e.to_string())?;
+        wire::write_msg(&mut stream, &ProofMsg { proof }).await.map_err(|e| failed(&e))?;
         match wire::read_msg::<_, Verdict>(&mut stream, &mut buf).await {
             Ok(Verdict::Accepted) => Ok(stream),
-            Ok(Verdict::Refused(why)) => Err(format!("refused by the node at {addr}: {why}")),
-            Err(e) => Err(refused_or(e, node)),
+            Ok(Verdict::Refused(why)) => Err(refused(why)),
+            Err(e) => Err(closed_or(e, node)),
         }
     };
     match tokio::time::timeout(timeout, fut).await {
         Ok(r) => r,
-        Err(_) => Err(format!("connecting to {addr} timed out")),
+        Err(_) => Err(DialFault::Failed(format!("connecting to {addr} timed out"))),
     }
 }
 
-fn refused_or(e: WireFault, node: NodeId) -> String {
-    match e {
+fn closed_or(e: WireFault, node: NodeId) -> DialFault {
+    DialFault::Failed(match e {
         WireFault::Closed => format!("node {node} closed the connection during the handshake"),
         other => other.to_string(),
-    }
+    })
 }
 
 async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {

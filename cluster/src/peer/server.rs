@@ -14,8 +14,8 @@
 use super::auth;
 use super::links::Links;
 use super::wire::{
-    self, Challenge, Frame, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict, KIND_CONTROL,
-    KIND_DATA, PREAMBLE, VERSION,
+    self, Challenge, Frame, Greeting, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict,
+    KIND_CONTROL, KIND_DATA, PREAMBLE, VERSION,
 };
 use crate::types::NodeId;
 use futures::future::BoxFuture;
@@ -66,7 +66,7 @@ pub struct PeerServer {
     pub me: NodeId,
     /// Bounds the connections still in their handshake.
     pub handshaking: Arc<Semaphore>,
-    pub secret: Arc<[u8]>,
+    pub creds: auth::Credentials,
     pub links: Arc<Links>,
     pub handler: Handler,
     pub control: ControlSink,
@@ -144,33 +144,50 @@ impl PeerServer {
         let hello: Hello = wire::read_msg_max(stream, &mut buf, MAX_HANDSHAKE_MSG)
             .await
             .map_err(|e| e.to_string())?;
-        let refuse = |why: String| Verdict::Refused(why);
-        if hello.version != VERSION {
-            let why =
-                format!("peer protocol version {}, this node speaks {VERSION}", hello.version);
-            let _ = wire::write_msg(stream, &refuse(why.clone())).await;
+        if let Some(why) = self.refusal(&hello, kind) {
+            let _ = wire::write_msg(stream, &Greeting::Refused(why.clone())).await;
             return Err(why);
         }
-        if hello.to != self.me && !(kind == KIND_CONTROL && hello.to == 0) {
-            let why = format!("dialed node {} but this is node {}", hello.to, self.me);
-            let _ = wire::write_msg(stream, &refuse(why.clone())).await;
-            return Err(why);
-        }
+        let secret = &self.creds.secret;
         let mine = auth::nonce();
-        let proof = auth::acceptor_proof(&self.secret, &hello.nonce, &mine, hello.from, hello.to);
-        wire::write_msg(stream, &Challenge { nonce: mine, proof })
+        let proof = auth::acceptor_proof(secret, &hello.nonce, &mine, hello.from, hello.to);
+        wire::write_msg(stream, &Greeting::Challenge(Challenge { nonce: mine, proof }))
             .await
             .map_err(|e| e.to_string())?;
         let p: ProofMsg = wire::read_msg_max(stream, &mut buf, MAX_HANDSHAKE_MSG)
             .await
             .map_err(|e| e.to_string())?;
-        if !auth::check_dialer(&self.secret, &hello.nonce, &mine, hello.from, hello.to, &p.proof) {
+        if !auth::check_dialer(secret, &hello.nonce, &mine, hello.from, hello.to, &p.proof) {
             let why = format!("node {} could not prove the cluster secret", hello.from);
-            let _ = wire::write_msg(stream, &refuse("wrong cluster secret".into())).await;
+            let refused = Verdict::Refused("wrong cluster secret".into());
+            let _ = wire::write_msg(stream, &refused).await;
             return Err(why);
         }
         wire::write_msg(stream, &Verdict::Accepted).await.map_err(|e| e.to_string())?;
         Ok(hello.from)
+    }
+
+    /// Why a `Hello` is refused before any proof, if it is: what it
+    /// declares, not who it is (that is the proof's to show).
+    fn refusal(&self, hello: &Hello, kind: u8) -> Option<String> {
+        if hello.version != VERSION {
+            return Some(format!(
+                "peer protocol version {}, this node speaks {VERSION}",
+                hello.version
+            ));
+        }
+        if hello.to != self.me && !(kind == KIND_CONTROL && hello.to == 0) {
+            return Some(format!("dialed node {} but this is node {}", hello.to, self.me));
+        }
+        let (theirs, ours) = (hello.shards, self.creds.shards);
+        if theirs != ours {
+            return Some(format!(
+                "node {} has {theirs} shards and this cluster's nodes have {ours}: \
+                 start it with shards = {ours} (--shards {ours}) on an empty data directory",
+                hello.from
+            ));
+        }
+        None
     }
 
     async fn serve(&self, peer: NodeId, stream: TcpStream) {
@@ -261,10 +278,20 @@ impl PeerServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peer::conn::PeerConn;
+    use crate::peer::conn::{dial_authenticated, DialFault, PeerConn};
     use plaudit_proto::{Request, Response};
 
     const SECRET: &[u8] = b"the-test-cluster-secret";
+    /// The test server's shard count.
+    const SHARDS: u32 = 6;
+
+    fn creds(secret: &[u8], shards: u32) -> auth::Credentials {
+        auth::Credentials { secret: secret.into(), shards }
+    }
+
+    fn good() -> auth::Credentials {
+        creds(SECRET, SHARDS)
+    }
 
     /// A peer server on a free port whose handler answers `Ping` (after
     /// `delay`) and refuses control connections.
@@ -280,7 +307,7 @@ mod tests {
         let server = Arc::new(PeerServer {
             me: 1,
             handshaking: Arc::new(Semaphore::new(MAX_UNAUTHENTICATED)),
-            secret: SECRET.into(),
+            creds: good(),
             links: Arc::default(),
             handler,
             control: Arc::new(|_, _| {}),
@@ -293,16 +320,43 @@ mod tests {
     async fn a_peer_with_the_secret_is_served_and_one_without_is_refused() {
         let (addr, _s) = server(Duration::ZERO).await;
         let addr = addr.to_string();
-        let good = PeerConn::dial(2, 1, &addr, SECRET, Duration::from_secs(2)).await.unwrap();
-        let r = good.call(PeerRequest::Client(Request::Ping)).await.unwrap();
+        let ok = PeerConn::dial(2, 1, &addr, &good(), Duration::from_secs(2)).await.unwrap();
+        let r = ok.call(PeerRequest::Client(Request::Ping)).await.unwrap();
         assert!(matches!(r, PeerResponse::Client(Response::Pong)));
 
-        let wrong = PeerConn::dial(2, 1, &addr, b"not-the-secret-at-all", Duration::from_secs(2));
-        let why = wrong.await.err().expect("a wrong secret is refused");
+        let wrong = creds(b"not-the-secret-at-all", SHARDS);
+        let wrong = PeerConn::dial(2, 1, &addr, &wrong, Duration::from_secs(2));
+        let why = wrong.await.err().expect("a wrong secret is refused").to_string();
         assert!(why.contains("could not prove") || why.contains("refused"), "{why}");
         // Dialing the right address as if it were another node fails too.
-        let other = PeerConn::dial(2, 7, &addr, SECRET, Duration::from_secs(2)).await;
-        assert!(other.is_err());
+        let other = PeerConn::dial(2, 7, &addr, &good(), Duration::from_secs(2)).await;
+        assert!(matches!(other, Err(DialFault::Refused(_))), "{:?}", other.err());
+    }
+
+    /// A node with another shard count would place keys in other groups:
+    /// it is told so before any proof, with both counts, and told it is
+    /// a refusal (not a network failure the dialer should shrug off).
+    #[tokio::test]
+    async fn a_peer_with_another_shard_count_is_refused_with_both_counts() {
+        let (addr, _s) = server(Duration::ZERO).await;
+        let addr = addr.to_string();
+        for shards in [4, SHARDS + 1] {
+            for kind in [KIND_DATA, KIND_CONTROL] {
+                let creds = creds(SECRET, shards);
+                let dial = dial_authenticated(2, 1, &addr, kind, &creds, Duration::from_secs(2));
+                match dial.await {
+                    Err(DialFault::Refused(why)) => {
+                        let both = format!("has {shards} shards and this cluster's nodes have 6");
+                        assert!(why.contains(&both) && why.contains("--shards 6"), "{why}");
+                    }
+                    other => panic!("{shards} shards, kind {kind}: {:?}", other.map(|_| ())),
+                }
+            }
+        }
+        // The same count still gets in.
+        let ok = PeerConn::dial(2, 1, &addr, &good(), Duration::from_secs(2)).await.unwrap();
+        let r = ok.call(PeerRequest::Client(Request::Ping)).await.unwrap();
+        assert!(matches!(r, PeerResponse::Client(Response::Pong)));
     }
 
     #[tokio::test]
@@ -327,7 +381,7 @@ mod tests {
         // work is refused at once while Raft traffic is still read.
         let (addr, _s) = server(Duration::from_secs(2)).await;
         let conn = Arc::new(
-            PeerConn::dial(2, 1, &addr.to_string(), SECRET, Duration::from_secs(2)).await.unwrap(),
+            PeerConn::dial(2, 1, &addr.to_string(), &good(), Duration::from_secs(2)).await.unwrap(),
         );
         let slow: Vec<_> = (0..WORK_IN_FLIGHT)
             .map(|_| {

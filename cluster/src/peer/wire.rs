@@ -30,7 +30,9 @@ pub const PREAMBLE: &[u8; 4] = b"PLDT";
 pub const KIND_DATA: u8 = 1;
 pub const KIND_CONTROL: u8 = 2;
 /// The version of the data protocol; a peer on another one is refused.
-pub const VERSION: u8 = 1;
+/// 2: `Hello` declares the shard count, and the acceptor answers it with
+/// a `Greeting`.
+pub const VERSION: u8 = 2;
 /// The largest frame either side accepts: an AppendEntries is capped at a
 /// few MiB of log (`MAX_REPLICATION_READ_BYTES`), a snapshot chunk at
 /// `snapshot_max_chunk_size`.
@@ -47,6 +49,16 @@ pub struct Hello {
     pub from: NodeId,
     pub to: NodeId,
     pub nonce: [u8; 32],
+    /// The dialer's shard count: the acceptor refuses another.
+    pub shards: u32,
+}
+
+/// The acceptor's answer to a `Hello`: its half of the proof, or why it
+/// will not go on (told before any proof, so the dialer can say why).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Greeting {
+    Challenge(Challenge),
+    Refused(String),
 }
 
 #[derive(Debug, Serialize, Deserialize)]
