@@ -73,11 +73,12 @@ pub const DEFAULT_BATCH_MAX_COMMANDS: usize = 4096;
 /// queues while it commits joins the next entry (measured: 9.3k likes/s at 1,
 /// 7.1k at 2, 5.6k at 4 in docs/benchmarks.md).
 pub const DEFAULT_MAX_PROPOSALS_IN_FLIGHT: usize = 1;
-/// Per kind (users, entities, boards) and shard: 16,384 per node at the
-/// default 6 shards (2,731 x 6), what 1,024 x 16 shards gave before. The
-/// node-wide bound is `shards` x this, so a node with more shards should
-/// lower it (with 16 shards, 1,024).
-pub const DEFAULT_ACTOR_BUDGET_PER_SHARD: usize = 2731;
+/// Active actors per kind (users, entities, boards) a node keeps, shared
+/// among its shards: 2,731 each at the default 6, 1,024 each at 16 (what
+/// every shard had when 16 was the default). Per node rather than per
+/// shard, so that a cluster made with more shards does not hold more in
+/// memory for it.
+pub const DEFAULT_ACTOR_BUDGET: usize = 16_384;
 /// Expired sub-boards are looked for once a minute: a window ends at most
 /// once an hour, so a minute's delay costs little storage.
 pub const DEFAULT_RETENTION_SWEEP_SECS: u64 = 60;
@@ -200,8 +201,11 @@ pub struct Config {
     pub batch_max_commands: usize,
     /// Most Raft entries a shard leader has proposed but not yet seen applied.
     pub max_proposals_in_flight: usize,
-    /// Active virtual actors per shard before the least recently used are passivated.
-    pub actor_budget_per_shard: usize,
+    /// Active virtual actors per kind and node before the least recently
+    /// used are passivated; each shard keeps `actor_budget / shards`.
+    pub actor_budget: usize,
+    /// Overrides each shard's share of `actor_budget` when set.
+    pub actor_budget_per_shard: Option<usize>,
     /// Seconds an actor may stay idle before it is passivated.
     pub actor_idle_secs: u64,
     /// Seconds between sweeps that delete sub-boards older than their ranking's retention.
@@ -276,7 +280,8 @@ impl Default for Config {
             max_pending_per_shard: DEFAULT_MAX_PENDING_PER_SHARD,
             batch_max_commands: DEFAULT_BATCH_MAX_COMMANDS,
             max_proposals_in_flight: DEFAULT_MAX_PROPOSALS_IN_FLIGHT,
-            actor_budget_per_shard: DEFAULT_ACTOR_BUDGET_PER_SHARD,
+            actor_budget: DEFAULT_ACTOR_BUDGET,
+            actor_budget_per_shard: None,
             actor_idle_secs: DEFAULT_ACTOR_IDLE_SECS,
             retention_sweep_secs: DEFAULT_RETENTION_SWEEP_SECS,
             score_future_horizon_secs: DEFAULT_SCORE_FUTURE_HORIZON_SECS,
@@ -411,7 +416,8 @@ impl Config {
             ("max_pending_per_shard", self.max_pending_per_shard as u64),
             ("batch_max_commands", self.batch_max_commands as u64),
             ("max_proposals_in_flight", self.max_proposals_in_flight as u64),
-            ("actor_budget_per_shard", self.actor_budget_per_shard as u64),
+            ("actor_budget", self.actor_budget as u64),
+            ("actor_budget_per_shard", self.shard_actor_budget() as u64),
             ("actor_idle_secs", self.actor_idle_secs),
             ("retention_sweep_secs", self.retention_sweep_secs),
             ("sled_cache_mb", self.sled_cache_mb),
@@ -533,6 +539,13 @@ impl Config {
     /// `actor_idle_secs` as a `Duration`.
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
+    }
+
+    /// Each shard's share of the node's actor budget (rounded up, so the
+    /// node keeps at least `actor_budget`), unless set per shard.
+    pub fn shard_actor_budget(&self) -> usize {
+        let shards = (self.shards as usize).max(1);
+        self.actor_budget_per_shard.unwrap_or_else(|| self.actor_budget.div_ceil(shards))
     }
 }
 

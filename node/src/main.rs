@@ -100,7 +100,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             disk: plaudit_cluster::disk::DiskGuard::new(cfg.min_free_disk_mb << 20),
             memory: plaudit_cluster::memory::MemoryGuard::new(cfg.max_memory_mb << 20),
         },
-        actor_budget: cfg.actor_budget_per_shard,
+        actor_budget: cfg.shard_actor_budget(),
         actor_idle: cfg.actor_idle(),
         retention_sweep: std::time::Duration::from_secs(cfg.retention_sweep_secs),
         score_future_horizon: std::time::Duration::from_secs(cfg.score_future_horizon_secs),

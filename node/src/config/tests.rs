@@ -102,7 +102,8 @@ fn every_field_can_be_set_from_the_environment() {
         max_pending_per_shard: 6,
         batch_max_commands: 7,
         max_proposals_in_flight: 8,
-        actor_budget_per_shard: 9,
+        actor_budget: 32,
+        actor_budget_per_shard: Some(9),
         actor_idle_secs: 10,
         retention_sweep_secs: 19,
         score_future_horizon_secs: 23,
@@ -292,6 +293,7 @@ fn limits_must_be_non_zero() {
         "max_pending_per_shard",
         "batch_max_commands",
         "max_proposals_in_flight",
+        "actor_budget",
         "actor_budget_per_shard",
         "request_timeout_ms",
         "snapshot_every_entries",
@@ -301,6 +303,27 @@ fn limits_must_be_non_zero() {
         assert!(text.contains(&format!("{field} must be greater than 0")), "{text}");
     }
     assert!(invalid("node_id = 0").contains("node_id"));
+}
+
+#[test]
+fn the_actor_budget_is_per_node_and_shared_among_its_shards() {
+    let at = |shards: &str, more: &[(&str, &str)]| {
+        let mut vars = env(&[("PLAUDIT_SHARDS", shards)]);
+        vars.extend(env(more));
+        Config::from_sources(None, &vars, &Args::default()).unwrap().shard_actor_budget()
+    };
+    assert_eq!(at("6", &[]), 2731, "rounded up: the node keeps at least its budget");
+    assert_eq!(at("16", &[]), 1024);
+    assert_eq!(at("1", &[]), 16_384);
+    assert_eq!(at("4", &[("PLAUDIT_ACTOR_BUDGET", "1000")]), 250);
+    let set = [("PLAUDIT_ACTOR_BUDGET", "1000"), ("PLAUDIT_ACTOR_BUDGET_PER_SHARD", "77")];
+    assert_eq!(at("4", &set), 77, "a per-shard setting wins");
+    let file = Config::from_sources(
+        Some("actor_budget_per_shard = 2731\nshards = 16\n"),
+        &[],
+        &Args::default(),
+    );
+    assert_eq!(file.unwrap().shard_actor_budget(), 2731, "an old file keeps its meaning");
 }
 
 #[test]
