@@ -11,7 +11,30 @@
 use plaudit_proto::keyed_hash::KeyedHash;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
+
+/// How many actors of each kind a shard may keep active: its share of its
+/// node's budget. One value shared by every shard of a node, which the
+/// node changes as it starts replicas, so a shard reads it at each check.
+#[derive(Debug, Clone)]
+pub struct Budget(Arc<AtomicUsize>);
+
+impl Budget {
+    pub fn new(per_shard: usize) -> Budget {
+        Budget(Arc::new(AtomicUsize::new(per_shard)))
+    }
+
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Sets the share; returns the one it replaces.
+    pub fn set(&self, per_shard: usize) -> usize {
+        self.0.swap(per_shard, Ordering::Relaxed)
+    }
+}
 
 /// A value with an identity of its own (an actor's id).
 pub trait Identified {

@@ -137,7 +137,7 @@ pub struct ShardConfig {
     pub shard_count: u32,
     /// The metadata group applies registry commands; data shards refuse them.
     pub is_meta: bool,
-    pub actor_budget: usize,
+    pub actor_budget: crate::active::Budget,
     pub actor_idle: Duration,
 }
 
@@ -491,13 +491,14 @@ impl ShardActor {
 
     /// Passivates the least recently used actors of each kind over budget.
     fn evict_over_budget(&self, state: &mut ShardState) -> Result<(), Fatal> {
-        for a in state.users.evict_over(self.cfg.actor_budget) {
+        let budget = self.cfg.actor_budget.get();
+        for a in state.users.evict_over(budget) {
             let _ = a.cast(UserMsg::Passivate);
         }
-        for a in state.entities.evict_over(self.cfg.actor_budget) {
+        for a in state.entities.evict_over(budget) {
             let _ = a.cast(EntityMsg::Passivate);
         }
-        let over = state.boards.evict_over(self.cfg.actor_budget);
+        let over = state.boards.evict_over(budget);
         self.unload_boards(over)
     }
 

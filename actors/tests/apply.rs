@@ -7,6 +7,7 @@
 //! - time never goes backwards within a shard, whichever leader stamped an
 //!   entry, and the floor survives a restart (it is replicated state).
 
+use plaudit_actors::active::Budget;
 use plaudit_actors::command::{ScoreCmd, ScoreEvent};
 use plaudit_actors::{ApplyEntry, Batch, CmdResult, Command, Directory};
 use plaudit_actors::{ShardActor, ShardConfig, ShardHandle};
@@ -37,7 +38,7 @@ async fn spawn(
             shard: id,
             shard_count: count,
             is_meta: meta,
-            actor_budget: 100,
+            actor_budget: Budget::new(100),
             actor_idle: Duration::from_secs(60),
         },
         store: store.clone(),

@@ -15,6 +15,7 @@
 //! board written back after every call stores what a held board's image
 //! says.
 
+use plaudit_actors::active::Budget;
 use plaudit_actors::command::{Delta, EntityDelta, ScoreCmd, ScoreEvent};
 use plaudit_actors::{ApplyEntry, Batch, Command, Directory, ShardActor, ShardConfig, ShardHandle};
 use plaudit_proto::likes::LikeRequest;
@@ -76,7 +77,7 @@ async fn shard(store: &StateStore, budget: usize) -> ShardHandle {
             shard: SHARD,
             shard_count: SHARDS,
             is_meta: false,
-            actor_budget: budget,
+            actor_budget: Budget::new(budget),
             actor_idle: Duration::from_secs(60),
         },
         store: store.clone(),

@@ -4,6 +4,7 @@
 //! gauges, the load and write-back counters and the readers' list follow
 //! exactly the boards it holds.
 
+use plaudit_actors::active::Budget;
 use plaudit_actors::active_boards::ActiveBoards;
 use plaudit_actors::board_host::QueryOut;
 use plaudit_actors::command::{ScoreCmd, ScoreEvent};
@@ -60,7 +61,7 @@ async fn a_board_let_go_comes_back_whole_and_the_gauges_follow() {
             shard_count: 1,
             is_meta: false,
             // One board held at a time.
-            actor_budget: 1,
+            actor_budget: Budget::new(1),
             actor_idle: Duration::from_secs(60),
         },
         store: store.clone(),

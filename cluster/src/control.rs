@@ -460,10 +460,12 @@ impl Loop {
             tokio::spawn(async move {
                 match dial(&server, me, to, &addr, &creds).await {
                     Ok(()) => {}
-                    // Said no: configuration that no redial will fix, so the
-                    // operator must see it (a node joining with another
-                    // shard count, or another secret), once per patience.
-                    Err(DialFault::Refused(why)) => warn!(%addr, "control dial refused: {why}"),
+                    // Configuration that no redial will fix (a node joining
+                    // with another shard count, or another secret): the
+                    // operator must see it, but not every 2 s.
+                    Err(DialFault::Mismatch(why)) if crate::peer::quiet::due(&why) => {
+                        warn!("control dial: {why}")
+                    }
                     Err(e) => debug!(%addr, error = %e, "control dial failed"),
                 }
             });

@@ -26,6 +26,7 @@ use crate::peer::Peers;
 use crate::raft_net::PeerNetwork;
 use crate::router::Router;
 use crate::types::NodeId;
+use plaudit_actors::active::Budget;
 use plaudit_actors::{Directory, OutboxSignal, ShardActor, ShardConfig, ShardHandle};
 use plaudit_proto::cluster::{ClusterMap, NodeInfo};
 use plaudit_proto::WireError;
@@ -84,7 +85,11 @@ pub struct EngineConfig {
     pub data_dir: PathBuf,
     pub shards: u32,
     pub group: GroupConfig,
+    /// Active actors per kind on this node, shared among the data groups
+    /// it holds a replica of (`shard_share`).
     pub actor_budget: usize,
+    /// Each shard's share instead, when set.
+    pub actor_budget_per_shard: Option<usize>,
     pub actor_idle: Duration,
     /// How often expired sub-boards are looked for and deleted.
     pub retention_sweep: Duration,
@@ -116,6 +121,19 @@ pub struct Engine {
     workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Serialises starting groups (the placement watcher and bootstrap).
     starting: tokio::sync::Mutex<()>,
+    /// Every shard's share of the actor budget, as the node holds them.
+    budget: Budget,
+}
+
+/// Each shard's share of a node's actor budget: the node's budget divided
+/// among the data groups it holds a replica of, rounded up (the node keeps
+/// at least its budget), unless a share per shard is set.
+///
+/// Why by the groups held, not by the cluster's shard count: a node of a
+/// cluster with more nodes than replicas holds only some shards (12 nodes
+/// of 12 shards, three replicas each: 3), and each of them may keep more.
+pub(crate) fn shard_share(budget: usize, per_shard: Option<usize>, held: usize) -> usize {
+    per_shard.unwrap_or_else(|| budget.div_ceil(held.max(1)))
 }
 
 /// Per-shard numbers for metrics.
@@ -191,6 +209,7 @@ impl Engine {
             directory.clone(),
             cfg.request_timeout,
         ));
+        let (cfg_budget, cfg_per_shard) = (cfg.actor_budget, cfg.actor_budget_per_shard);
         let engine = Arc::new(Engine {
             cfg,
             db,
@@ -204,6 +223,7 @@ impl Engine {
             control: Mutex::new(None),
             workers: Mutex::default(),
             starting: tokio::sync::Mutex::new(()),
+            budget: Budget::new(shard_share(cfg_budget, cfg_per_shard, 0)),
         });
         // The metadata group runs on every node: voters on up to three, the
         // others follow it as learners (they need the registry too).
@@ -291,6 +311,15 @@ impl Engine {
         self.spawn(server.run(listener, std::future::pending()));
     }
 
+    /// Divides the actor budget again among the data groups now held.
+    fn share_budget(&self) {
+        let held = self.router.local().iter().filter(|g| g.id != self.router.meta_id).count();
+        let share = shard_share(self.cfg.actor_budget, self.cfg.actor_budget_per_shard, held);
+        if self.budget.set(share) != share {
+            tracing::info!(share, shards_held = held, "actor budget per shard");
+        }
+    }
+
     async fn start_control(self: &Arc<Self>, creds: Credentials) -> anyhow::Result<()> {
         let c = &self.cfg.cluster;
         let cfg = ControlConfig {
@@ -338,7 +367,7 @@ impl Engine {
                 shard: id,
                 shard_count: cfg.shards,
                 is_meta,
-                actor_budget: cfg.actor_budget,
+                actor_budget: self.budget.clone(),
                 actor_idle: cfg.actor_idle,
             },
             store: self.store.clone(),
@@ -378,6 +407,7 @@ impl Engine {
         };
         let g = Arc::new(g);
         self.router.insert(g.clone());
+        self.share_budget();
         if !is_meta {
             let d = Delivery {
                 shard: id,
@@ -553,5 +583,20 @@ impl Engine {
             tracing::warn!(error = %e, "final flush failed");
         }
         let _ = self.db.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shard_share;
+
+    #[test]
+    fn a_nodes_budget_is_shared_among_the_groups_it_holds() {
+        assert_eq!(shard_share(16_384, None, 6), 2731, "rounded up: the node keeps its budget");
+        assert_eq!(shard_share(16_384, None, 16), 1024);
+        // 12 nodes of 12 shards, three replicas each: a node holds 3.
+        assert_eq!(shard_share(16_384, None, 3), 5462);
+        assert_eq!(shard_share(16_384, None, 0), 16_384, "before any group starts");
+        assert_eq!(shard_share(16_384, Some(77), 6), 77, "a share per shard wins");
     }
 }

@@ -14,12 +14,13 @@
 pub mod auth;
 pub mod conn;
 pub mod links;
+pub(crate) mod quiet;
 pub mod server;
 pub mod wire;
 
 use auth::Credentials;
 pub use conn::CallError;
-use conn::PeerConn;
+use conn::{DialFault, PeerConn};
 use links::Links;
 use wire::{PeerRequest, PeerResponse};
 
@@ -152,7 +153,13 @@ impl Peers {
             Err(why) => {
                 slot.counters.dial_failures.fetch_add(1, Ordering::Relaxed);
                 *last_failure = Some(Instant::now());
-                tracing::debug!(node, %addr, %why, "dialing a peer failed");
+                match &why {
+                    // Configuration to fix: said, but not every 100 ms.
+                    DialFault::Mismatch(w) if quiet::due(w) => {
+                        tracing::warn!(node, "dialing a peer: {w}")
+                    }
+                    _ => tracing::debug!(node, %addr, %why, "dialing a peer failed"),
+                }
                 Err(unreachable(why.to_string()))
             }
         }

@@ -233,7 +233,9 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
             disk: plaudit_cluster::disk::DiskGuard::new(0),
             memory: plaudit_cluster::memory::MemoryGuard::new(u64::MAX),
         },
-        actor_budget,
+        actor_budget: 16_384,
+        // Each shard its own budget, as the callers mean it.
+        actor_budget_per_shard: Some(actor_budget),
         actor_idle,
         retention_sweep: Duration::from_secs(60),
         score_future_horizon: Duration::from_secs(86_400),

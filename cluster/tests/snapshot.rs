@@ -80,7 +80,7 @@ async fn open_with(dir: &Path, is_meta: bool, budget: usize) -> (sled::Db, Shard
             shard: SHARD,
             shard_count: 4,
             is_meta,
-            actor_budget: budget,
+            actor_budget: plaudit_actors::active::Budget::new(budget),
             actor_idle: Duration::from_secs(60),
         },
         store: store.clone(),

@@ -74,10 +74,11 @@ pub const DEFAULT_BATCH_MAX_COMMANDS: usize = 4096;
 /// 7.1k at 2, 5.6k at 4 in docs/benchmarks.md).
 pub const DEFAULT_MAX_PROPOSALS_IN_FLIGHT: usize = 1;
 /// Active actors per kind (users, entities, boards) a node keeps, shared
-/// among its shards: 2,731 each at the default 6, 1,024 each at 16 (what
-/// every shard had when 16 was the default). Per node rather than per
-/// shard, so that a cluster made with more shards does not hold more in
-/// memory for it.
+/// among the shards it holds (`plaudit_cluster::engine::shard_share`):
+/// 2,731 each when it holds the default 6, 1,024 each when it holds 16
+/// (what every shard had when 16 was the default). Per node rather than
+/// per shard, so that a cluster made with more shards does not hold more
+/// in memory for it.
 pub const DEFAULT_ACTOR_BUDGET: usize = 16_384;
 /// Expired sub-boards are looked for once a minute: a window ends at most
 /// once an hour, so a minute's delay costs little storage.
@@ -202,9 +203,10 @@ pub struct Config {
     /// Most Raft entries a shard leader has proposed but not yet seen applied.
     pub max_proposals_in_flight: usize,
     /// Active virtual actors per kind and node before the least recently
-    /// used are passivated; each shard keeps `actor_budget / shards`.
+    /// used are passivated, shared among the shards the node holds.
     pub actor_budget: usize,
-    /// Overrides each shard's share of `actor_budget` when set.
+    /// Each shard's share instead of a part of `actor_budget`, when set
+    /// (from any source: it wins over `actor_budget`).
     pub actor_budget_per_shard: Option<usize>,
     /// Seconds an actor may stay idle before it is passivated.
     pub actor_idle_secs: u64,
@@ -417,7 +419,7 @@ impl Config {
             ("batch_max_commands", self.batch_max_commands as u64),
             ("max_proposals_in_flight", self.max_proposals_in_flight as u64),
             ("actor_budget", self.actor_budget as u64),
-            ("actor_budget_per_shard", self.shard_actor_budget() as u64),
+            ("actor_budget_per_shard", self.actor_budget_per_shard.unwrap_or(1) as u64),
             ("actor_idle_secs", self.actor_idle_secs),
             ("retention_sweep_secs", self.retention_sweep_secs),
             ("sled_cache_mb", self.sled_cache_mb),
@@ -539,13 +541,6 @@ impl Config {
     /// `actor_idle_secs` as a `Duration`.
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
-    }
-
-    /// Each shard's share of the node's actor budget (rounded up, so the
-    /// node keeps at least `actor_budget`), unless set per shard.
-    pub fn shard_actor_budget(&self) -> usize {
-        let shards = (self.shards as usize).max(1);
-        self.actor_budget_per_shard.unwrap_or_else(|| self.actor_budget.div_ceil(shards))
     }
 }
 

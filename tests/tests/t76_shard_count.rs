@@ -82,7 +82,7 @@ async fn a_node_with_another_shard_count_cannot_join_a_cluster() {
     .await;
     wait_until(Duration::from_secs(20), "the joiner logs the refusal", || {
         let log = joiner.log_tail(400);
-        let told = log.contains("control dial refused") && log.contains(why);
+        let told = log.contains("control dial: the node at") && log.contains(why);
         async move { told && log.contains("--shards 4") }
     })
     .await;

@@ -1,21 +1,23 @@
 //! Mutual authentication of two nodes on the cluster secret, without the
 //! secret ever crossing the wire: each side sends a fresh random nonce and
 //! proves it knows the secret with an HMAC-SHA256 over both nonces, both
-//! node ids and its role. Proofs are compared in constant time
-//! (`Mac::verify_slice`). A replayed proof is useless: the other side's
-//! nonce is new each time.
+//! node ids, the shard count and its role. Proofs are compared in constant
+//! time (`Mac::verify_slice`). A replayed proof is useless: the other
+//! side's nonce is new each time.
 //!
 //! ```text
-//! dialer   -> Hello { from, to, nonce_d, shards }
-//! acceptor -> Challenge { nonce_a, proof_a = HMAC(s, "acceptor" | nonce_d | nonce_a | from | to) }
+//! dialer   -> Hello { version, from, to, nonce_d, shards }
+//! acceptor -> Challenge { nonce_a, proof_a = HMAC(s, "acceptor" | nonce_d | nonce_a | from | to | shards) }
 //!             or Refused (another protocol version, another node, another shard count)
-//! dialer   -> Proof { proof_d = HMAC(s, "dialer" | nonce_a | nonce_d | from | to) }   (after checking proof_a)
+//! dialer   -> Proof { proof_d = HMAC(s, "dialer" | nonce_a | nonce_d | from | to | shards) }   (after checking proof_a)
 //! acceptor -> Verdict (after checking proof_d)
 //! ```
 //!
-//! The control plane (ractor_cluster) authenticates with its own cookie
-//! handshake; its cookie is derived from the secret here, so the secret
-//! itself is never compared byte by byte anywhere.
+//! The shard count is under both proofs, so nobody on the path can change
+//! what a node declares. Control connections go through this handshake too
+//! before ractor_cluster's own cookie handshake sees them; that cookie is
+//! derived from the secret here, so the secret itself is never compared
+//! byte by byte anywhere.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -48,6 +50,15 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// What a proof binds besides the two nonces: who dialed whom, and the
+/// shard count both sides have.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub from: u64,
+    pub to: u64,
+    pub shards: u32,
+}
+
 /// A fresh random nonce.
 pub fn nonce() -> Nonce {
     let mut n = [0u8; 32];
@@ -55,38 +66,26 @@ pub fn nonce() -> Nonce {
     n
 }
 
-fn mac(
-    secret: &[u8],
-    role: &[u8],
-    first: &Nonce,
-    second: &Nonce,
-    from: u64,
-    to: u64,
-) -> HmacSha256 {
+fn mac(secret: &[u8], role: &[u8], first: &Nonce, second: &Nonce, bound: &Bound) -> HmacSha256 {
     // HMAC takes a key of any length; new_from_slice cannot fail for it.
     let mut m = HmacSha256::new_from_slice(secret).expect("HMAC accepts any key length");
     m.update(role);
     m.update(first);
     m.update(second);
-    m.update(&from.to_be_bytes());
-    m.update(&to.to_be_bytes());
+    m.update(&bound.from.to_be_bytes());
+    m.update(&bound.to.to_be_bytes());
+    m.update(&bound.shards.to_be_bytes());
     m
 }
 
 /// The acceptor's proof, over the dialer's nonce then its own.
-pub fn acceptor_proof(
-    secret: &[u8],
-    dialer: &Nonce,
-    acceptor: &Nonce,
-    from: u64,
-    to: u64,
-) -> Proof {
-    mac(secret, b"acceptor", dialer, acceptor, from, to).finalize().into_bytes().into()
+pub fn acceptor_proof(secret: &[u8], dialer: &Nonce, acceptor: &Nonce, bound: &Bound) -> Proof {
+    mac(secret, b"acceptor", dialer, acceptor, bound).finalize().into_bytes().into()
 }
 
 /// The dialer's proof, over the acceptor's nonce then its own.
-pub fn dialer_proof(secret: &[u8], dialer: &Nonce, acceptor: &Nonce, from: u64, to: u64) -> Proof {
-    mac(secret, b"dialer", acceptor, dialer, from, to).finalize().into_bytes().into()
+pub fn dialer_proof(secret: &[u8], dialer: &Nonce, acceptor: &Nonce, bound: &Bound) -> Proof {
+    mac(secret, b"dialer", acceptor, dialer, bound).finalize().into_bytes().into()
 }
 
 /// Checks the acceptor's proof, in constant time.
@@ -94,11 +93,10 @@ pub fn check_acceptor(
     secret: &[u8],
     dialer: &Nonce,
     acceptor: &Nonce,
-    from: u64,
-    to: u64,
+    bound: &Bound,
     proof: &[u8],
 ) -> bool {
-    mac(secret, b"acceptor", dialer, acceptor, from, to).verify_slice(proof).is_ok()
+    mac(secret, b"acceptor", dialer, acceptor, bound).verify_slice(proof).is_ok()
 }
 
 /// Checks the dialer's proof, in constant time.
@@ -106,11 +104,10 @@ pub fn check_dialer(
     secret: &[u8],
     dialer: &Nonce,
     acceptor: &Nonce,
-    from: u64,
-    to: u64,
+    bound: &Bound,
     proof: &[u8],
 ) -> bool {
-    mac(secret, b"dialer", acceptor, dialer, from, to).verify_slice(proof).is_ok()
+    mac(secret, b"dialer", acceptor, dialer, bound).verify_slice(proof).is_ok()
 }
 
 /// The ractor_cluster cookie of a cluster: derived from the secret, so that
@@ -131,16 +128,20 @@ mod tests {
         let s = b"the-cluster-secret-0123";
         let (d, a) = (nonce(), nonce());
         assert_ne!(d, a);
-        let pa = acceptor_proof(s, &d, &a, 1, 2);
-        let pd = dialer_proof(s, &d, &a, 1, 2);
-        assert!(check_acceptor(s, &d, &a, 1, 2, &pa));
-        assert!(check_dialer(s, &d, &a, 1, 2, &pd));
-        // A wrong secret, a swapped role, other ids or other nonces all fail.
-        assert!(!check_acceptor(b"another-secret-0123456", &d, &a, 1, 2, &pa));
-        assert!(!check_dialer(s, &d, &a, 1, 2, &pa), "roles differ");
-        assert!(!check_acceptor(s, &d, &a, 1, 3, &pa), "ids are bound");
-        assert!(!check_acceptor(s, &d, &nonce(), 1, 2, &pa), "a replay against a new nonce");
-        assert!(!check_dialer(s, &d, &a, 1, 2, &pd[..31]), "a short proof");
+        let b = Bound { from: 1, to: 2, shards: 6 };
+        let pa = acceptor_proof(s, &d, &a, &b);
+        let pd = dialer_proof(s, &d, &a, &b);
+        assert!(check_acceptor(s, &d, &a, &b, &pa));
+        assert!(check_dialer(s, &d, &a, &b, &pd));
+        // A wrong secret, a swapped role, other ids, another shard count
+        // or other nonces all fail.
+        assert!(!check_acceptor(b"another-secret-0123456", &d, &a, &b, &pa));
+        assert!(!check_dialer(s, &d, &a, &b, &pa), "roles differ");
+        assert!(!check_acceptor(s, &d, &a, &Bound { to: 3, ..b }, &pa), "ids are bound");
+        assert!(!check_acceptor(s, &d, &a, &Bound { shards: 4, ..b }, &pa), "the count is bound");
+        assert!(!check_dialer(s, &d, &a, &Bound { shards: 7, ..b }, &pd), "the count is bound");
+        assert!(!check_acceptor(s, &d, &nonce(), &b, &pa), "a replay against a new nonce");
+        assert!(!check_dialer(s, &d, &a, &b, &pd[..31]), "a short proof");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 use super::auth;
 use super::wire::{
     self, Frame, Greeting, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict, WireFault,
-    KIND_DATA, PREAMBLE, VERSION,
+    KIND_DATA, MAX_HANDSHAKE_MSG, PREAMBLE, VERSION,
 };
 use crate::types::NodeId;
 use std::collections::HashMap;
@@ -162,18 +162,19 @@ impl Drop for PeerConn {
 /// Why a dial gave no authenticated connection.
 #[derive(Debug)]
 pub(crate) enum DialFault {
-    /// The node answered and said no (another shard count, a wrong
-    /// secret, ...): configuration to fix, which no retry will cure.
-    Refused(String),
-    /// Anything else: no answer in time, a broken stream, a node that
-    /// could not prove the secret.
+    /// The two nodes do not belong together as configured: the other one
+    /// refused this one (another shard count or protocol version, another
+    /// node id, a wrong secret), or could not prove the secret (under
+    /// which the shard count is). No redial cures it: an operator must.
+    Mismatch(String),
+    /// Anything else: no connection, no answer in time, a broken stream.
     Failed(String),
 }
 
 impl std::fmt::Display for DialFault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DialFault::Refused(why) | DialFault::Failed(why) => f.write_str(why),
+            DialFault::Mismatch(why) | DialFault::Failed(why) => f.write_str(why),
         }
     }
 }
@@ -190,8 +191,16 @@ pub(crate) async fn dial_authenticated(
     timeout: Duration,
 ) -> Result<TcpStream, DialFault> {
     let failed = |e: &dyn std::fmt::Display| DialFault::Failed(e.to_string());
-    let refused = |why: String| DialFault::Refused(format!("refused by the node at {addr}: {why}"));
+    // The other node has proved nothing yet, and what it says goes into
+    // this node's log.
+    let refused = |why: String| {
+        DialFault::Mismatch(format!(
+            "the node at {addr} refused: {}",
+            super::quiet::printable(&why)
+        ))
+    };
     let secret = &creds.secret;
+    let bound = auth::Bound { from: me, to: node, shards: creds.shards };
     let fut = async {
         let mut stream = TcpStream::connect(addr).await.map_err(|e| failed(&e))?;
         stream.set_nodelay(true).map_err(|e| failed(&e))?;
@@ -204,19 +213,21 @@ pub(crate) async fn dial_authenticated(
             Hello { version: VERSION, from: me, to: node, nonce: mine, shards: creds.shards };
         wire::write_msg(&mut stream, &hello).await.map_err(|e| failed(&e))?;
         let mut buf = Vec::new();
-        let ch = match wire::read_msg(&mut stream, &mut buf).await {
+        let ch = match wire::read_msg_max(&mut stream, &mut buf, MAX_HANDSHAKE_MSG).await {
             Ok(Greeting::Challenge(ch)) => ch,
             Ok(Greeting::Refused(why)) => return Err(refused(why)),
             Err(e) => return Err(closed_or(e, node)),
         };
-        if !auth::check_acceptor(secret, &mine, &ch.nonce, me, node, &ch.proof) {
-            return Err(DialFault::Failed(format!(
-                "the node at {addr} could not prove the cluster secret (or is not node {node})"
+        if !auth::check_acceptor(secret, &mine, &ch.nonce, &bound, &ch.proof) {
+            return Err(DialFault::Mismatch(format!(
+                "the node at {addr} could not prove the cluster secret with {} shards \
+                 (or is not node {node})",
+                creds.shards
             )));
         }
-        let proof = auth::dialer_proof(secret, &mine, &ch.nonce, me, node);
+        let proof = auth::dialer_proof(secret, &mine, &ch.nonce, &bound);
         wire::write_msg(&mut stream, &ProofMsg { proof }).await.map_err(|e| failed(&e))?;
-        match wire::read_msg::<_, Verdict>(&mut stream, &mut buf).await {
+        match wire::read_msg_max::<_, Verdict>(&mut stream, &mut buf, MAX_HANDSHAKE_MSG).await {
             Ok(Verdict::Accepted) => Ok(stream),
             Ok(Verdict::Refused(why)) => Err(refused(why)),
             Err(e) => Err(closed_or(e, node)),

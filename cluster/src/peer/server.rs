@@ -15,7 +15,7 @@ use super::auth;
 use super::links::Links;
 use super::wire::{
     self, Challenge, Frame, Greeting, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict,
-    KIND_CONTROL, KIND_DATA, PREAMBLE, VERSION,
+    KIND_CONTROL, KIND_DATA, MAX_HANDSHAKE_MSG, PREAMBLE, VERSION,
 };
 use crate::types::NodeId;
 use futures::future::BoxFuture;
@@ -47,9 +47,6 @@ const WORK_IN_FLIGHT: usize = 4096;
 /// No request of a peer is served longer than this (a forwarded request
 /// carries a shorter deadline of its own): the answer says it timed out.
 const HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
-/// Handshake messages are a few dozen bytes; a larger one is refused before
-/// it is read (no memory for unauthenticated peers).
-const MAX_HANDSHAKE_MSG: usize = 256;
 /// Connections that have not finished the handshake, at once; beyond it new
 /// ones are closed at once.
 pub const MAX_UNAUTHENTICATED: usize = 64;
@@ -125,8 +122,16 @@ impl PeerServer {
             Ok(Ok(peer)) => {
                 return warn!(%addr, claimed = from, proved = peer, "refused a peer: ids differ")
             }
-            Ok(Err(why)) => return warn!(%addr, claimed = from, "refused a peer: {why}"),
-            Err(_) => return warn!(%addr, claimed = from, "refused a peer: handshake timed out"),
+            // A misconfigured peer redials every 100 ms, and anyone who
+            // can reach the port can make these: once a minute per text.
+            Ok(Err(why)) if super::quiet::due(&why) => {
+                return warn!(%addr, claimed = from, "refused a peer: {why}")
+            }
+            Ok(Err(why)) => return debug!(%addr, claimed = from, "refused a peer: {why}"),
+            Err(_) if super::quiet::due("handshake timed out") => {
+                return warn!(%addr, claimed = from, "refused a peer: handshake timed out")
+            }
+            Err(_) => return debug!(%addr, claimed = from, "refused a peer: handshake timed out"),
         };
         drop(handshaking);
         if kind == KIND_CONTROL {
@@ -141,23 +146,31 @@ impl PeerServer {
     /// is known).
     async fn handshake(&self, stream: &mut TcpStream, kind: u8) -> Result<NodeId, String> {
         let mut buf = Vec::new();
-        let hello: Hello = wire::read_msg_max(stream, &mut buf, MAX_HANDSHAKE_MSG)
+        wire::read_frame_max(stream, &mut buf, MAX_HANDSHAKE_MSG)
             .await
             .map_err(|e| e.to_string())?;
+        let version = buf.first().copied().unwrap_or(0);
+        if version != VERSION {
+            let why = format!("peer protocol version {version}, this node speaks {VERSION}");
+            let _ = wire::write_msg(stream, &Greeting::Refused(why.clone())).await;
+            return Err(why);
+        }
+        let hello: Hello = wire::decode_frame(&buf).map_err(|e| e.to_string())?;
         if let Some(why) = self.refusal(&hello, kind) {
             let _ = wire::write_msg(stream, &Greeting::Refused(why.clone())).await;
             return Err(why);
         }
         let secret = &self.creds.secret;
+        let bound = auth::Bound { from: hello.from, to: hello.to, shards: self.creds.shards };
         let mine = auth::nonce();
-        let proof = auth::acceptor_proof(secret, &hello.nonce, &mine, hello.from, hello.to);
+        let proof = auth::acceptor_proof(secret, &hello.nonce, &mine, &bound);
         wire::write_msg(stream, &Greeting::Challenge(Challenge { nonce: mine, proof }))
             .await
             .map_err(|e| e.to_string())?;
         let p: ProofMsg = wire::read_msg_max(stream, &mut buf, MAX_HANDSHAKE_MSG)
             .await
             .map_err(|e| e.to_string())?;
-        if !auth::check_dialer(secret, &hello.nonce, &mine, hello.from, hello.to, &p.proof) {
+        if !auth::check_dialer(secret, &hello.nonce, &mine, &bound, &p.proof) {
             let why = format!("node {} could not prove the cluster secret", hello.from);
             let refused = Verdict::Refused("wrong cluster secret".into());
             let _ = wire::write_msg(stream, &refused).await;
@@ -167,15 +180,9 @@ impl PeerServer {
         Ok(hello.from)
     }
 
-    /// Why a `Hello` is refused before any proof, if it is: what it
-    /// declares, not who it is (that is the proof's to show).
+    /// Why a `Hello` (of this version) is refused before any proof, if it
+    /// is: what it declares, not who it is (that is the proof's to show).
     fn refusal(&self, hello: &Hello, kind: u8) -> Option<String> {
-        if hello.version != VERSION {
-            return Some(format!(
-                "peer protocol version {}, this node speaks {VERSION}",
-                hello.version
-            ));
-        }
         if hello.to != self.me && !(kind == KIND_CONTROL && hello.to == 0) {
             return Some(format!("dialed node {} but this is node {}", hello.to, self.me));
         }
@@ -330,7 +337,7 @@ mod tests {
         assert!(why.contains("could not prove") || why.contains("refused"), "{why}");
         // Dialing the right address as if it were another node fails too.
         let other = PeerConn::dial(2, 7, &addr, &good(), Duration::from_secs(2)).await;
-        assert!(matches!(other, Err(DialFault::Refused(_))), "{:?}", other.err());
+        assert!(matches!(other, Err(DialFault::Mismatch(_))), "{:?}", other.err());
     }
 
     /// A node with another shard count would place keys in other groups:
@@ -345,9 +352,11 @@ mod tests {
                 let creds = creds(SECRET, shards);
                 let dial = dial_authenticated(2, 1, &addr, kind, &creds, Duration::from_secs(2));
                 match dial.await {
-                    Err(DialFault::Refused(why)) => {
-                        let both = format!("has {shards} shards and this cluster's nodes have 6");
-                        assert!(why.contains(&both) && why.contains("--shards 6"), "{why}");
+                    Err(DialFault::Mismatch(why)) => {
+                        let both =
+                            format!("has {shards} shards and this cluster's nodes have {SHARDS}");
+                        let fix = format!("--shards {SHARDS}");
+                        assert!(why.contains(&both) && why.contains(&fix), "{why}");
                     }
                     other => panic!("{shards} shards, kind {kind}: {:?}", other.map(|_| ())),
                 }
@@ -357,6 +366,31 @@ mod tests {
         let ok = PeerConn::dial(2, 1, &addr, &good(), Duration::from_secs(2)).await.unwrap();
         let r = ok.call(PeerRequest::Client(Request::Ping)).await.unwrap();
         assert!(matches!(r, PeerResponse::Client(Response::Pong)));
+    }
+
+    /// A `Hello` of another version may have another layout: its version
+    /// byte is read first, and the refusal says which version it was.
+    #[tokio::test]
+    async fn another_protocol_version_is_refused_by_its_first_byte() {
+        use tokio::io::AsyncWriteExt;
+        let (addr, _s) = server(Duration::ZERO).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut pre = PREAMBLE.to_vec();
+        pre.push(KIND_DATA);
+        pre.extend_from_slice(&2u64.to_be_bytes());
+        s.write_all(&pre).await.unwrap();
+        // Version 1's Hello: version, from, to, nonce; no shard count.
+        let mut old = vec![1u8, 2, 1];
+        old.extend_from_slice(&[7u8; 32]);
+        s.write_all(&(old.len() as u32).to_be_bytes()).await.unwrap();
+        s.write_all(&old).await.unwrap();
+        let mut buf = Vec::new();
+        match wire::read_msg_max(&mut s, &mut buf, MAX_HANDSHAKE_MSG).await {
+            Ok(Greeting::Refused(why)) => {
+                assert!(why.contains(&format!("version 1, this node speaks {VERSION}")), "{why}")
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
     }
 
     #[tokio::test]

@@ -29,10 +29,16 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub const PREAMBLE: &[u8; 4] = b"PLDT";
 pub const KIND_DATA: u8 = 1;
 pub const KIND_CONTROL: u8 = 2;
-/// The version of the data protocol; a peer on another one is refused.
-/// 2: `Hello` declares the shard count, and the acceptor answers it with
-/// a `Greeting`.
+/// The version of the peer protocol (data and control connections); a
+/// peer on another one is refused. 2: `Hello` declares the shard count
+/// (also under both proofs), and the acceptor answers it with a
+/// `Greeting`. Nodes of different versions do not talk: a cluster moves
+/// to a new one all at once.
 pub const VERSION: u8 = 2;
+/// The largest handshake message either side reads: they are a few dozen
+/// bytes (a refusal a sentence), and neither side has proved anything
+/// yet, so neither may make the other hold more.
+pub const MAX_HANDSHAKE_MSG: usize = 1024;
 /// The largest frame either side accepts: an AppendEntries is capped at a
 /// few MiB of log (`MAX_REPLICATION_READ_BYTES`), a snapshot chunk at
 /// `snapshot_max_chunk_size`.
@@ -45,6 +51,9 @@ const _: () = assert!(std::mem::size_of::<NodeId>() == std::mem::size_of::<Proto
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Hello {
+    /// First, and one byte as encoded (a `u8` is), so that the acceptor
+    /// can read it before it decodes the rest: a `Hello` of another
+    /// version may have another layout.
     pub version: u8,
     pub from: NodeId,
     pub to: NodeId,
@@ -249,6 +258,24 @@ pub async fn read_msg_max<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(
     buf: &mut Vec<u8>,
     max: usize,
 ) -> Result<T, WireFault> {
+    read_frame_max(r, buf, max).await?;
+    decode_frame(buf)
+}
+
+/// Decodes a payload read by `read_frame_max`.
+pub fn decode_frame<T: serde::de::DeserializeOwned>(buf: &[u8]) -> Result<T, WireFault> {
+    // Strings bounded by the largest frame: a peer that has not yet
+    // proved the secret must not make the node allocate what it announces.
+    Ok(codec::from_bytes_within::<MAX_FRAME, _>(buf)?)
+}
+
+/// Reads one length-prefixed payload of at most `max` bytes into `buf`,
+/// undecoded (the handshake looks at its version byte first).
+pub async fn read_frame_max<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> Result<(), WireFault> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -264,9 +291,7 @@ pub async fn read_msg_max<R: AsyncRead + Unpin, T: serde::de::DeserializeOwned>(
     if got != len {
         return Err(WireFault::Closed);
     }
-    // Strings bounded by the largest frame: a peer that has not yet
-    // proved the secret must not make the node allocate what it announces.
-    Ok(codec::from_bytes_within::<MAX_FRAME, _>(buf)?)
+    Ok(())
 }
 
 #[cfg(test)]

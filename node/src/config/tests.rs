@@ -306,24 +306,18 @@ fn limits_must_be_non_zero() {
 }
 
 #[test]
-fn the_actor_budget_is_per_node_and_shared_among_its_shards() {
-    let at = |shards: &str, more: &[(&str, &str)]| {
-        let mut vars = env(&[("PLAUDIT_SHARDS", shards)]);
-        vars.extend(env(more));
-        Config::from_sources(None, &vars, &Args::default()).unwrap().shard_actor_budget()
+fn the_actor_budget_is_per_node_and_a_share_per_shard_wins() {
+    let from = |file: Option<&str>, vars: &[(&str, &str)]| {
+        let c = Config::from_sources(file, &env(vars), &Args::default()).unwrap();
+        (c.actor_budget, c.actor_budget_per_shard)
     };
-    assert_eq!(at("6", &[]), 2731, "rounded up: the node keeps at least its budget");
-    assert_eq!(at("16", &[]), 1024);
-    assert_eq!(at("1", &[]), 16_384);
-    assert_eq!(at("4", &[("PLAUDIT_ACTOR_BUDGET", "1000")]), 250);
-    let set = [("PLAUDIT_ACTOR_BUDGET", "1000"), ("PLAUDIT_ACTOR_BUDGET_PER_SHARD", "77")];
-    assert_eq!(at("4", &set), 77, "a per-shard setting wins");
-    let file = Config::from_sources(
-        Some("actor_budget_per_shard = 2731\nshards = 16\n"),
-        &[],
-        &Args::default(),
-    );
-    assert_eq!(file.unwrap().shard_actor_budget(), 2731, "an old file keeps its meaning");
+    assert_eq!(from(None, &[]), (16_384, None));
+    assert_eq!(from(None, &[("PLAUDIT_ACTOR_BUDGET", "1000")]), (1000, None));
+    let both = [("PLAUDIT_ACTOR_BUDGET", "1000"), ("PLAUDIT_ACTOR_BUDGET_PER_SHARD", "77")];
+    assert_eq!(from(None, &both), (1000, Some(77)));
+    // An old file keeps its meaning, whatever the environment's budget.
+    let old = Some("actor_budget_per_shard = 2731\n");
+    assert_eq!(from(old, &[("PLAUDIT_ACTOR_BUDGET", "1000")]), (1000, Some(2731)));
 }
 
 #[test]
