@@ -15,6 +15,7 @@
 //! A one-node cluster (no `join`) is the same path: it creates its metadata
 //! group and a map that places every shard on itself.
 
+use crate::actor_budget::shard_share;
 use crate::control::{Control, ControlConfig};
 use crate::group::{Group, GroupConfig, StateMachineContext};
 use crate::outbox::Delivery;
@@ -123,17 +124,6 @@ pub struct Engine {
     starting: tokio::sync::Mutex<()>,
     /// Every shard's share of the actor budget, as the node holds them.
     budget: Budget,
-}
-
-/// Each shard's share of a node's actor budget: the node's budget divided
-/// among the data groups it holds a replica of, rounded up (the node keeps
-/// at least its budget), unless a share per shard is set.
-///
-/// Why by the groups held, not by the cluster's shard count: a node of a
-/// cluster with more nodes than replicas holds only some shards (12 nodes
-/// of 12 shards, three replicas each: 3), and each of them may keep more.
-pub(crate) fn shard_share(budget: usize, per_shard: Option<usize>, held: usize) -> usize {
-    per_shard.unwrap_or_else(|| budget.div_ceil(held.max(1)))
 }
 
 /// Per-shard numbers for metrics.
@@ -583,20 +573,5 @@ impl Engine {
             tracing::warn!(error = %e, "final flush failed");
         }
         let _ = self.db.flush();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shard_share;
-
-    #[test]
-    fn a_nodes_budget_is_shared_among_the_groups_it_holds() {
-        assert_eq!(shard_share(16_384, None, 6), 2731, "rounded up: the node keeps its budget");
-        assert_eq!(shard_share(16_384, None, 16), 1024);
-        // 12 nodes of 12 shards, three replicas each: a node holds 3.
-        assert_eq!(shard_share(16_384, None, 3), 5462);
-        assert_eq!(shard_share(16_384, None, 0), 16_384, "before any group starts");
-        assert_eq!(shard_share(16_384, Some(77), 6), 77, "a share per shard wins");
     }
 }

@@ -14,6 +14,7 @@
 //! Groups replicate over the peer transport (`raft_net`, `peer`); the
 //! shard map and membership changes are in `placement` and `control`.
 
+mod actor_budget;
 mod auth;
 pub mod board_memo;
 mod bootstrap;

@@ -74,7 +74,7 @@ pub const DEFAULT_BATCH_MAX_COMMANDS: usize = 4096;
 /// 7.1k at 2, 5.6k at 4 in docs/benchmarks.md).
 pub const DEFAULT_MAX_PROPOSALS_IN_FLIGHT: usize = 1;
 /// Active actors per kind (users, entities, boards) a node keeps, shared
-/// among the shards it holds (`plaudit_cluster::engine::shard_share`):
+/// among the shards it holds (`cluster/src/actor_budget.rs`):
 /// 2,731 each when it holds the default 6, 1,024 each when it holds 16
 /// (what every shard had when 16 was the default). Per node rather than
 /// per shard, so that a cluster made with more shards does not hold more

@@ -368,17 +368,25 @@ mod tests {
         assert!(matches!(r, PeerResponse::Client(Response::Pong)));
     }
 
+    /// A raw connection to `addr` that has sent a data connection's
+    /// preamble as node 2, and nothing of the handshake yet.
+    async fn data_preamble_sent(addr: SocketAddr) -> TcpStream {
+        use tokio::io::AsyncWriteExt;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let mut pre = PREAMBLE.to_vec();
+        pre.push(KIND_DATA);
+        pre.extend_from_slice(&2u64.to_be_bytes());
+        s.write_all(&pre).await.unwrap();
+        s
+    }
+
     /// A `Hello` of another version may have another layout: its version
     /// byte is read first, and the refusal says which version it was.
     #[tokio::test]
     async fn another_protocol_version_is_refused_by_its_first_byte() {
         use tokio::io::AsyncWriteExt;
         let (addr, _s) = server(Duration::ZERO).await;
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        let mut pre = PREAMBLE.to_vec();
-        pre.push(KIND_DATA);
-        pre.extend_from_slice(&2u64.to_be_bytes());
-        s.write_all(&pre).await.unwrap();
+        let mut s = data_preamble_sent(addr).await;
         // Version 1's Hello: version, from, to, nonce; no shard count.
         let mut old = vec![1u8, 2, 1];
         old.extend_from_slice(&[7u8; 32]);
@@ -397,11 +405,7 @@ mod tests {
     async fn an_oversized_handshake_is_refused_before_it_is_read() {
         use tokio::io::AsyncWriteExt;
         let (addr, _s) = server(Duration::ZERO).await;
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        let mut pre = PREAMBLE.to_vec();
-        pre.push(KIND_DATA);
-        pre.extend_from_slice(&2u64.to_be_bytes());
-        s.write_all(&pre).await.unwrap();
+        let mut s = data_preamble_sent(addr).await;
         // A Hello announcing 32 MiB: the server must close, not wait for it.
         s.write_all(&(32u32 << 20).to_be_bytes()).await.unwrap();
         let mut byte = [0u8; 1];
