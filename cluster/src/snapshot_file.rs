@@ -15,19 +15,45 @@
 //! The state machine serialises everything that renames or deletes these
 //! files behind one lock per group (a build, an install and a send can
 //! overlap), and snapshots are ordered by the log position in their names.
+//!
+//! A received file is read whole and checked (`plaudit_storage::snapshot::
+//! verify`) when openraft shuts its writer down after the last chunk, and
+//! a failure fails that shutdown. Why there: openraft purges the log up to
+//! a snapshot as soon as it accepts one, before the state machine installs
+//! it, so a cut or damaged file found only at install time would leave a
+//! replica with neither its old state nor the log to rebuild it. Failed
+//! here, the transfer fails, the leader sends the snapshot again, and
+//! nothing of the replica's has changed.
 
+use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
+use tokio::task::JoinHandle;
 
 /// A snapshot file opened for openraft to read (sending) or write (receiving).
 #[derive(Debug)]
 pub struct SnapshotFile {
     file: tokio::fs::File,
     path: PathBuf,
+    /// A received file's check, run by `poll_shutdown`.
+    check: Check,
+}
+
+/// What a received file must be, and how far its check has come.
+#[derive(Debug)]
+enum Check {
+    /// Nothing to check (a file this node built or is sending), or checked.
+    None,
+    /// A snapshot of `shard` (with the registry if `registry`).
+    Pending {
+        shard: u32,
+        registry: bool,
+    },
+    Running(JoinHandle<io::Result<()>>),
 }
 
 /// Distinguishes temporary files of one process.
@@ -36,16 +62,21 @@ static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
 impl SnapshotFile {
     pub async fn open(path: PathBuf) -> io::Result<SnapshotFile> {
         let file = tokio::fs::File::open(&path).await?;
-        Ok(SnapshotFile { file, path })
+        Ok(SnapshotFile { file, path, check: Check::None })
     }
 
     /// A file already open (at its start), with its path.
     pub fn from_std(path: PathBuf, file: std::fs::File) -> SnapshotFile {
-        SnapshotFile { file: tokio::fs::File::from_std(file), path }
+        SnapshotFile { file: tokio::fs::File::from_std(file), path, check: Check::None }
     }
 
-    /// A new empty file for receiving a snapshot.
-    pub async fn create_incoming(dir: &Path) -> io::Result<SnapshotFile> {
+    /// A new empty file for receiving a snapshot of `shard` (with the
+    /// registry if `registry`): its shutdown fails unless it is one.
+    pub async fn create_incoming(
+        dir: &Path,
+        shard: u32,
+        registry: bool,
+    ) -> io::Result<SnapshotFile> {
         tokio::fs::create_dir_all(dir).await?;
         let path = tmp_path(dir, "incoming");
         let file = tokio::fs::OpenOptions::new()
@@ -55,7 +86,7 @@ impl SnapshotFile {
             .truncate(true)
             .open(&path)
             .await?;
-        Ok(SnapshotFile { file, path })
+        Ok(SnapshotFile { file, path, check: Check::Pending { shard, registry } })
     }
 
     pub fn path(&self) -> &Path {
@@ -144,6 +175,17 @@ pub fn read_meta_header(path: &Path) -> io::Result<Vec<u8>> {
     plaudit_storage::snapshot::read_header(&mut input).map_err(io::Error::other)
 }
 
+/// Syncs the snapshot file at `path` and reads it whole: an error unless
+/// it is a complete, undamaged snapshot of `shard`.
+pub fn verify_file(path: &Path, shard: u32, registry: bool) -> io::Result<()> {
+    let file = std::fs::File::open(path)?;
+    file.sync_all()?;
+    let mut input = std::io::BufReader::with_capacity(1 << 20, file);
+    plaudit_storage::snapshot::verify(shard, registry, &mut input)
+        .map(|_| ())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+}
+
 /// Makes a rename in `dir` durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
@@ -172,8 +214,32 @@ impl AsyncWrite for SnapshotFile {
         Pin::new(&mut self.file).poll_flush(cx)
     }
 
+    /// Flushes, then checks a received file (on the blocking pool: it reads
+    /// the whole file).
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.file).poll_shutdown(cx)
+        ready!(Pin::new(&mut self.file).poll_shutdown(cx))?;
+        let this = &mut *self;
+        loop {
+            match &mut this.check {
+                Check::None => return Poll::Ready(Ok(())),
+                Check::Pending { shard, registry } => {
+                    let (path, shard, registry) = (this.path.clone(), *shard, *registry);
+                    let task =
+                        tokio::task::spawn_blocking(move || verify_file(&path, shard, registry));
+                    this.check = Check::Running(task);
+                }
+                Check::Running(task) => {
+                    let res = ready!(Pin::new(task).poll(cx)).unwrap_or_else(|e| {
+                        Err(io::Error::other(format!("checking a received snapshot: {e}")))
+                    });
+                    this.check = Check::None;
+                    if let Err(e) = &res {
+                        tracing::warn!(path = %this.path.display(), error = %e, "a received snapshot is refused");
+                    }
+                    return Poll::Ready(res);
+                }
+            }
+        }
     }
 }
 

@@ -138,8 +138,8 @@ impl ShardStateMachine {
     /// after `finish` synced it: a kill in between leaves the log purged
     /// past the newest complete snapshot, and the received file as
     /// `incoming-*.tmp`. Installs the newest such file that covers `purged`
-    /// (a file cut short fails the install's item count) and makes it the
-    /// current snapshot.
+    /// and passes its check (a file cut short or damaged does not) and
+    /// makes it the current snapshot.
     async fn take_received_snapshot(&self, purged: Option<u64>) -> anyhow::Result<()> {
         let mut candidates = Vec::new();
         for entry in std::fs::read_dir(&self.snapshot_dir).into_iter().flatten().flatten() {
@@ -150,9 +150,14 @@ impl ShardStateMachine {
             }
             let Ok(header) = snapshot_file::read_meta_header(&path) else { continue };
             let Ok(meta) = decode_header::<Meta>(&header) else { continue };
-            if meta.last_log_id.map(|l| l.index) >= purged {
-                candidates.push((meta.last_log_id, path, meta.snapshot_id));
+            if meta.last_log_id.map(|l| l.index) < purged {
+                continue;
             }
+            if let Err(e) = snapshot_file::verify_file(&path, self.shard, self.is_meta) {
+                tracing::warn!(shard = self.shard, path = %path.display(), error = %e, "a received snapshot a crash left is damaged; not installed");
+                continue;
+            }
+            candidates.push((meta.last_log_id, path, meta.snapshot_id));
         }
         candidates.sort();
         let Some((_, path, id)) = candidates.pop() else { return Ok(()) };
@@ -343,7 +348,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             let _files = lock(&self.files);
             snapshot_file::remove_leftovers(&self.snapshot_dir, "incoming", None);
         }
-        let f = SnapshotFile::create_incoming(&self.snapshot_dir)
+        let f = SnapshotFile::create_incoming(&self.snapshot_dir, self.shard, self.is_meta)
             .await
             .map_err(|e| snap_err(ErrorVerb::Write, e))?;
         Ok(Box::new(f))
@@ -369,16 +374,21 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         // Current (durable) before it is installed: openraft purges the log
         // up to a received snapshot without waiting for the install
         // (`following_handler`), so from here on a restart must find this
-        // file, not the previous one. `finish` synced its bytes.
+        // file, not the previous one. `finish` synced its bytes, and the
+        // writer's shutdown checked them (`snapshot_file.rs`). The previous
+        // file goes only once this one is installed.
         let current = self.snapshot_dir.join(snapshot_file::complete_name(&meta.snapshot_id));
         {
             let _files = lock(&self.files);
             std::fs::rename(&received, &current).map_err(|e| snap_err(ErrorVerb::Write, e))?;
             snapshot_file::sync_dir(&self.snapshot_dir)
                 .map_err(|e| snap_err(ErrorVerb::Write, e))?;
-            snapshot_file::remove_older(&self.snapshot_dir, &current);
         }
         self.install_file(&current).await?;
+        {
+            let _files = lock(&self.files);
+            snapshot_file::remove_older(&self.snapshot_dir, &current);
+        }
         tracing::info!(shard = self.shard, snapshot = %meta.snapshot_id, "snapshot installed");
         Ok(())
     }

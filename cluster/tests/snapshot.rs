@@ -12,7 +12,7 @@
 
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
-use plaudit_actors::command::{ScoreCmd, ScoreEvent};
+use plaudit_actors::command::{Dedup, ScoreCmd, ScoreEvent};
 use plaudit_actors::rankings::board::Rules;
 use plaudit_actors::{Batch, CmdResult, Command, Directory, ShardActor, ShardConfig, ShardHandle};
 use plaudit_cluster::state_machine::ShardStateMachine;
@@ -119,7 +119,7 @@ fn score(item: u64, event_id: u64) -> Command {
 }
 
 fn scored(item: u64, score: i64, event_id: u64) -> Command {
-    Command::Score(ScoreCmd {
+    Command::ScoreV2(ScoreCmd {
         rank: 4,
         type_key: vec![1, 2, 3],
         item,
@@ -127,6 +127,7 @@ fn scored(item: u64, score: i64, event_id: u64) -> Command {
         ties: TieMode::EarlierFirst,
         cap: 100,
         events: vec![ScoreEvent { score, sub: None, event_id }],
+        dedup: Dedup::DEFAULT,
     })
 }
 
@@ -281,6 +282,54 @@ async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_trans
         a
     };
     assert_eq!(applied, snap.meta.last_log_id);
+}
+
+/// A received snapshot is checked whole when its last chunk is written,
+/// before openraft may purge the log for it: a file cut short or damaged
+/// in flight fails the transfer (the leader sends it again) and leaves the
+/// replica's own snapshot current; a good one replaces it only once
+/// installed.
+#[tokio::test]
+async fn a_cut_or_damaged_snapshot_is_refused_on_receipt_and_the_previous_one_stays() {
+    let mut leader = replica(false).await;
+    let mut cmds = Vec::new();
+    for u in 0..300 {
+        cmds.push(like(u, u % 11, LikeAction::Like));
+        cmds.push(score(u % 40, u));
+    }
+    leader.sm.apply(vec![entry(1, vec![]), entry(2, cmds)]).await.unwrap();
+    let snap = leader.sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    let bytes = std::fs::read(snap.snapshot.path()).unwrap();
+
+    // The follower's own snapshot is at index 1, behind the leader's.
+    let mut follower = replica(false).await;
+    follower.sm.apply(vec![entry(1, vec![like(7, 7, LikeAction::Like)])]).await.unwrap();
+    let own = follower.sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    let before = dump(&follower).await;
+
+    let mut damaged = bytes.clone();
+    damaged[bytes.len() / 2] ^= 0x01;
+    for bad in [&bytes[..bytes.len() / 2], &bytes[..bytes.len() - 1], &damaged[..]] {
+        let mut incoming = follower.sm.begin_receiving_snapshot().await.unwrap();
+        incoming.write_all(bad).await.unwrap();
+        incoming.shutdown().await.expect_err("a cut or damaged snapshot is refused");
+        let current = follower.sm.get_current_snapshot().await.unwrap().expect("still one");
+        assert_eq!(current.meta.snapshot_id, own.meta.snapshot_id);
+        assert_eq!(dump(&follower).await, before, "nothing of the replica's changed");
+    }
+
+    let sent = transfer(&mut leader, &mut follower).await;
+    let current = follower.sm.get_current_snapshot().await.unwrap().expect("the new one");
+    assert_eq!(current.meta.snapshot_id, sent.snapshot_id);
+    assert_eq!(dump(&follower).await, dump(&leader).await);
+    let files: Vec<_> = std::fs::read_dir(&follower.sm.snapshot_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".snap"))
+        .collect();
+    assert_eq!(files, vec![format!("{}.snap", sent.snapshot_id)], "the old one went after");
+    leader.sm.handle.stop().await;
+    follower.sm.handle.stop().await;
 }
 
 /// Older versions renamed a received snapshot to `installing.snap` before

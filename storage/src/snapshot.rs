@@ -29,8 +29,15 @@
 //!
 //! ```text
 //! "PLAUDITSNAP" 0x01 | header len u32 BE | header (the cluster's snapshot meta, opaque here)
-//! then records: len u32 BE | bincode(Record)      Record = Chunk { tree, [(key, value)] } | End { items }
+//! then records: len u32 BE | bincode(Record)
+//!   Record = Chunk { tree, [(key, value)] } | Sealed { items, crc } (last)
+//!          | End { items } (last, in files written before `Sealed`)
 //! ```
+//!
+//! **Verified before it replaces anything.** `Sealed` carries the item
+//! count and a CRC-32 of every record before it, so a cut or damaged file
+//! is found by reading it once (`verify`), before a received snapshot is
+//! made current: a node never trades a good snapshot for a bad one.
 
 use crate::board_image::{BoardImage, Merged};
 use crate::keys;
@@ -51,10 +58,24 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// plus one key and value, which sled bounds well below this).
 const MAX_RECORD: usize = 256 << 20;
 
+/// Variants are only appended: bincode writes the variant index.
 #[derive(Serialize, Deserialize)]
 enum Record {
-    Chunk { tree: TreeRef, items: Vec<(Vec<u8>, Vec<u8>)> },
-    End { items: u64 },
+    Chunk {
+        tree: TreeRef,
+        items: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    /// The last record of files written before `Sealed` existed: a count
+    /// only, which finds a cut file but not a damaged one.
+    End {
+        items: u64,
+    },
+    /// The last record: the item count and the CRC-32 of every record
+    /// before it (length prefixes included).
+    Sealed {
+        items: u64,
+        crc: u32,
+    },
 }
 
 /// What an export or install moved.
@@ -94,23 +115,120 @@ fn io_err(e: std::io::Error) -> StateError {
     StateError::Io(e)
 }
 
-fn write_record(out: &mut impl Write, r: &Record) -> Result<u64> {
+/// Writes one record, adding its bytes to `crc`.
+fn write_record(out: &mut impl Write, r: &Record, crc: &mut crc32fast::Hasher) -> Result<u64> {
     let bytes = codec::to_bytes(r).map_err(snap_err)?;
-    out.write_all(&(bytes.len() as u32).to_be_bytes()).map_err(io_err)?;
+    let len = (bytes.len() as u32).to_be_bytes();
+    crc.update(&len);
+    crc.update(&bytes);
+    out.write_all(&len).map_err(io_err)?;
     out.write_all(&bytes).map_err(io_err)?;
     Ok(4 + bytes.len() as u64)
 }
 
-fn read_record(input: &mut impl Read, buf: &mut Vec<u8>) -> Result<Record> {
+/// Reads one record; `crc` holds the CRC of the records before it.
+fn read_record(
+    input: &mut impl Read,
+    buf: &mut Vec<u8>,
+    crc: &mut crc32fast::Hasher,
+) -> Result<Record> {
     let mut len = [0u8; 4];
     input.read_exact(&mut len).map_err(|e| snap_err(format!("truncated ({e})")))?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_RECORD {
-        return Err(snap_err(format!("a record of {len} bytes")));
+    let n = u32::from_be_bytes(len) as usize;
+    if n > MAX_RECORD {
+        return Err(snap_err(format!("a record of {n} bytes")));
     }
-    buf.resize(len, 0);
+    buf.resize(n, 0);
     input.read_exact(buf).map_err(|e| snap_err(format!("truncated ({e})")))?;
-    codec::from_bytes(buf).map_err(snap_err)
+    let record = codec::from_bytes(buf).map_err(snap_err)?;
+    // The seal covers the records before it, not itself.
+    if !matches!(record, Record::Sealed { .. }) {
+        crc.update(&len);
+        crc.update(buf);
+    }
+    Ok(record)
+}
+
+/// Reads the records of a snapshot of `shard` (positioned after its
+/// header) to the end, checking that each chunk belongs to the shard, that
+/// the count and checksum match, and that nothing follows; hands each
+/// chunk to `take`.
+fn walk(
+    shard: u32,
+    registry: bool,
+    input: &mut impl Read,
+    mut take: impl FnMut(TreeRef, Vec<(Vec<u8>, Vec<u8>)>),
+) -> Result<SnapshotStats> {
+    let mut stats = SnapshotStats::default();
+    let mut buf = Vec::new();
+    let mut crc = crc32fast::Hasher::new();
+    loop {
+        let (items, sealed) = match read_record(input, &mut buf, &mut crc)? {
+            Record::Chunk { tree, items } => {
+                check_chunk(shard, registry, tree, &items)?;
+                for (k, v) in &items {
+                    stats.bytes += (k.len() + v.len()) as u64;
+                }
+                stats.items += items.len() as u64;
+                take(tree, items);
+                continue;
+            }
+            Record::End { items } => (items, None),
+            Record::Sealed { items, crc } => (items, Some(crc)),
+        };
+        if items != stats.items {
+            return Err(snap_err(format!(
+                "the snapshot announces {items} items and holds {}",
+                stats.items
+            )));
+        }
+        if let Some(want) = sealed {
+            let got = std::mem::take(&mut crc).finalize();
+            if got != want {
+                return Err(snap_err(format!("checksum {got:08x}, sealed as {want:08x}")));
+            }
+        }
+        let mut extra = [0u8; 1];
+        return match input.read(&mut extra) {
+            Ok(0) => Ok(stats),
+            Ok(_) => Err(snap_err("bytes after the last record")),
+            Err(e) => Err(io_err(e)),
+        };
+    }
+}
+
+/// Refuses a chunk that is not `shard`'s to install.
+fn check_chunk(
+    shard: u32,
+    registry: bool,
+    tree: TreeRef,
+    items: &[(Vec<u8>, Vec<u8>)],
+) -> Result<()> {
+    let belongs = match tree {
+        TreeRef::Shard(s) => s == shard,
+        TreeRef::Biz(_) | TreeRef::Rank(_) => true,
+        TreeRef::Registry => registry,
+    };
+    if !belongs {
+        return Err(snap_err(format!("a chunk of {tree:?} in shard {shard}")));
+    }
+    // The source may be another shard id only for the meta tree, which is
+    // refused above; data keys are checked here.
+    let foreign = matches!(tree, TreeRef::Biz(_) | TreeRef::Rank(_))
+        && items.iter().any(|(k, _)| !k.starts_with(&keys::shard_prefix(shard)));
+    if foreign {
+        return Err(snap_err(format!("a key of another shard in {tree:?}")));
+    }
+    Ok(())
+}
+
+/// Reads a whole snapshot file of `shard` (header included) and says
+/// whether installing it would succeed: every record decodes and belongs
+/// to the shard, the count and checksum match, nothing is cut off or
+/// added. Changes nothing.
+pub fn verify(shard: u32, registry: bool, input: &mut impl Read) -> Result<SnapshotStats> {
+    read_header(input)?;
+    walk(shard, registry, input, |_, _| {})
 }
 
 /// Decodes a header read by [`read_header`], with what its strings may
@@ -150,6 +268,7 @@ struct ChunkWriter<'a, W: Write> {
     items: Vec<(Vec<u8>, Vec<u8>)>,
     size: usize,
     stats: SnapshotStats,
+    crc: crc32fast::Hasher,
 }
 
 impl<W: Write> ChunkWriter<'_, W> {
@@ -170,7 +289,8 @@ impl<W: Write> ChunkWriter<'_, W> {
         }
         let items = std::mem::take(&mut self.items);
         self.size = 0;
-        self.stats.bytes += write_record(self.out, &Record::Chunk { tree: self.tree, items })?;
+        let chunk = Record::Chunk { tree: self.tree, items };
+        self.stats.bytes += write_record(self.out, &chunk, &mut self.crc)?;
         Ok(())
     }
 }
@@ -226,6 +346,7 @@ impl StateStore {
             items: Vec::new(),
             size: 0,
             stats: SnapshotStats::default(),
+            crc: crc32fast::Hasher::new(),
         };
         let mut slices = self.slices(shard, registry);
         // A held board's ranking always has a tree (a new board is written
@@ -251,7 +372,8 @@ impl StateStore {
         }
         w.flush()?;
         let mut stats = w.stats;
-        stats.bytes += write_record(w.out, &Record::End { items: stats.items })?;
+        let seal = Record::Sealed { items: stats.items, crc: w.crc.clone().finalize() };
+        stats.bytes += write_record(w.out, &seal, &mut w.crc)?;
         w.out.flush().map_err(io_err)?;
         Ok(stats)
     }
@@ -368,41 +490,9 @@ impl StateStore {
                 t.remove_range(&range);
             }
         }
-        let mut stats = SnapshotStats::default();
-        let mut buf = Vec::new();
-        loop {
-            match read_record(input, &mut buf)? {
-                Record::Chunk { tree, items } => {
-                    let belongs = match tree {
-                        TreeRef::Shard(s) => s == shard,
-                        TreeRef::Biz(_) | TreeRef::Rank(_) => true,
-                        TreeRef::Registry => registry,
-                    };
-                    if !belongs {
-                        return Err(snap_err(format!("a chunk of {tree:?} in shard {shard}")));
-                    }
-                    // The source may be another shard id only for the meta
-                    // tree, which is refused above; data keys are checked here.
-                    let foreign = matches!(tree, TreeRef::Biz(_) | TreeRef::Rank(_))
-                        && items.iter().any(|(k, _)| !k.starts_with(&keys::shard_prefix(shard)));
-                    if foreign {
-                        return Err(snap_err(format!("a key of another shard in {tree:?}")));
-                    }
-                    for (k, v) in &items {
-                        stats.bytes += (k.len() + v.len()) as u64;
-                    }
-                    stats.items += items.len() as u64;
-                    self.tree(tree).apply(items.into_iter().map(|(k, v)| (k, Some(v))));
-                }
-                Record::End { items } if items == stats.items => return Ok(stats),
-                Record::End { items } => {
-                    return Err(snap_err(format!(
-                        "the snapshot announces {items} items and holds {}",
-                        stats.items
-                    )))
-                }
-            }
-        }
+        walk(shard, registry, input, |tree, items| {
+            self.tree(tree).apply(items.into_iter().map(|(k, v)| (k, Some(v))));
+        })
     }
 }
 
@@ -427,7 +517,8 @@ impl StateStore {
 pub(crate) fn empty_snapshot() -> Vec<u8> {
     let mut file = MAGIC.to_vec();
     file.extend_from_slice(&0u32.to_be_bytes());
-    write_record(&mut file, &Record::End { items: 0 }).unwrap();
+    let seal = Record::Sealed { items: 0, crc: crc32fast::Hasher::new().finalize() };
+    write_record(&mut file, &seal, &mut crc32fast::Hasher::new()).unwrap();
     file
 }
 
@@ -564,6 +655,63 @@ mod tests {
         // Once thawed, the next checkpoint writes what was staged meanwhile.
         s.checkpoint(1).unwrap();
         assert_eq!(s.applied(1).unwrap().as_deref(), Some(&b"later"[..]));
+    }
+
+    #[test]
+    fn verify_finds_a_cut_a_damaged_and_a_padded_file_and_passes_a_good_one() {
+        let (_a, src) = store();
+        fill(&src, 0, 20);
+        let frozen = src.freeze(0).unwrap();
+        let mut file = Vec::new();
+        let stats = src.export(&frozen, false, b"h", &mut file).unwrap();
+        drop(frozen);
+        assert_eq!(verify(0, false, &mut &file[..]).unwrap().items, stats.items);
+        assert!(verify(1, false, &mut &file[..]).is_err(), "another shard's");
+        for cut in [1, 3, file.len() / 2, file.len() - 20] {
+            assert!(verify(0, false, &mut &file[..file.len() - cut]).is_err(), "cut by {cut}");
+        }
+        // One flipped bit inside a chunk's values: it still decodes, and
+        // only the checksum tells.
+        let mut damaged = file.clone();
+        let at = file.len() / 2;
+        damaged[at] ^= 0x10;
+        let err = verify(0, false, &mut &damaged[..]).unwrap_err().to_string();
+        assert!(err.contains("checksum") || err.contains("decode"), "{err}");
+        let (_b, dst) = store();
+        let mut input = &damaged[..];
+        read_header(&mut input).unwrap();
+        assert!(dst.install(0, false, &mut input).is_err(), "install checks it too");
+        let mut padded = file.clone();
+        padded.push(0);
+        assert!(verify(0, false, &mut &padded[..]).is_err());
+    }
+
+    #[test]
+    fn a_file_ended_by_a_count_only_still_installs() {
+        // Files written before `Sealed` end in `End { items }`.
+        let (_a, src) = store();
+        fill(&src, 0, 5);
+        let frozen = src.freeze(0).unwrap();
+        let mut file = Vec::new();
+        let stats = src.export(&frozen, false, b"", &mut file).unwrap();
+        drop(frozen);
+        // Cut the file before its last record (the seal), by its length prefixes.
+        let header_len = u32::from_be_bytes(file[12..16].try_into().unwrap()) as usize;
+        let mut at = 16 + header_len;
+        loop {
+            let len = u32::from_be_bytes(file[at..at + 4].try_into().unwrap()) as usize;
+            if at + 4 + len == file.len() {
+                break;
+            }
+            at += 4 + len;
+        }
+        let mut old = file[..at].to_vec();
+        write_record(&mut old, &Record::End { items: stats.items }, &mut crc32fast::Hasher::new())
+            .unwrap();
+        assert_eq!(verify(0, false, &mut &old[..]).unwrap().items, stats.items);
+        let (_b, dst) = store();
+        dst.install_bytes(0, &old);
+        assert_eq!(dst.digest(0, false).unwrap(), src.digest(0, false).unwrap());
     }
 
     #[test]
