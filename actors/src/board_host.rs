@@ -24,15 +24,11 @@ use crate::rankings::dedup::EventMemory;
 use crate::shard::ShardGauges;
 use plaudit_proto::rankings::{ItemId, RankId};
 use plaudit_proto::scoring::{BoardQuery, Outcome, RankedItem};
+use plaudit_proto::Millis;
 use plaudit_proto::WireError;
 use plaudit_storage::{BoardImage, BoardMeta, StateError, StateStore};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-/// Event ids a sub-board remembers. A retry arriving after this many newer
-/// events on the same board is applied again; 10k covers seconds of a hot
-/// board and costs ~160 KiB only on boards that busy.
-pub const EVENT_MEMORY: usize = 10_000;
 
 /// Per command, per event.
 pub type ApplyReply = Vec<Vec<EventResult>>;
@@ -156,8 +152,7 @@ impl BoardHost {
         }
         let board = Board::from_loaded(rules, members, meta.next_stamp);
         let stored = store.board_events(rank, shard, &type_key)?;
-        let events =
-            EventMemory::from_loaded(stored.into_iter().flat_map(|(_, ids)| ids), EVENT_MEMORY);
+        let events = EventMemory::from_loaded(stored.into_iter().map(|(_, s, ids)| (s, ids)));
         Ok(BoardHost {
             core: Arc::new(RwLock::new(board)),
             events,
@@ -192,17 +187,19 @@ impl BoardHost {
         answer(&read_own(&self.core), q)
     }
 
-    /// Applies a batch of commands in order, under one write lock. Marks
-    /// the board changed even if every event was a duplicate: cheaper than
-    /// finding out, and a write-back of an unchanged board is harmless.
-    pub fn apply(&mut self, cmds: &[&ScoreCmd]) -> ApplyReply {
+    /// Applies a batch of commands in order, each at the time of the
+    /// entry that carries it, under one write lock. Marks the board changed
+    /// even if every event was a duplicate: cheaper than finding out, and a
+    /// write-back of an unchanged board is harmless.
+    pub fn apply(&mut self, cmds: &[(&ScoreCmd, Millis)]) -> ApplyReply {
         let mut core = write_view(&self.core);
         self.changed = true;
         cmds.iter()
-            .map(|c| {
+            .map(|&(c, now)| {
                 if c.cap as usize != core.rules().cap {
                     core.set_cap(c.cap as usize);
                 }
+                self.events.begin(now, c.dedup);
                 apply_run(&mut core, &mut self.events, c)
             })
             .collect()
@@ -228,13 +225,7 @@ impl BoardHost {
             next_events: 0,
             cap: core.rules().cap as u64,
         };
-        BoardImage::new(
-            self.rank,
-            self.type_key.clone(),
-            members,
-            meta,
-            self.events.iter().collect(),
-        )
+        BoardImage::new(self.rank, self.type_key.clone(), members, meta, self.events.runs())
     }
 
     /// The image to write back, marking the rows up to date: the caller
@@ -257,7 +248,7 @@ impl BoardHost {
 
     fn size(&self) -> (usize, usize) {
         let core = read_own(&self.core);
-        (core.len(), core.heap_bytes())
+        (core.len(), core.heap_bytes() + self.events.heap_bytes())
     }
 }
 

@@ -22,15 +22,16 @@ use std::hash::BuildHasher;
 /// Whether two score commands are for one member of one sub-board under
 /// one set of rules: the commands that may merge. (Aggregation and ties
 /// never change within a ranking; the cap may, between two events of one
-/// batch.)
+/// batch, and the dedup rules may if an edge's config changed.)
 fn same_member(a: &ScoreCmd, b: &ScoreCmd) -> bool {
-    (a.rank, a.item, a.aggregation, a.ties, a.cap) == (b.rank, b.item, b.aggregation, b.ties, b.cap)
+    (a.rank, a.item, a.aggregation, a.ties, a.cap, a.dedup)
+        == (b.rank, b.item, b.aggregation, b.ties, b.cap, b.dedup)
         && a.type_key == b.type_key
 }
 
 /// What `same_member` compares, hashed.
 fn member_hash(h: &KeyedHash, c: &ScoreCmd) -> u64 {
-    h.hash_one((c.rank, &c.type_key, c.item, (c.aggregation, c.ties, c.cap)))
+    h.hash_one((c.rank, &c.type_key, c.item, (c.aggregation, c.ties, c.cap, c.dedup)))
 }
 
 /// Where a proposed command's result comes from.
@@ -61,7 +62,7 @@ pub fn coalesce(cmds: Vec<Command>) -> (Vec<Command>, Vec<Route>) {
     let mut first: HashMap<u64, usize, KeyedHash> = HashMap::default();
     let mut next: Vec<usize> = Vec::with_capacity(cmds.len());
     for cmd in cmds {
-        let Command::Score(c) = cmd else {
+        let (Command::Score(c) | Command::ScoreV2(c)) = cmd else {
             routes.push(Route::Whole { cmd: out.len() });
             out.push(Slot::Other(cmd));
             next.push(usize::MAX);
@@ -89,7 +90,10 @@ pub fn coalesce(cmds: Vec<Command>) -> (Vec<Command>, Vec<Route>) {
     let out = out
         .into_iter()
         .map(|s| match s {
-            Slot::Score(c) => Command::Score(c),
+            // What a build before `ScoreV2` logged reads with the dedup
+            // rules it was applied under (`Dedup::LEGACY`), so one written
+            // as `ScoreV2` now applies the same.
+            Slot::Score(c) => Command::ScoreV2(c),
             Slot::Other(c) => c,
         })
         .collect();
@@ -133,7 +137,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn score(board: u8, item: u64, id: u64) -> Command {
-        Command::Score(ScoreCmd {
+        Command::ScoreV2(ScoreCmd {
             rank: 1,
             type_key: vec![board],
             item,
@@ -141,6 +145,7 @@ mod tests {
             ties: TieMode::EarlierFirst,
             cap: 10,
             events: vec![ScoreEvent { score: id as i64, sub: None, event_id: id }],
+            dedup: crate::command::Dedup::DEFAULT,
         })
     }
 
@@ -149,10 +154,7 @@ mod tests {
     }
 
     fn event_ids(c: &Command) -> Vec<u64> {
-        match c {
-            Command::Score(s) => s.events.iter().map(|e| e.event_id).collect(),
-            _ => vec![],
-        }
+        c.score().map(|s| s.events.iter().map(|e| e.event_id).collect()).unwrap_or_default()
     }
 
     #[test]
@@ -169,12 +171,17 @@ mod tests {
     }
 
     #[test]
-    fn different_caps_do_not_merge() {
+    fn different_caps_or_dedup_rules_do_not_merge() {
         let mut b = score(1, 7, 2);
-        if let Command::Score(c) = &mut b {
+        if let Command::ScoreV2(c) = &mut b {
             c.cap = 11;
         }
         assert_eq!(coalesce(vec![score(1, 7, 1), b]).0.len(), 2);
+        let mut c = score(1, 7, 3);
+        if let Command::ScoreV2(s) = &mut c {
+            s.dedup.window_s = 5;
+        }
+        assert_eq!(coalesce(vec![score(1, 7, 1), c]).0.len(), 2);
     }
 
     #[test]
@@ -203,7 +210,7 @@ mod tests {
             let results: Vec<CmdResult> = merged
                 .iter()
                 .map(|c| match c {
-                    Command::Score(s) => CmdResult::Scored(
+                    Command::ScoreV2(s) => CmdResult::Scored(
                         s.events.iter().map(|e| Ok((Outcome::Applied, Some(e.event_id as i64)))).collect(),
                     ),
                     Command::Ack { seqs, .. } => CmdResult::Failed(WireError::internal(seqs[0].to_string())),
@@ -213,7 +220,7 @@ mod tests {
             let got = split(results, &routes);
             for (i, (cmd, res)) in input.iter().zip(got).enumerate() {
                 match cmd {
-                    Command::Score(_) => prop_assert_eq!(
+                    Command::ScoreV2(_) => prop_assert_eq!(
                         res,
                         CmdResult::Scored(vec![Ok((Outcome::Applied, Some(i as i64)))])
                     ),
@@ -230,7 +237,7 @@ mod tests {
                 cmds.iter().filter(|c| !c.2).map(|c| (c.0, c.1)).collect();
             let mut seen = std::collections::HashSet::new();
             for c in &merged {
-                if let Command::Score(s) = c {
+                if let Some(s) = c.score() {
                     prop_assert!(seen.insert((s.type_key[0], s.item)));
                     for e in &s.events {
                         let (b, item, _) = cmds[e.event_id as usize];

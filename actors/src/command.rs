@@ -19,6 +19,8 @@ use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId, WireError};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+pub use crate::rankings::dedup::Dedup;
+
 /// One Raft entry's payload. `now` is stamped by the leader when it proposes,
 /// so applying is deterministic (no clocks on replicas). Apply never lets
 /// time go backwards within a shard: it uses `max(now, the shard's floor)`,
@@ -90,10 +92,10 @@ pub enum Command {
     UpdateBiz(UpdateBiz),
     CreateRank(Box<RankDef>),
     UpdateRank(Box<UpdateRank>),
-    /// Scoring events for one member of one sub-board: one event as the
-    /// edge proposes it, several once the leader has coalesced a batch
-    /// (`coalesce.rs`). An event touching several sub-boards is one command
-    /// per board, each on the board's shard.
+    /// Scoring events for one member of one sub-board, as logged before
+    /// commands carried their dedup rules: read only (as `Dedup::LEGACY`),
+    /// never proposed. What the edge proposes is `ScoreV2`.
+    #[serde(serialize_with = "score_v1::ser", deserialize_with = "score_v1::de")]
     Score(ScoreCmd),
     /// Deletes a sub-board whose window has expired (proposed by the
     /// retention sweep on the board's shard).
@@ -123,6 +125,76 @@ pub enum Command {
     RevokeToken {
         id: TokenId,
     },
+    /// Scoring events for one member of one sub-board: one event as the
+    /// edge proposes it, several once the leader has coalesced a batch
+    /// (`coalesce.rs`). An event touching several sub-boards is one command
+    /// per board, each on the board's shard.
+    ScoreV2(ScoreCmd),
+}
+
+impl Command {
+    /// The scoring events a command carries, whichever version it is.
+    pub fn score(&self) -> Option<&ScoreCmd> {
+        match self {
+            Command::Score(c) | Command::ScoreV2(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// `Command::Score` as logged before `ScoreCmd::dedup` existed: the same
+/// fields, without it.
+mod score_v1 {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct Ref<'a> {
+        rank: RankId,
+        type_key: &'a [u8],
+        item: ItemId,
+        aggregation: Aggregation,
+        ties: TieMode,
+        cap: u32,
+        events: &'a [ScoreEvent],
+    }
+
+    #[derive(Deserialize)]
+    struct Owned {
+        rank: RankId,
+        type_key: Vec<u8>,
+        item: ItemId,
+        aggregation: Aggregation,
+        ties: TieMode,
+        cap: u32,
+        events: Vec<ScoreEvent>,
+    }
+
+    pub fn ser<S: serde::Serializer>(c: &ScoreCmd, s: S) -> Result<S::Ok, S::Error> {
+        Ref {
+            rank: c.rank,
+            type_key: &c.type_key,
+            item: c.item,
+            aggregation: c.aggregation,
+            ties: c.ties,
+            cap: c.cap,
+            events: &c.events,
+        }
+        .serialize(s)
+    }
+
+    pub fn de<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ScoreCmd, D::Error> {
+        let o = Owned::deserialize(d)?;
+        Ok(ScoreCmd {
+            rank: o.rank,
+            type_key: o.type_key,
+            item: o.item,
+            aggregation: o.aggregation,
+            ties: o.ties,
+            cap: o.cap,
+            events: o.events,
+            dedup: Dedup::LEGACY,
+        })
+    }
 }
 
 /// A token as the edge proposes it: the secret's SHA-256 and the scope.
@@ -164,6 +236,10 @@ pub struct ScoreCmd {
     pub cap: u32,
     /// In arrival order.
     pub events: Vec<ScoreEvent>,
+    /// How long the board remembers these events' ids, and how many ids it
+    /// holds at most (`rankings/dedup.rs`): set by the edge from its
+    /// config, carried so every replica forgets the same ids.
+    pub dedup: Dedup,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,9 +296,10 @@ mod tests {
     /// Commands and their results are moved through the proposer, the
     /// coalescer and the apply; a ranking definition inline made each 184
     /// bytes (see `requests_and_replies_stay_small` in the proto crate).
+    /// A score command's dedup rules (8 bytes) took it from 80 to 88.
     #[test]
     fn commands_and_results_stay_small() {
-        assert!(std::mem::size_of::<Command>() <= 80, "{}", std::mem::size_of::<Command>());
+        assert!(std::mem::size_of::<Command>() <= 88, "{}", std::mem::size_of::<Command>());
         assert!(std::mem::size_of::<CmdResult>() <= 72, "{}", std::mem::size_of::<CmdResult>());
     }
 
@@ -252,6 +329,30 @@ mod tests {
         want.extend(create);
         assert_eq!(bytes, want);
         assert_eq!(codec::from_bytes::<Batch>(&bytes).unwrap(), b);
+    }
+
+    #[test]
+    fn a_score_logged_before_dedup_rules_reads_as_legacy() {
+        let mut c = ScoreCmd {
+            rank: 3,
+            type_key: vec![1, 2],
+            item: 4,
+            aggregation: Aggregation::Incr,
+            ties: TieMode::EarlierFirst,
+            cap: 5,
+            events: vec![ScoreEvent { score: 6, sub: None, event_id: 7 }],
+            dedup: Dedup::LEGACY,
+        };
+        let old = codec::to_bytes(&Batch::new(1, vec![Command::Score(c.clone())])).unwrap();
+        // V1, now 1, one command: Score (variant 7), then its fields as every
+        // build before `dedup` wrote them.
+        assert_eq!(old, vec![0, 1, 1, 7, 3, 2, 1, 2, 4, 0, 0, 5, 1, 12, 0, 7]);
+        assert_eq!(codec::from_bytes::<Batch>(&old).unwrap().cmds[0], Command::Score(c.clone()));
+        c.dedup = Dedup { window_s: 600, max_ids: 9 };
+        let new = codec::to_bytes(&Batch::new(1, vec![Command::ScoreV2(c.clone())])).unwrap();
+        assert_eq!(new[3], 14, "ScoreV2 is appended");
+        assert_eq!(&new[new.len() - 4..], &[0xfb, 0x58, 0x02, 9], "then window (600) and bound");
+        assert_eq!(codec::from_bytes::<Batch>(&new).unwrap().cmds[0], Command::ScoreV2(c));
     }
 
     #[test]

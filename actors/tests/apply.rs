@@ -8,7 +8,7 @@
 //!   entry, and the floor survives a restart (it is replicated state).
 
 use plaudit_actors::active::Budget;
-use plaudit_actors::command::{ScoreCmd, ScoreEvent};
+use plaudit_actors::command::{Dedup, ScoreCmd, ScoreEvent};
 use plaudit_actors::{ApplyEntry, Batch, CmdResult, Command, Directory};
 use plaudit_actors::{ShardActor, ShardConfig, ShardHandle};
 use plaudit_proto::likes::LikeRequest;
@@ -93,7 +93,7 @@ async fn a_data_shard_scores_without_knowing_the_ranking() {
     // creation (its metadata group lags).
     let s = shard(&store, Directory::default()).await;
     let score = |event_id, score| {
-        Command::Score(ScoreCmd {
+        Command::ScoreV2(ScoreCmd {
             rank: 7,
             type_key: vec![9, 9],
             item: 42,
@@ -101,6 +101,7 @@ async fn a_data_shard_scores_without_knowing_the_ranking() {
             ties: TieMode::LaterFirst,
             cap: 10,
             events: vec![ScoreEvent { score, sub: None, event_id }],
+            dedup: Dedup::DEFAULT,
         })
     };
     let out = s.apply(vec![entry(1, 1000, vec![score(1, 5), score(2, 3)])]).await.unwrap();
@@ -139,7 +140,7 @@ async fn a_board_check_foretells_the_apply_and_changes_nothing() {
     };
     let ev = |event_id, score| ScoreEvent { score, sub: None, event_id };
     let score = |e: ScoreEvent| {
-        Command::Score(ScoreCmd {
+        Command::ScoreV2(ScoreCmd {
             rank: 7,
             type_key: vec![1],
             item: 42,
@@ -147,6 +148,7 @@ async fn a_board_check_foretells_the_apply_and_changes_nothing() {
             ties: rules.ties,
             cap: 10,
             events: vec![e],
+            dedup: Dedup::DEFAULT,
         })
     };
     let result = |out: &[Vec<CmdResult>]| match &out[0][0] {

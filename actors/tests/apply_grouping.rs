@@ -16,7 +16,7 @@
 //! says.
 
 use plaudit_actors::active::Budget;
-use plaudit_actors::command::{Delta, EntityDelta, ScoreCmd, ScoreEvent};
+use plaudit_actors::command::{Dedup, Delta, EntityDelta, ScoreCmd, ScoreEvent};
 use plaudit_actors::{ApplyEntry, Batch, Command, Directory, ShardActor, ShardConfig, ShardHandle};
 use plaudit_proto::likes::LikeRequest;
 use plaudit_proto::rankings::{Aggregation, TieMode};
@@ -107,7 +107,7 @@ async fn dump(handle: &ShardHandle, store: &StateStore) -> Vec<u8> {
 }
 
 fn board_cmd(board: u8, item: u64, event: u64) -> Command {
-    Command::Score(ScoreCmd {
+    Command::ScoreV2(ScoreCmd {
         rank: 1,
         type_key: vec![board],
         item,
@@ -115,6 +115,7 @@ fn board_cmd(board: u8, item: u64, event: u64) -> Command {
         ties: TieMode::LaterFirst,
         cap: 3,
         events: vec![ScoreEvent { score: 1 + (event % 5) as i64, sub: None, event_id: event }],
+        dedup: Dedup::DEFAULT,
     })
 }
 

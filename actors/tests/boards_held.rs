@@ -7,7 +7,7 @@
 use plaudit_actors::active::Budget;
 use plaudit_actors::active_boards::ActiveBoards;
 use plaudit_actors::board_host::QueryOut;
-use plaudit_actors::command::{ScoreCmd, ScoreEvent};
+use plaudit_actors::command::{Dedup, ScoreCmd, ScoreEvent};
 use plaudit_actors::rankings::board::Rules;
 use plaudit_actors::shard::ShardGauges;
 use plaudit_actors::{ApplyEntry, Batch, CmdResult, Command, Directory};
@@ -22,7 +22,7 @@ use std::time::Duration;
 const RULES: Rules = Rules { aggregation: Aggregation::Incr, ties: TieMode::EarlierFirst, cap: 10 };
 
 fn score(board: u8, item: u64, event_id: u64, score: i64) -> Command {
-    Command::Score(ScoreCmd {
+    Command::ScoreV2(ScoreCmd {
         rank: 7,
         type_key: vec![board],
         item,
@@ -30,6 +30,7 @@ fn score(board: u8, item: u64, event_id: u64, score: i64) -> Command {
         ties: RULES.ties,
         cap: RULES.cap as u32,
         events: vec![ScoreEvent { score, sub: None, event_id }],
+        dedup: Dedup::DEFAULT,
     })
 }
 

@@ -102,6 +102,7 @@ pub fn adds_state(cmd: &Command) -> bool {
     match cmd {
         Command::Like(_)
         | Command::Score(_)
+        | Command::ScoreV2(_)
         | Command::CreateBiz(_)
         | Command::CreateBizV2(_)
         | Command::UpdateBiz(_)

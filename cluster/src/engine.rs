@@ -97,6 +97,9 @@ pub struct EngineConfig {
     /// How far past this node's clock a scoring event may be stamped; a
     /// later one is filtered (`actors::rankings::route`).
     pub score_future_horizon: Duration,
+    /// How long a sub-board remembers an event id, and how many it holds
+    /// (stamped into every score command this node proposes).
+    pub event_ids: plaudit_actors::command::Dedup,
     /// When staged applied state is written to sled.
     pub checkpoint: plaudit_storage::CheckpointPolicy,
     pub outbox_batch: usize,

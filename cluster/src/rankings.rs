@@ -17,7 +17,7 @@ use crate::engine::{internal, Engine};
 use crate::group::Group;
 use crate::peer::wire::{PeerRequest, PeerResponse};
 use crate::router::Hop;
-use plaudit_actors::command::{EventResult, ScoreCmd, ScoreEvent};
+use plaudit_actors::command::{Dedup, EventResult, ScoreCmd, ScoreEvent};
 use plaudit_actors::rankings::all_or_nothing;
 use plaudit_actors::rankings::board::Rules;
 use plaudit_actors::rankings::route::{self, Admission};
@@ -84,7 +84,7 @@ impl Engine {
                 if t.expired {
                     return (type_id, None);
                 }
-                let cmd = score_cmd(&def, &r, &t.type_id);
+                let cmd = score_cmd(&def, &r, &t.type_id, self.cfg.event_ids);
                 let shard = board_shard(r.rank, &cmd.type_key, self.cfg.shards);
                 (type_id, Some((shard, cmd)))
             })
@@ -106,7 +106,7 @@ impl Engine {
             let Some((shard, cmd)) = planned else {
                 return Ok(BoardOutcome { type_id, outcome: Outcome::Filtered, score: None });
             };
-            match self.propose_routed(shard, Command::Score(cmd), Some(priority)).await? {
+            match self.propose_routed(shard, Command::ScoreV2(cmd), Some(priority)).await? {
                 None => Ok(BoardOutcome { type_id, outcome: Outcome::Shed, score: None }),
                 Some(CmdResult::Scored(events)) => match <[_; 1]>::try_from(events) {
                     Ok([event]) => {
@@ -364,8 +364,9 @@ pub(crate) fn score_cmd(
     def: &plaudit_proto::rankings::RankDef,
     r: &ScoreRequest,
     type_id: &TypeId,
+    dedup: Dedup,
 ) -> ScoreCmd {
-    score_cmd_keyed(def, r, type_id.to_key())
+    score_cmd_keyed(def, r, type_id.to_key(), dedup)
 }
 
 /// [`score_cmd`] for a sub-board whose binary key is known.
@@ -373,6 +374,7 @@ pub(crate) fn score_cmd_keyed(
     def: &plaudit_proto::rankings::RankDef,
     r: &ScoreRequest,
     type_key: Vec<u8>,
+    dedup: Dedup,
 ) -> ScoreCmd {
     ScoreCmd {
         rank: r.rank,
@@ -382,6 +384,7 @@ pub(crate) fn score_cmd_keyed(
         ties: def.ties,
         cap: def.settings.cap,
         events: vec![ScoreEvent { score: r.score, sub: r.sub, event_id: r.event_id }],
+        dedup,
     }
 }
 

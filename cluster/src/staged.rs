@@ -142,9 +142,10 @@ impl Engine {
                         BoardOutcome { type_id: board.type_id.to_string(), outcome, score: None };
                     return Some(Stage::Now(Response::Score(ScoreReply { boards: vec![board] })));
                 }
-                let cmd = crate::rankings::score_cmd_keyed(&def, r, board.type_key);
+                let cmd =
+                    crate::rankings::score_cmd_keyed(&def, r, board.type_key, self.cfg.event_ids);
                 let finish = Finish::Score(board.type_id);
-                Some(Stage::Staged(Staged { group, cmd: Command::Score(cmd), finish }))
+                Some(Stage::Staged(Staged { group, cmd: Command::ScoreV2(cmd), finish }))
             }
             _ => None,
         }

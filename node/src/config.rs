@@ -34,8 +34,7 @@ pub const DEFAULT_BOOTSTRAP_EXPECT: u32 = 0;
 pub const DEFAULT_REPLICATION_FACTOR: u32 = 3;
 /// A cluster secret shorter than this is refused.
 pub const MIN_SECRET_LEN: usize = 16;
-/// Six shards (Raft groups) by default, sixteen before the fifteenth Step 4
-/// session. A node pays roughly 16 µs of CPU per Raft entry whatever the
+/// Six shards (Raft groups) by default (sixteen before 82440c6). A node pays roughly 16 µs of CPU per Raft entry whatever the
 /// entry carries, and each shard with work makes an entry per round, so
 /// fewer shards make fewer, larger entries: per core, with the actor
 /// budget kept at ~16k per node, the rankings mix went from 0.98–1.05x
@@ -88,6 +87,14 @@ pub const DEFAULT_ACTOR_IDLE_SECS: u64 = 120;
 /// whose clocks run ahead, time zones mistaken for UTC); later ones are
 /// filtered, since retention would never delete the windows they create.
 pub const DEFAULT_SCORE_FUTURE_HORIZON_SECS: u64 = 86_400;
+/// A sub-board remembers an event id for ten minutes: longer than every
+/// retry the SDK and the CLI make (`actors/src/rankings/dedup.rs`).
+pub const DEFAULT_EVENT_ID_WINDOW_SECS: u32 = 600;
+/// At most this many ids per sub-board (~27 bytes each in memory): the
+/// full window up to ~1,750 events a second on one board.
+pub const DEFAULT_EVENT_IDS_PER_BOARD: u32 = 1 << 20;
+/// The longest window: a day.
+pub const MAX_EVENT_ID_WINDOW_SECS: u32 = 86_400;
 pub const DEFAULT_SLED_CACHE_MB: u64 = 256;
 /// Free space kept in reserve on the data directory's disk: below it, new
 /// writes are refused (reads serve) until space is back.
@@ -215,6 +222,12 @@ pub struct Config {
     /// How many seconds past this node's clock a scoring event may be
     /// stamped; a later event is reported `filtered` and stored nowhere.
     pub score_future_horizon_secs: u64,
+    /// Seconds a sub-board remembers a scoring event's id: a retry within
+    /// this time is answered `duplicate` and counted once.
+    pub event_id_window_secs: u32,
+    /// Event ids a sub-board remembers at most; past it the oldest are
+    /// forgotten first (a board busier than this many events per window).
+    pub event_ids_per_board: u32,
     /// sled's page cache, in MiB.
     pub sled_cache_mb: u64,
     /// Free space, in MiB, kept in reserve on the data directory's disk:
@@ -226,9 +239,10 @@ pub struct Config {
     pub max_memory_mb: u64,
     /// How long a client request may take before it fails with `Timeout`, in ms.
     pub request_timeout_ms: u64,
-    /// How long shutdown may take (drain connections, hand off leadership, flush)
-    /// before the node exits anyway, in ms. Keep it below the pod's
-    /// `terminationGracePeriodSeconds`.
+    /// How long open client connections may take to drain at shutdown, in
+    /// ms; a last snapshot of every group, stopping Raft and flushing the
+    /// log follow. Leadership is not handed off yet. Keep the whole below
+    /// the pod's `terminationGracePeriodSeconds`.
     pub shutdown_grace_ms: u64,
     /// Raft heartbeat interval, in ms; must be below `raft_election_min_ms`.
     pub raft_heartbeat_ms: u64,
@@ -287,6 +301,8 @@ impl Default for Config {
             actor_idle_secs: DEFAULT_ACTOR_IDLE_SECS,
             retention_sweep_secs: DEFAULT_RETENTION_SWEEP_SECS,
             score_future_horizon_secs: DEFAULT_SCORE_FUTURE_HORIZON_SECS,
+            event_id_window_secs: DEFAULT_EVENT_ID_WINDOW_SECS,
+            event_ids_per_board: DEFAULT_EVENT_IDS_PER_BOARD,
             sled_cache_mb: DEFAULT_SLED_CACHE_MB,
             min_free_disk_mb: DEFAULT_MIN_FREE_DISK_MB,
             max_memory_mb: DEFAULT_MAX_MEMORY_MB,
@@ -450,6 +466,15 @@ impl Config {
         ensure!(
             self.client_frame_budget_mb >= 2,
             "client_frame_budget_mb must be at least 2 (one frame of the largest size)"
+        );
+        ensure!(
+            (1..=MAX_EVENT_ID_WINDOW_SECS).contains(&self.event_id_window_secs),
+            "event_id_window_secs must be 1..={MAX_EVENT_ID_WINDOW_SECS}, got {}",
+            self.event_id_window_secs
+        );
+        ensure!(
+            self.event_ids_per_board >= 1,
+            "event_ids_per_board must be at least 1 (0 would make every retry count again)"
         );
         ensure!(
             i64::try_from(self.score_future_horizon_secs).is_ok(),

@@ -105,6 +105,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         actor_idle: cfg.actor_idle(),
         retention_sweep: std::time::Duration::from_secs(cfg.retention_sweep_secs),
         score_future_horizon: std::time::Duration::from_secs(cfg.score_future_horizon_secs),
+        event_ids: plaudit_actors::command::Dedup {
+            window_s: cfg.event_id_window_secs,
+            max_ids: cfg.event_ids_per_board,
+        },
         checkpoint: cfg.checkpoint_policy(),
         outbox_batch: cfg.outbox_batch,
         sled_cache_bytes: cfg.sled_cache_mb * 1024 * 1024,

@@ -13,9 +13,10 @@
 //! boards a replica happens to hold.
 //!
 //! An image's rows are a pure function of the board's state: members in
-//! item order, the header, and the remembered event ids in records of
-//! `RECORD_IDS`, numbered from 1. A replica that held the board throughout
-//! and one that wrote it back and loaded it again export the same rows.
+//! item order, the header, and the remembered event ids, run by run (the
+//! ids of one second), in records of up to `RECORD_IDS` numbered from 1. A
+//! replica that held the board throughout and one that wrote it back and
+//! loaded it again export the same rows.
 
 use crate::boards::{
     events_value, key, member_value, meta_value, BoardMeta, KIND_BOARD, KIND_EVENTS, KIND_MEMBER,
@@ -37,8 +38,8 @@ pub struct BoardImage {
     pub members: Vec<(u64, i64, u64)>,
     /// The header; `next_events` is set from `events` by `new`.
     pub meta: BoardMeta,
-    /// The remembered event ids, oldest first.
-    pub events: Vec<u64>,
+    /// The remembered event ids as `(second, ids)` runs, oldest first.
+    pub events: Vec<(u64, Vec<u64>)>,
 }
 
 /// One stored row: `(key, value)`.
@@ -50,12 +51,25 @@ impl BoardImage {
         type_key: Vec<u8>,
         mut members: Vec<(u64, i64, u64)>,
         mut meta: BoardMeta,
-        events: Vec<u64>,
+        events: Vec<(u64, Vec<u64>)>,
     ) -> BoardImage {
         members.sort_unstable_by_key(|m| m.0);
         meta.size = members.len() as u64;
-        meta.next_events = events.len().div_ceil(RECORD_IDS) as u64 + 1;
-        BoardImage { rank, type_key, members, meta, events }
+        let mut image = BoardImage { rank, type_key, members, meta, events };
+        image.meta.next_events = image.records() + 1;
+        image
+    }
+
+    /// How many event-id records its rows hold (numbered `1..=records`).
+    pub fn records(&self) -> u64 {
+        self.events.iter().map(|(_, ids)| ids.len().div_ceil(RECORD_IDS) as u64).sum()
+    }
+
+    /// The event-id records: `(second, ids)` of up to `RECORD_IDS`, in order.
+    fn event_records(&self) -> impl Iterator<Item = (u64, &[u64])> + '_ {
+        self.events
+            .iter()
+            .flat_map(|(second, ids)| ids.chunks(RECORD_IDS).map(move |c| (*second, c)))
     }
 
     /// Its rows of one kind on `shard`, in key order.
@@ -69,8 +83,8 @@ impl BoardImage {
                 key(shard, KIND_BOARD, tk, None),
                 meta_value(self.meta).to_vec(),
             ))),
-            _ => Box::new(self.events.chunks(RECORD_IDS).enumerate().map(move |(i, ids)| {
-                (key(shard, KIND_EVENTS, tk, Some(i as u64 + 1)), events_value(ids))
+            _ => Box::new(self.event_records().enumerate().map(move |(i, (second, ids))| {
+                (key(shard, KIND_EVENTS, tk, Some(i as u64 + 1)), events_value(second, ids))
             })),
         }
     }
@@ -167,7 +181,15 @@ mod tests {
 
     fn image(tk: &[u8], members: Vec<(u64, i64, u64)>, events: Vec<u64>) -> BoardImage {
         let meta = BoardMeta { next_stamp: 9, cap: 100, ..Default::default() };
-        BoardImage::new(7, tk.to_vec(), members, meta, events)
+        // Ids of one second, unless there are many: then a second per 100.
+        let runs = if events.len() > 100 {
+            events.chunks(100).enumerate().map(|(i, c)| (50 + i as u64, c.to_vec())).collect()
+        } else if events.is_empty() {
+            vec![]
+        } else {
+            vec![(40, events)]
+        };
+        BoardImage::new(7, tk.to_vec(), members, meta, runs)
     }
 
     /// Every row of ranking 7 on shard 3, as the store holds them.
@@ -182,12 +204,15 @@ mod tests {
     #[test]
     fn a_written_back_board_stores_exactly_its_image_rows() {
         let (_d, s) = store();
-        // What the tree held: two members (one since removed), 130 ids.
+        // What the tree held: two members (one since removed), 130 ids
+        // over two seconds.
         let old = image(A, vec![(5, 1, 1), (6, 2, 2)], (0..130).collect());
         let mut ws = WriteSet::new(3);
         ws.write_back_board(&old, [], []);
         s.stage(ws);
-        assert_eq!(s.board_events(7, 3, A).unwrap().len(), 3, "64 + 64 + 2 ids");
+        let lens: Vec<(u64, usize)> =
+            s.board_events(7, 3, A).unwrap().iter().map(|r| (r.1, r.2.len())).collect();
+        assert_eq!(lens, vec![(50, 64), (50, 36), (51, 30)], "records hold one second each");
         // Now: member 6 gone, 7 new, fewer ids (the memory bound).
         let new = image(A, vec![(7, 3, 3), (5, 4, 1)], (100..140).collect());
         let mut ws = WriteSet::new(3);
@@ -196,7 +221,7 @@ mod tests {
         ws.write_back_board(&new, items, seqs);
         s.stage(ws);
         assert_eq!(s.board_members(7, 3, A).unwrap(), vec![(5, 4, 1), (7, 3, 3)]);
-        assert_eq!(s.board_events(7, 3, A).unwrap(), vec![(1, (100..140).collect())]);
+        assert_eq!(s.board_events(7, 3, A).unwrap(), vec![(1, 40, (100..140).collect())]);
         let meta = s.board_meta(7, 3, A).unwrap().unwrap();
         assert_eq!((meta.size, meta.next_stamp, meta.next_events, meta.cap), (2, 9, 2, 100));
         let rows: Vec<Row> =

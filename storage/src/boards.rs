@@ -6,13 +6,15 @@
 //! | --- | --- | --- |
 //! | member | `shard, 1, type_key, item` | `v1, score i64, tie u64` |
 //! | board | `shard, 2, type_key` | `v1, size u64, next_stamp u64, next_events u64[, cap u64]` |
-//! | event ids | `shard, 3, type_key, seq` | `v1, [event id u64]...` |
+//! | event ids | `shard, 3, type_key, seq` | `v2, second u64, [event id u64]...` (`v1, [event id u64]...` before ids had a time) |
 //!
 //! `type_key` is the sub-board's binary type id (granularity, window start,
 //! dimension values), fixed-length within one ranking because a ranking's
 //! dimension count never changes; that is what lets a member key end in the
 //! item id and still be parsed. Event ids are stored in records of up to
-//! 64, not one key per event.
+//! 64, not one key per event, each record holding ids of one second (the
+//! second they were applied in, `actors/src/rankings/dedup.rs`); a `v1`
+//! record reads as second 0, the oldest there is.
 //!
 //! While a shard holds a board, these rows may be stale: the held board is
 //! the truth, and its rows are written from its image
@@ -20,6 +22,12 @@
 //! snapshots.
 
 use crate::keys::{read_u64, VALUE_V1};
+
+/// An event-id record with the second its ids were applied in.
+const EVENTS_V2: u8 = 2;
+
+/// One stored event-id record: `(seq, second, ids)`.
+pub type EventsRecord = (u64, u64, Vec<u64>);
 use crate::pending::prefix_range;
 use crate::state::{corrupt, Result, StateStore, WriteSet};
 use crate::trees::TreeRef;
@@ -118,24 +126,27 @@ impl StateStore {
         Ok(out)
     }
 
-    /// The stored event-id records of a sub-board, oldest first: `(seq, ids)`.
+    /// The stored event-id records of a sub-board, oldest first.
     pub fn board_events(
         &self,
         rank: u32,
         shard: u32,
         type_key: &[u8],
-    ) -> Result<Vec<(u64, Vec<u64>)>> {
+    ) -> Result<Vec<EventsRecord>> {
         let prefix = key(shard, KIND_EVENTS, type_key, None);
         let mut out = Vec::new();
         self.scan(shard, TreeRef::Rank(rank), prefix_range(&prefix), false, |k, v| {
             let seq = read_u64(k, prefix.len()).ok_or_else(|| corrupt("board events", k))?;
-            let ids = match v.split_first() {
-                Some((&VALUE_V1, rest)) if rest.len() % 8 == 0 => {
-                    (0..rest.len() / 8).filter_map(|i| read_u64(rest, i * 8)).collect()
+            let ids =
+                |rest: &[u8]| (0..rest.len() / 8).filter_map(|i| read_u64(rest, i * 8)).collect();
+            let (second, ids) = match v.split_first() {
+                Some((&EVENTS_V2, rest)) if rest.len() >= 8 && rest.len() % 8 == 0 => {
+                    (read_u64(rest, 0).unwrap_or(0), ids(&rest[8..]))
                 }
+                Some((&VALUE_V1, rest)) if rest.len() % 8 == 0 => (0, ids(rest)),
                 _ => return Err(corrupt("board events", v)),
             };
-            out.push((seq, ids));
+            out.push((seq, second, ids));
             Ok(true)
         })?;
         Ok(out)
@@ -172,9 +183,10 @@ pub(crate) fn meta_value(m: BoardMeta) -> [u8; 33] {
     v
 }
 
-pub(crate) fn events_value(ids: &[u64]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(1 + ids.len() * 8);
-    v.push(VALUE_V1);
+pub(crate) fn events_value(second: u64, ids: &[u64]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(9 + ids.len() * 8);
+    v.push(EVENTS_V2);
+    v.extend_from_slice(&second.to_be_bytes());
     for id in ids {
         v.extend_from_slice(&id.to_be_bytes());
     }
@@ -232,9 +244,10 @@ impl WriteSet {
         shard: u32,
         type_key: &[u8],
         seq: u64,
+        second: u64,
         ids: &[u64],
     ) {
-        let v = events_value(ids);
+        let v = events_value(second, ids);
         self.put(TreeRef::Rank(rank), key(shard, KIND_EVENTS, type_key, Some(seq)), &v);
     }
 
@@ -267,7 +280,10 @@ mod tests {
             MONTH,
             BoardMeta { size: 1, next_stamp: 2, next_events: 1, cap: 0 },
         );
-        ws.put_board_events(7, 3, DAY, 1, &[100, 101]);
+        ws.put_board_events(7, 3, DAY, 1, 1_700_000_000, &[100, 101]);
+        // A record written before ids had a time reads as second 0.
+        let legacy = [&[VALUE_V1][..], &102u64.to_be_bytes()].concat();
+        ws.put(TreeRef::Rank(7), key(3, KIND_EVENTS, DAY, Some(2)), &legacy);
         ws.put_board_member(8, 3, DAY, 10, 1, 1); // another ranking: isolated
         s.stage(ws);
 
@@ -276,7 +292,10 @@ mod tests {
         assert_eq!(s.board_members(7, 4, DAY).unwrap(), vec![], "another shard's slice");
         assert_eq!(s.board_members(8, 3, DAY).unwrap(), vec![(10, 1, 1)]);
         assert_eq!(s.board_meta(7, 3, DAY).unwrap().map(|m| (m.size, m.cap)), Some((2, 10)));
-        assert_eq!(s.board_events(7, 3, DAY).unwrap(), vec![(1, vec![100, 101])]);
+        assert_eq!(
+            s.board_events(7, 3, DAY).unwrap(),
+            vec![(1, 1_700_000_000, vec![100, 101]), (2, 0, vec![102])]
+        );
         assert_eq!(s.board_events(7, 3, MONTH).unwrap(), vec![]);
 
         let all = s.boards_on_shard(7, 3, None, 10).unwrap();
@@ -288,6 +307,7 @@ mod tests {
         let mut ws = WriteSet::new(3);
         ws.del_board_member(7, 3, DAY, 10);
         ws.del_board_events(7, 3, DAY, 1);
+        ws.del_board_events(7, 3, DAY, 2);
         ws.del_board_meta(7, 3, MONTH);
         s.stage(ws);
         assert_eq!(s.board_members(7, 3, DAY).unwrap(), vec![(11, i64::MAX, 2)]);

@@ -572,7 +572,7 @@ mod tests {
             ws.add_user_item(1, shard, i, 1000 + i, i * 7);
             ws.put_board_member(5, shard, b"day", i, i as i64 * 3, i);
             // Long values, so the export spans several chunks.
-            ws.put_board_events(5, shard, b"day", i, &vec![i; 4000]);
+            ws.put_board_events(5, shard, b"day", i, 1000 + i, &vec![i; 4000]);
         }
         ws.put_applied(shard, b"applied-at-n");
         ws.put_time_floor(shard, 77);

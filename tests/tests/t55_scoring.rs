@@ -350,3 +350,45 @@ async fn retention_deletes_expired_sub_boards() {
     let listed = names(c.clone()).await;
     assert!(!old.iter().any(|o| listed.contains(o)), "deleted for good: {listed:?}");
 }
+
+/// A sub-board remembers event ids for a time (ten minutes by default),
+/// not for a count: a retry that arrives after 200,000 newer events on the
+/// same board (milliseconds of a hot board's traffic) is still answered
+/// `duplicate` and counted once.
+#[tokio::test]
+async fn a_retry_after_two_hundred_thousand_newer_events_is_a_duplicate() {
+    let node = Node::start();
+    let c = node.client().await;
+    let mut d = def(3);
+    d.granularities = vec![Granularity::Day];
+    c.create_rank(d).await.unwrap();
+    let t = now();
+    let first = event(3, 1, 7, t, u64::MAX);
+    assert_eq!(outcomes(&c, first.clone()).await[0].1, Outcome::Applied);
+
+    const NEWER: u64 = 200_000;
+    const WORKERS: u64 = 256;
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..WORKERS {
+        let c = c.clone();
+        workers.spawn(async move {
+            for i in (w..NEWER).step_by(WORKERS as usize) {
+                let r = c.score(event(3, 2 + i % 1000, 1, t, i)).await.expect("score");
+                assert_eq!(r.boards[0].outcome, Outcome::Applied, "event {i}");
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.unwrap();
+    }
+
+    let retry = outcomes(&c, first).await;
+    assert_eq!(retry[0].1, Outcome::Duplicate, "{retry:?}");
+    assert_eq!(retry[0].2, Some(7), "counted once");
+    let today = by_id(&board(Granularity::Day, t));
+    assert_eq!(
+        c.scores(3, today.clone(), &[1, 2]).await.unwrap(),
+        vec![(1, Some(7)), (2, Some(200))]
+    );
+    assert_eq!(c.board_size(3, today).await.unwrap(), 1001);
+}

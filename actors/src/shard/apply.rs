@@ -165,8 +165,8 @@ impl ShardActor {
                         acks.push((*target, seqs));
                         CmdResult::Done
                     }
-                    Command::Score(c) => {
-                        boards.score(c, slot);
+                    Command::Score(c) | Command::ScoreV2(c) => {
+                        boards.score(c, now, slot);
                         CmdResult::Done
                     }
                     Command::DropBoard { rank, type_key } => {

@@ -20,7 +20,7 @@ use crate::command::{CmdResult, ScoreCmd};
 use crate::error::Fatal;
 use crate::rankings::board::Rules;
 use plaudit_proto::rankings::RankId;
-use plaudit_storage::board_image::RECORD_IDS;
+use plaudit_proto::Millis;
 use plaudit_storage::{BoardImage, WriteSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -28,7 +28,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// (borrowed from the entries: a copy of each command and its board's key
 /// was 7% of cold scoring), and the boards to drop.
 pub(super) struct BoardsPlan<'a> {
-    boards: Grouped<(RankId, &'a [u8]), &'a ScoreCmd>,
+    /// Each command with the time of its entry (the board's event memory
+    /// forgets by it).
+    boards: Grouped<(RankId, &'a [u8]), (&'a ScoreCmd, Millis)>,
     drops: Vec<BoardKey>,
 }
 
@@ -37,8 +39,8 @@ impl<'a> BoardsPlan<'a> {
         BoardsPlan { boards: Grouped::new(), drops: Vec::new() }
     }
 
-    pub fn score(&mut self, c: &'a ScoreCmd, slot: Slot) {
-        self.boards.push((c.rank, &c.type_key), c, slot);
+    pub fn score(&mut self, c: &'a ScoreCmd, now: Millis, slot: Slot) {
+        self.boards.push((c.rank, &c.type_key), (c, now), slot);
     }
 
     pub fn drop_board(&mut self, rank: RankId, type_key: &[u8]) {
@@ -72,7 +74,7 @@ impl ShardActor {
         let mut done = Vec::with_capacity(plan.boards.groups.len());
         let mut new = Vec::new();
         for (key, cmds, slots) in plan.boards.groups {
-            let Some(first) = cmds.first() else { continue };
+            let Some((first, _)) = cmds.first() else { continue };
             let rules = rules_of(first);
             let host = self.board(state, key.0, key.1.to_vec(), rules)?;
             let reply = catch_unwind(AssertUnwindSafe(|| host.apply(&cmds)))
@@ -103,7 +105,7 @@ impl ShardActor {
             .map(|m| m.0)
             .filter(|i| !kept(i))
             .collect();
-        let records = image.events.len().div_ceil(RECORD_IDS) as u64;
+        let records = image.records();
         let stale_seqs: Vec<u64> = self
             .store
             .board_events(rank, shard, tk)?
@@ -133,7 +135,7 @@ impl ShardActor {
             for (item, _, _) in self.store.board_members(rank, shard, &type_key)? {
                 ws.del_board_member(rank, shard, &type_key, item);
             }
-            for (seq, _) in self.store.board_events(rank, shard, &type_key)? {
+            for (seq, _, _) in self.store.board_events(rank, shard, &type_key)? {
                 ws.del_board_events(rank, shard, &type_key, seq);
             }
             // And what this call wrote for the board before the drop.

@@ -107,6 +107,8 @@ fn every_field_can_be_set_from_the_environment() {
         actor_idle_secs: 10,
         retention_sweep_secs: 19,
         score_future_horizon_secs: 23,
+        event_id_window_secs: 33,
+        event_ids_per_board: 34,
         sled_cache_mb: 11,
         min_free_disk_mb: 29,
         max_memory_mb: 31,
