@@ -18,7 +18,7 @@
 #   TARGETS ["single cluster"]  BASE_PORT [7600]  KEEP [0]  SKIP_BUILD [0]
 #   SDK [batch: each connection's PIPELINE requests as one Client::pipeline;
 #        calls: PIPELINE concurrent single calls per connection, the shape
-#        of the figures measured before step 4's third session]
+#        of the figures measured before this setting existed (d349a50)]
 set -euo pipefail
 
 DURATION=${DURATION:-10s}

@@ -54,10 +54,9 @@ impl Default for ActiveBoards {
     }
 }
 
-/// The monotonic clock at the kernel's last tick (a few ms of
-/// resolution): enough for a once-a-second touch, and read without the
-/// timestamp counter. `Instant::now` per board query was 2.6% of the node
-/// on rank-of (tenth Step 4 session).
+/// The monotonic clock at the kernel's last tick (a few ms of resolution):
+/// enough for a once-a-second touch, and read without the timestamp
+/// counter. `Instant::now` per board query was 2.6% of the node on rank-of.
 fn coarse_now() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE

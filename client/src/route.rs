@@ -218,9 +218,9 @@ impl View {
     /// The candidates of [`View::candidates`] in the same order, repeats
     /// included, borrowed and unallocated. Why a walk: `pick` runs once
     /// per request of a pipeline, and collecting the list (its vectors and
-    /// address strings) was an eighth of the client's CPU on hot scoring
-    /// (sixteenth Step 4 session); the first match of a walk is the first
-    /// match of the list, since dropping repeats keeps first occurrences.
+    /// address strings) was an eighth of the client's CPU on hot scoring;
+    /// the first match of a walk is the first match of the list, since
+    /// dropping repeats keeps first occurrences.
     fn walk(&self, target: Target, spin: usize) -> impl Iterator<Item = (Option<NodeId>, &str)> {
         let map = &self.table.map;
         let (head, group, by): (Option<NodeId>, &[NodeId], usize) = match target {

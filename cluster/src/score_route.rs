@@ -44,7 +44,7 @@ use std::sync::Arc;
 /// slots, doubled to 32,768 slots past 14,336 entries and kept when it
 /// starts over, plus each entry's dimensions and key on the heap). 4,096
 /// was below cold scoring's 10,000 boards: the memo started over every
-/// 4,096 new routes, and most events missed (thirteenth Step 4 session).
+/// 4,096 new routes, and most events missed.
 pub const ROUTES: usize = 16_384;
 /// Dimension names (bytes, all of an event's together) beyond which an
 /// event's route is not remembered.

@@ -30,8 +30,10 @@ use tracing::{debug, warn};
 
 /// What the admin endpoint reports. Implemented by the node.
 pub trait AdminSource: Send + Sync + 'static {
-    /// Whether the node should receive client traffic (for `/readyz`). A node
-    /// turns this off first when it starts shutting down.
+    /// Whether the node should receive client traffic (for `/readyz`). A
+    /// node shutting down turns this off only after it has closed its client
+    /// listener and drained its connections (up to `shutdown_grace_ms`), just
+    /// before it stops Raft; until then `/readyz` answers as it did before.
     fn ready(&self) -> bool;
     /// The Prometheus text exposition served at `/metrics`.
     fn metrics_text(&self) -> String;

@@ -2,13 +2,12 @@
 //! thread) from a paused process or machine.
 //!
 //! Why: in the 3-node bench, leaders' read-index heartbeats sometimes time
-//! out (100 ms) on every node at the same instant (docs/benchmarks.md,
-//! eighth session). A node cannot tell from that alone whether its own
-//! runtime stood still or the whole VM did. Two clocks watch: a Tokio
-//! task and a plain thread, each sleeping `TICK` and logging when it
-//! wakes `LATE` or more after it should have. A late task with an on-time
-//! thread is a blocked worker; both late together is a pause of the
-//! process or the machine.
+//! out (100 ms) on every node at the same instant (docs/benchmarks.md). A
+//! node cannot tell from that alone whether its own runtime stood still or
+//! the whole VM did. Two clocks watch: a Tokio task and a plain thread,
+//! each sleeping `TICK` and logging when it wakes `LATE` or more after it
+//! should have. A late task with an on-time thread is a blocked worker;
+//! both late together is a pause of the process or the machine.
 //!
 //! Cost: two wake-ups every 10 ms, nothing else.
 

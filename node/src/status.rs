@@ -12,7 +12,8 @@ use std::sync::Arc;
 pub struct NodeStatus {
     pub engine: Arc<Engine>,
     pub metrics: Arc<Metrics>,
-    /// Cleared when shutdown begins, so load balancers stop routing here.
+    /// Cleared during shutdown once the client listener has closed and its
+    /// connections have drained, before Raft stops (`main.rs`).
     pub serving: AtomicBool,
     /// Whether `/fault/links` may cut links (tests only).
     pub fault_injection: bool,

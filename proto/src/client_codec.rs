@@ -5,10 +5,9 @@
 //!
 //! Why: on hot scoring the SDK spent about a seventh of the client's core
 //! in bincode's serde path, encoding each event and decoding each reply
-//! (perf on `plaudit-bench`, sixteenth Step 4 session), for a dozen
-//! varints a request. The client's core is part of every request's round
-//! trip: while it encodes and decodes, the node waits for its next
-//! requests.
+//! (perf on `plaudit-bench`), for a dozen varints a request. The client's
+//! core is part of every request's round trip: while it encodes and
+//! decodes, the node waits for its next requests.
 //!
 //! The serde encoding stays the definition of the format. The encoder
 //! writes byte for byte what serde writes; the decoder answers only for a

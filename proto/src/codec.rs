@@ -44,11 +44,10 @@ pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
 /// bytes its strings (and byte buffers) may claim bounded by `MAX`, the
 /// largest message the socket's protocol takes.
 ///
-/// Why: bincode 2 allocates a string's announced length before it reads
-/// a byte of it (`vec![0u8; len]`), so a message of a few bytes that
-/// announced a string of a terabyte aborted the process when the
-/// allocation failed, from a connection that had not authenticated (found
-/// by an independent review, sixteenth Step 4 session). Strings and byte
+/// Why: bincode 2 allocates a string's announced length before it reads a
+/// byte of it (`vec![0u8; len]`), so a message of a few bytes that
+/// announced a string of a terabyte aborted the process when the allocation
+/// failed, from a connection that had not authenticated. Strings and byte
 /// buffers are all that claims under serde, and a message's cannot hold
 /// more bytes than the message, so the bound refuses nothing that fits.
 /// Stored values and Raft entries, written by the node itself, keep

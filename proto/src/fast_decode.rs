@@ -2,12 +2,11 @@
 //! scoring event (`Request::Score`), a board query (`Request::Query`), and
 //! a like, a status and a counts request.
 //!
-//! Why: bincode's serde path (a visitor per struct, field and enum) was
-//! 7% of the node's core on hot scoring and 3.5% on the rankings mix
-//! (perf, thirteenth Step 4 session), for about a dozen varints; a counts
-//! or status request is twenty entity ids through a sequence visitor
-//! (about 3% of the likes mix, fourteenth session). This reads the same
-//! bytes directly.
+//! Why: bincode's serde path (a visitor per struct, field and enum) was 7%
+//! of the node's core on hot scoring and 3.5% on the rankings mix (perf),
+//! for about a dozen varints; a counts or status request is twenty entity
+//! ids through a sequence visitor (about 3% of the likes mix). This reads
+//! the same bytes directly.
 //!
 //! The serde decoder stays the definition of the format. This one answers
 //! only for an envelope holding one of those requests whose every

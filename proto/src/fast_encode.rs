@@ -6,12 +6,12 @@
 //!
 //! Why: building a scoring reply took two allocations (the outcomes `Vec`
 //! and the type id's `String`) and bincode's serde path, to write about
-//! twenty bytes, on every scoring event (thirteenth Step 4 session); a
-//! counts reply is sixty varints through serde, one call each (3.3% of
-//! the likes mix in `varint_encode_u64` alone, fourteenth session); a
-//! top-10 or rank-of reply went through serde too (1.5% of the rankings
-//! mix, fifteenth session). These write the same bytes directly. The serde encoding stays the
-//! definition: property tests check that both write identical frames.
+//! twenty bytes, on every scoring event; a counts reply is sixty varints
+//! through serde, one call each (3.3% of the likes mix in
+//! `varint_encode_u64` alone); a top-10 or rank-of reply went through serde
+//! too (1.5% of the rankings mix). These write the same bytes directly. The
+//! serde encoding stays the definition: property tests check that both
+//! write identical frames.
 
 use crate::codec::CodecError;
 use crate::frame;

@@ -56,17 +56,17 @@ enum Request {
 /// after a lone request does not wait: with one busy group (a hot board)
 /// the wait was a third of every entry's cycle and nobody shared it.
 ///
-/// 2 ms rather than 1 (ninth Step 4 session, alternating builds, server
-/// on one core, µs of node CPU per op, mean of 5–7 runs): cold scoring
-/// 12.8 -> 11.2 (`fdatasync`s 920 -> 525 a second, ops per `sendto` 6.6
-/// -> 8.3), likes mix 9.4 -> 8.3 with like p99 12.5 -> 11.4 ms, rankings
-/// mix 9.6 -> 8.7; a hot board unchanged (its rounds are lone).
+/// 2 ms rather than 1 (alternating builds, server on one core, µs of node
+/// CPU per op, mean of 5–7 runs): cold scoring 12.8 -> 11.2 (`fdatasync`s
+/// 920 -> 525 a second, ops per `sendto` 6.6 -> 8.3), likes mix 9.4 -> 8.3
+/// with like p99 12.5 -> 11.4 ms, rankings mix 9.6 -> 8.7; a hot board
+/// unchanged (its rounds are lone).
 ///
 /// The floor ends early once every runtime worker has parked
-/// (`runtime_idle.rs`): then nothing can join the round, and waiting
-/// only idled the core (tenth session, alternating builds, ops/s: cold
-/// scoring 90, 91, 76k -> 109, 107, 108k; rankings mix better in 6 of 7
-/// pairs, e.g. 111, 115, 112k -> 139, 125, 134k).
+/// (`runtime_idle.rs`): then nothing can join the round, and waiting only
+/// idled the core (alternating builds, ops/s: cold scoring 90, 91, 76k ->
+/// 109, 107, 108k; rankings mix better in 6 of 7 pairs, e.g. 111, 115,
+/// 112k -> 139, 125, 134k).
 const MIN_ROUND: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The name of sled 0.34's single data file inside the `Db` directory

@@ -7,11 +7,11 @@
 //! once every runtime worker has parked, no task is left to append
 //! anything: every request the node holds is waiting on this very round,
 //! and the core idles until the floor is up (10–25% of the core in the
-//! rankings mix and cold scoring, tenth Step 4 session). The node's
-//! runtime reports its workers' parks here (`on_thread_park` and
-//! `on_thread_unpark`); the flusher waits for the floor or for all workers
-//! parked, whichever comes first. A process whose runtime does not report
-//! (tests, tools) never counts as idle and keeps the plain floor.
+//! rankings mix and cold scoring). The node's runtime reports its workers'
+//! parks here (`on_thread_park` and `on_thread_unpark`); the flusher waits
+//! for the floor or for all workers parked, whichever comes first. A
+//! process whose runtime does not report (tests, tools) never counts as
+//! idle and keeps the plain floor.
 //!
 //! "All parked" must also be news: the flusher's own callbacks wake tasks
 //! from outside the runtime, and a worker parked before them still counts

@@ -6,9 +6,9 @@
 //! `OrderList::insert` was 10.8% of the node, and 81% of its samples sat on
 //! one instruction, the key compare of the chunk's binary search: each of
 //! its ~8 probes into a chunk of up to 256 keys of 24 bytes (6 KiB) is a
-//! miss whose address depends on the compare before (fifteenth Step 4
-//! session). Here each step prefetches the probe two steps ahead (four
-//! candidate places), so by the time a probe is made its line is on its way.
+//! miss whose address depends on the compare before. Here each step
+//! prefetches the probe two steps ahead (four candidate places), so by the
+//! time a probe is made its line is on its way.
 //!
 //! The result is `slice::binary_search`'s, index for index: this is the
 //! same algorithm (the standard library's branchless loop), with hints.

@@ -1,8 +1,8 @@
 //! The latency observations of the answers a read pass gives at once
 //! (reads answered in place, and writes answered without proposing).
 //!
-//! Why: one clock read per such answer was 3.8% of the node on rank-of
-//! (tenth Step 4 session). Those answers all leave in the pass's one
+//! Why: one clock read per such answer was 3.8% of the node on rank-of.
+//! Those answers all leave in the pass's one
 //! write, so the time from the pass's start to its end is what each of
 //! them took as the client sees it; one clock read serves them all. At
 //! most [`FLUSH_EVERY`] wait, so a long pass holds a bounded list.
