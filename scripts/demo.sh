@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Quick start: builds Plaudit, starts one node on the embedded sled store in a
-# fresh data directory, and walks through the like service with the CLI.
+# Quick start: builds Plaudit, starts one node on its embedded store (a
+# write-ahead log and snapshot files in a fresh data directory), waits until
+# its /readyz says ready, and walks through likes and rankings with the CLI.
 # The node keeps running afterwards if KEEP=1; otherwise it is stopped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,21 +24,24 @@ echo "== starting plaudit-node on $LISTEN (admin $ADMIN), data in $DATA"
 node=$!
 stop() { if [ "${KEEP:-0}" != 1 ]; then kill -TERM "$node" 2>/dev/null || true; wait "$node" 2>/dev/null || true; fi; }
 trap stop EXIT
-for _ in $(seq 1 100); do
-  if (exec 3<>"/dev/tcp/${ADMIN%:*}/${ADMIN#*:}") 2>/dev/null; then
-    printf 'GET /readyz HTTP/1.0\r\n\r\n' >&3 2>/dev/null || true
-    exec 3<&- 2>/dev/null || true
-    break
-  fi
+# `GET /readyz` with bash alone (no curl on a fresh machine): true on 200.
+ready() {
+  (
+    exec 3<>"/dev/tcp/${ADMIN%:*}/${ADMIN#*:}" || exit 1
+    printf 'GET /readyz HTTP/1.0\r\nHost: plaudit\r\n\r\n' >&3
+    IFS= read -r -t 2 status <&3 || exit 1
+    [[ "$status" == *" 200 "* ]]
+  ) 2>/dev/null
+}
+echo "== waiting for /readyz"
+for i in $(seq 1 300); do
+  ready && break
+  kill -0 "$node" 2>/dev/null || { echo "error: plaudit-node exited" >&2; exit 1; }
+  if [ "$i" = 300 ]; then echo "error: plaudit-node not ready after 30 s" >&2; exit 1; fi
   sleep 0.1
 done
 
 p() { echo "\$ plaudit $*"; "$bin/plaudit" --addr "$LISTEN" "$@"; echo; }
-for _ in $(seq 1 300); do
-  "$bin/plaudit" --addr "$LISTEN" ping >/dev/null 2>&1 && break
-  kill -0 "$node" 2>/dev/null || { echo "error: plaudit-node exited" >&2; exit 1; }
-  sleep 0.1
-done
 p biz create --name video --id 1
 p like --biz 1 --entity 1001 --user 7 --owner 42
 p like --biz 1 --entity 1002 --user 7 --owner 42

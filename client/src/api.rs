@@ -81,6 +81,35 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// Pings the first of `seeds` (`a:1,b:2`) that answers, on a connection of
+/// its own that neither says `Hello` nor authenticates: a ping needs no
+/// token, and no routing table. Returns the address that answered and the
+/// round trip. `timeout` bounds each seed's dial and answer.
+pub async fn ping(seeds: &str, timeout: Duration) -> Result<(String, Duration), ClientError> {
+    let mut failed = Vec::new();
+    for seed in cluster::seeds(&[seeds]) {
+        let attempt = async {
+            let conn = crate::connection::Connection::dial(&seed, timeout).await?;
+            let start = std::time::Instant::now();
+            match tokio::time::timeout(timeout, conn.call(&Request::Ping)).await {
+                Ok(Ok(Response::Pong)) => Ok(start.elapsed()),
+                Ok(Ok(Response::Error(e))) => Err(ClientError::Server(e)),
+                Ok(Ok(other)) => Err(unexpected("ping", &other)),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(ClientError::Timeout),
+            }
+        };
+        match attempt.await {
+            Ok(rtt) => return Ok((seed, rtt)),
+            Err(e) => failed.push((seed, e)),
+        }
+    }
+    if failed.is_empty() {
+        return Err(ClientError::Protocol("no address to ping".into()));
+    }
+    Err(cluster::none_answered(failed))
+}
+
 impl Client {
     /// Connects with `ClientOptions::default()`.
     pub async fn connect(addr: &str) -> Result<Client, ClientError> {

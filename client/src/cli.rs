@@ -199,6 +199,17 @@ pub fn render(json: bool, result: &Result<Output, Failure>) -> Rendered {
 
 /// Connects through the seeds of `cli.addr` and runs the command.
 pub async fn run(cli: &Cli) -> Result<Output, Failure> {
+    if let Command::Ping = cli.command {
+        // A ping needs no token and no routing table (`crate::ping`).
+        let timeout = ClientOptions::default().timeout;
+        return match crate::ping(&cli.addr, timeout).await {
+            Ok((addr, rtt)) => Ok(Output::Pong { addr, rtt }),
+            Err(e @ (ClientError::Io(_) | ClientError::Closed)) => {
+                Err(Failure::cannot_connect(&cli.addr, &e))
+            }
+            Err(e) => Err(Failure::from_client(&cli.addr, timeout, &e)),
+        };
+    }
     // One command is at most two sequential requests: one connection is plenty.
     // An empty token (`PLAUDIT_TOKEN=`) counts as none.
     let token = cli.token.as_ref().map(|t| t.0.clone()).filter(|t| !t.is_empty());

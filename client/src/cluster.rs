@@ -291,7 +291,7 @@ async fn refresher(cluster: Weak<Cluster>, wake: Arc<Notify>) {
 
 /// The error when no seed answered: the seed's own for one seed, else one
 /// naming them all.
-fn none_answered(mut failed: Vec<(String, ClientError)>) -> ClientError {
+pub(crate) fn none_answered(mut failed: Vec<(String, ClientError)>) -> ClientError {
     if failed.len() == 1 {
         return failed.remove(0).1;
     }

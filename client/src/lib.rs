@@ -65,7 +65,7 @@ mod retry;
 mod route;
 mod tokens;
 
-pub use api::{Client, ClientOptions};
+pub use api::{ping, Client, ClientOptions};
 pub use error::ClientError;
 /// The wire types, so users need only this crate as a dependency.
 pub use plaudit_proto as proto;

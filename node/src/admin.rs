@@ -56,11 +56,17 @@ pub const MAX_HEAD_BYTES: usize = 8 * 1024;
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a client may take to read the response.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most admin connections served at once; at the cap a newcomer takes the
-/// place of one that has sent no request for a second or more.
+/// Most admin connections served at once. At the cap a newcomer takes the
+/// place of one that is not being answered (the one silent longest first,
+/// however briefly: a probe or a scraper sends its request with the
+/// connection), or, if every one is, waits for a slot.
 pub const MAX_CONNECTIONS: usize = 64;
-/// How long a newcomer at the cap waits for the one it evicted to go.
-const EVICT_WAIT: Duration = Duration::from_secs(1);
+/// How long a newcomer at the cap may wait for a slot, and how many may
+/// wait at once (each holds an accepted socket): past either it is closed.
+const SLOT_WAIT: Duration = Duration::from_secs(2);
+const MAX_WAITING: usize = MAX_CONNECTIONS;
+/// How often a waiting newcomer looks for a connection to evict again.
+const RETRY_EVICT: Duration = Duration::from_millis(20);
 
 /// The bounds one connection is held to; tests shorten them.
 #[derive(Debug, Clone, Copy)]
@@ -93,10 +99,13 @@ async fn serve_with(
     limits: Limits,
 ) -> io::Result<()> {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    // At the cap, a newcomer closes the connection that has waited longest
-    // without sending its request: idle connections held by anyone must
-    // not keep `/readyz` and `/metrics` from answering.
-    let table = Arc::new(Table::new());
+    // At the cap, a newcomer closes a connection that is not being
+    // answered, the one silent longest first: idle connections held by
+    // anyone must not keep `/readyz` and `/metrics` from answering, not
+    // even for the first second after they were opened (a Kubernetes probe
+    // does not try twice).
+    let table = Arc::new(Table::with_min_idle(Duration::ZERO));
+    let waiting = Arc::new(Semaphore::new(MAX_WAITING));
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -105,17 +114,12 @@ async fn serve_with(
         };
         match accepted {
             Ok((stream, peer)) => {
-                let permit = permits.clone().try_acquire_owned().map_err(|_| table.evict_one());
-                let (source, table) = (source.clone(), table.clone());
+                let (permits, source, table) = (permits.clone(), source.clone(), table.clone());
+                let waiting = waiting.clone();
                 tokio::spawn(async move {
-                    let permit = match permit {
-                        Ok(p) => p,
-                        Err(Some(slot)) => match tokio::time::timeout(EVICT_WAIT, slot).await {
-                            Ok(Ok(p)) => p,
-                            _ => return,
-                        },
-                        // Every slot is busy answering: drop this one.
-                        Err(None) => return,
+                    let Some(permit) = take_slot(&permits, &table, &waiting).await else {
+                        debug!(%peer, "admin connection closed: no slot");
+                        return;
                     };
                     let (id, entry) = table.insert();
                     tokio::select! {
@@ -141,6 +145,33 @@ async fn serve_with(
         }
     }
     Ok(())
+}
+
+/// A slot for a newcomer: a free one, or the one of a connection it
+/// evicts; waiting (bounded in time and in waiters) while every connection
+/// is being answered.
+async fn take_slot(
+    permits: &Arc<Semaphore>,
+    table: &Table,
+    waiting: &Semaphore,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(p) = permits.clone().try_acquire_owned() {
+        return Some(p);
+    }
+    let _waiter = waiting.try_acquire().ok()?;
+    let deadline = tokio::time::Instant::now() + SLOT_WAIT;
+    loop {
+        if let Some(slot) = table.evict_one() {
+            // The evicted connection hands its slot over as it closes.
+            return tokio::time::timeout_at(deadline, slot).await.ok()?.ok();
+        }
+        let free = permits.clone().acquire_owned();
+        match tokio::time::timeout(RETRY_EVICT, free).await {
+            Ok(p) => return p.ok(),
+            Err(_) if tokio::time::Instant::now() >= deadline => return None,
+            Err(_) => {}
+        }
+    }
 }
 
 /// Errors that concern one half-open connection, not the listener.
@@ -190,6 +221,9 @@ async fn handle(
         Ok(result) => result?,
         Err(_elapsed) => return Err(io::Error::new(io::ErrorKind::TimedOut, "write timed out")),
     }
+    // Answered: what is left is a courtesy to the client, and the slot may
+    // go to a newcomer.
+    entry.set_busy(false);
     linger(stream, limits.write_timeout).await;
     Ok(())
 }

@@ -229,10 +229,8 @@ async fn idle_admin_connections_do_not_starve_readyz() {
     for _ in 0..200 {
         idle.push(TcpStream::connect(node.admin_addr()).await.unwrap());
     }
-    wait_until(Duration::from_secs(20), "/readyz answers", || async {
-        matches!(http_get(node.admin_addr(), "/readyz"), Ok((200, _)))
-    })
-    .await;
+    // At the first try, as a Kubernetes probe asks: these connections were
+    // opened a moment ago, and none has timed out.
     for _ in 0..5 {
         assert_eq!(http_get(node.admin_addr(), "/readyz").unwrap().0, 200);
     }

@@ -118,6 +118,9 @@ async fn an_unauthenticated_connection_may_only_ping_and_authenticate() {
     assert_eq!(raw.recv().await.body, Response::Auth(Role::Admin));
     assert!(matches!(raw.recv().await.body, Response::BizList(_)), "admin may list");
 
+    // `plaudit ping` needs no token either (it asks for no routing table).
+    assert_eq!(node.cli("ping"), serde_json::json!({"ok": true}));
+
     // The SDK without a token is told so at connect (it asks for the
     // routing table first), rather than retrying.
     let anonymous = Client::connect_with(&node.addr(), ClientOptions::default()).await;

@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit};
 
-/// A connection idle for less than this is never closed to make room: a
-/// client between two requests is not idle.
+/// A client connection idle for less than this is never closed to make
+/// room: a client between two requests is not idle. (The admin endpoint,
+/// whose clients send their one request at once, uses none: `with_min_idle`.)
 pub const MIN_IDLE_TO_EVICT: Duration = Duration::from_secs(1);
 
 /// What one connection publishes about itself (relaxed atomics: the choice
@@ -87,6 +88,8 @@ pub struct Table {
     epoch: Instant,
     next_id: AtomicU64,
     entries: Mutex<HashMap<u64, Arc<Entry>>>,
+    /// How long a connection must have been idle to be closed for a newcomer.
+    min_idle: Duration,
 }
 
 impl Default for Table {
@@ -97,7 +100,18 @@ impl Default for Table {
 
 impl Table {
     pub fn new() -> Self {
-        Table { epoch: Instant::now(), next_id: AtomicU64::new(1), entries: Mutex::default() }
+        Table::with_min_idle(MIN_IDLE_TO_EVICT)
+    }
+
+    /// A table whose connections may be closed for a newcomer once idle
+    /// for `min_idle`.
+    pub fn with_min_idle(min_idle: Duration) -> Self {
+        Table {
+            epoch: Instant::now(),
+            next_id: AtomicU64::new(1),
+            entries: Mutex::default(),
+            min_idle,
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -140,7 +154,7 @@ impl Table {
             };
             (id, snap)
         });
-        let victim = pick_victim(snapshots)?;
+        let victim = pick_victim(snapshots, self.min_idle)?;
         let e = &entries[&victim];
         e.doomed.store(true, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -159,11 +173,14 @@ impl Table {
 }
 
 /// The connection to close for a newcomer: never a busy or already doomed
-/// one, nor one active within [`MIN_IDLE_TO_EVICT`]; among the rest, one that
-/// never sent a request before one that did, then the longest idle.
-pub fn pick_victim(entries: impl Iterator<Item = (u64, Snapshot)>) -> Option<u64> {
+/// one, nor one active within `min_idle`; among the rest, one that never
+/// sent a request before one that did, then the longest idle.
+pub fn pick_victim(
+    entries: impl Iterator<Item = (u64, Snapshot)>,
+    min_idle: Duration,
+) -> Option<u64> {
     entries
-        .filter(|(_, s)| !s.busy && !s.doomed && s.idle >= MIN_IDLE_TO_EVICT)
+        .filter(|(_, s)| !s.busy && !s.doomed && s.idle >= min_idle)
         .max_by_key(|(id, s)| (!s.greeted, s.idle, std::cmp::Reverse(*id)))
         .map(|(id, _)| id)
 }
@@ -184,22 +201,24 @@ mod tests {
             (3, snap(5_000, false, false)),
             (4, snap(90_000, true, false)),
         ];
-        assert_eq!(pick_victim(entries.into_iter()), Some(3));
+        assert_eq!(pick_victim(entries.into_iter(), MIN_IDLE_TO_EVICT), Some(3));
     }
 
     #[test]
     fn greeted_ones_go_when_no_silent_one_is_left() {
         let entries = vec![(1, snap(3_000, false, true)), (2, snap(8_000, false, true))];
-        assert_eq!(pick_victim(entries.into_iter()), Some(2));
+        assert_eq!(pick_victim(entries.into_iter(), MIN_IDLE_TO_EVICT), Some(2));
     }
 
     #[test]
     fn busy_recent_and_doomed_connections_are_never_chosen() {
         let mut doomed = snap(50_000, false, false);
         doomed.doomed = true;
-        let entries =
+        let entries: Vec<(u64, Snapshot)> =
             vec![(1, snap(999, false, false)), (2, snap(50_000, true, true)), (3, doomed)];
-        assert_eq!(pick_victim(entries.into_iter()), None);
+        assert_eq!(pick_victim(entries.clone().into_iter(), MIN_IDLE_TO_EVICT), None);
+        // Without a minimum, only the recent one may go.
+        assert_eq!(pick_victim(entries.into_iter(), Duration::ZERO), Some(1));
     }
 
     #[test]
