@@ -50,6 +50,13 @@ pub const DEFAULT_SHARDS: u32 = 6;
 /// The most shards a cluster may have; `shards` must lie in `1..=MAX_SHARDS`.
 pub const MAX_SHARDS: u32 = 1024;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// With an admin token, connections that have not authenticated share at
+/// most this many of `max_connections` (`node/src/server/admission.rs`)...
+pub const DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS: usize = 1_000;
+/// ...at most this many from one source address...
+pub const DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS: usize = 64;
+/// ...and this many are kept for the admin token alone.
+pub const DEFAULT_ADMIN_RESERVED_CONNECTIONS: usize = 16;
 /// With replies at most a few KiB (a 500-entity counts reply is the
 /// largest), 256 unfinished requests bound what one client can make a
 /// connection hold to about a MiB (README, "Limits").
@@ -183,6 +190,16 @@ pub struct Config {
     pub shards: u32,
     /// Most client connections open at once; further ones are refused.
     pub max_connections: usize,
+    /// With an admin token: how many of `max_connections` connections that
+    /// have not authenticated may hold at once; past it the one open
+    /// longest is closed for a newcomer.
+    pub max_unauthenticated_connections: usize,
+    /// With an admin token: unauthenticated connections from one source
+    /// address at once; past it newcomers from it are refused.
+    pub max_unauthenticated_per_address: usize,
+    /// With an admin token: connections of `max_connections` only the admin
+    /// token may hold, so an operator always gets in.
+    pub admin_reserved_connections: usize,
     /// Most requests one connection may have in flight (pipelined) at once.
     pub max_in_flight_per_connection: usize,
     /// Most requests in flight on all client connections together; beyond it
@@ -286,6 +303,9 @@ impl Default for Config {
             fault_injection: false,
             shards: DEFAULT_SHARDS,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_unauthenticated_connections: DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
+            max_unauthenticated_per_address: DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS,
+            admin_reserved_connections: DEFAULT_ADMIN_RESERVED_CONNECTIONS,
             max_in_flight_per_connection: DEFAULT_MAX_IN_FLIGHT_PER_CONNECTION,
             max_requests_in_flight: DEFAULT_MAX_REQUESTS_IN_FLIGHT,
             client_idle_timeout_secs: DEFAULT_CLIENT_IDLE_TIMEOUT_SECS,
@@ -407,6 +427,23 @@ impl Config {
         if !self.admin_token.is_empty() {
             check_admin_token(&self.admin_token.0, "admin_token")?;
         }
+        if self.has_admin_token() {
+            ensure!(
+                self.max_unauthenticated_connections >= 1
+                    && self.max_unauthenticated_per_address >= 1,
+                "max_unauthenticated_connections and max_unauthenticated_per_address must be at \
+                 least 1: a client must be able to connect to authenticate"
+            );
+            ensure!(
+                self.max_unauthenticated_connections + self.admin_reserved_connections
+                    < self.max_connections,
+                "max_unauthenticated_connections ({}) + admin_reserved_connections ({}) must be \
+                 below max_connections ({}): the rest is for authenticated clients",
+                self.max_unauthenticated_connections,
+                self.admin_reserved_connections,
+                self.max_connections
+            );
+        }
         if !self.has_admin_token() && !self.insecure {
             for (name, addr) in [("listen", self.listen), ("admin", self.admin)] {
                 ensure!(
@@ -503,6 +540,12 @@ impl Config {
             write_timeout: Duration::from_secs(self.client_write_timeout_secs),
             frame_timeout: Duration::from_secs(self.client_frame_timeout_secs),
             frame_budget: (self.client_frame_budget_mb as usize).saturating_mul(1 << 20),
+            shares: crate::server::admission::Shares {
+                total: self.max_connections,
+                unauthenticated: self.max_unauthenticated_connections,
+                per_address: self.max_unauthenticated_per_address,
+                admin_reserved: self.admin_reserved_connections,
+            },
         }
     }
 

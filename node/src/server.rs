@@ -2,8 +2,8 @@
 //! each on one task (`conn.rs`).
 //!
 //! ```text
-//! listener ─accept─> under the cap: Conn::run (frames in, replies out, bounded)
-//!                    at the cap: close the longest-idle connection (table.rs) and
+//! listener ─accept─> a seat (admission.rs): Conn::run (frames in, replies out, bounded)
+//!                    at the cap: close a connection that may go (table.rs) and
 //!                                take its place, or refuse with one `Overloaded` frame
 //! ```
 //!
@@ -16,6 +16,7 @@
 //! ("Limits").
 
 mod access;
+pub(crate) mod admission;
 mod batch;
 mod close;
 mod conn;
@@ -29,6 +30,7 @@ pub use conn::{Close, OUT_LIMIT};
 pub use inbuf::{FREE_ROOM, MAX_ROOM};
 
 use crate::metrics::Metrics;
+use admission::{Offer, Refusal, Seat};
 use plaudit_cluster::Engine;
 use plaudit_proto::frame;
 use plaudit_proto::{Envelope, Response, WireError};
@@ -37,12 +39,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tracing::{info, warn, Instrument};
-
-/// How long a newcomer at the cap waits for the connection it evicted to
-/// close (it closes at once; this only bounds a wait that cannot hang).
-const EVICT_WAIT: Duration = Duration::from_secs(1);
 
 /// How long a refused connection is read from before it is closed.
 const REFUSE_LINGER: Duration = Duration::from_secs(1);
@@ -65,6 +63,8 @@ pub struct Limits {
     /// Bytes of long frames all connections together may hold beyond each
     /// one's `FREE_ROOM`.
     pub frame_budget: usize,
+    /// How `max_connections` is shared on a node with an admin token.
+    pub shares: admission::Shares,
 }
 
 impl Limits {
@@ -87,7 +87,7 @@ pub struct Server {
     frame_budget: Arc<Semaphore>,
     /// One permit per request in flight, node-wide.
     requests: Arc<Semaphore>,
-    table: table::Table,
+    pub(crate) admission: admission::Admission,
     /// SHA-256 of the admin token; `None`: the node is open (every
     /// connection may do anything).
     admin_hash: Option<[u8; 32]>,
@@ -98,14 +98,18 @@ impl Server {
         let frame_budget = Arc::new(Semaphore::new(limits.frame_budget));
         metrics.watch_frame_budget(frame_budget.clone(), limits.frame_budget);
         let requests = Arc::new(Semaphore::new(limits.max_requests_in_flight));
-        let table = table::Table::new();
-        Server { engine, metrics, limits, frame_budget, requests, table, admin_hash: None }
+        let admission = admission::Admission::open(limits.max_connections);
+        Server { engine, metrics, limits, frame_budget, requests, admission, admin_hash: None }
     }
 
     /// Requires connections to authenticate: with `admin_token`, or with a
-    /// business token from the registry. Only the token's hash is kept.
+    /// business token from the registry. Only the token's hash is kept. The
+    /// connection cap is then shared (`admission.rs`).
     pub fn with_admin_token(mut self, admin_token: Option<&str>) -> Server {
         self.admin_hash = admin_token.map(plaudit_actors::directory::hash_secret);
+        if self.admin_hash.is_some() {
+            self.admission = admission::Admission::secured(self.limits.shares);
+        }
         self
     }
 
@@ -117,7 +121,6 @@ impl Server {
         shutdown: impl Future<Output = ()>,
         grace: Duration,
     ) {
-        let conns = Arc::new(Semaphore::new(self.limits.max_connections));
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::pin!(shutdown);
         loop {
@@ -137,52 +140,41 @@ impl Server {
                     let me = self.clone();
                     let stop = stop_rx.clone();
                     let span = tracing::debug_span!("conn", %peer);
-                    match conns.clone().try_acquire_owned() {
-                        Ok(permit) => {
-                            tokio::spawn(me.serve(stream, permit, stop).instrument(span));
+                    match self.admission.newcomer(peer.ip()) {
+                        Ok(Offer::Now(seat)) => {
+                            tokio::spawn(me.serve(stream, seat, stop).instrument(span));
                         }
-                        Err(_) => match self.table.evict_one() {
-                            Some(slot) => {
-                                tokio::spawn(async move {
-                                    match tokio::time::timeout(EVICT_WAIT, slot).await {
-                                        Ok(Ok(permit)) => me.serve(stream, permit, stop).await,
-                                        _ => me.refuse(stream).await,
-                                    }
-                                }.instrument(span));
-                            }
-                            None => {
-                                tokio::spawn(me.refuse(stream));
-                            }
-                        },
+                        Ok(Offer::After(pending)) => {
+                            tokio::spawn(async move {
+                                match pending.seat().await {
+                                    Some(seat) => me.serve(stream, seat, stop).await,
+                                    None => me.refuse(stream, Refusal::Full).await,
+                                }
+                            }.instrument(span));
+                        }
+                        Err(why) => {
+                            tokio::spawn(me.refuse(stream, why));
+                        }
                     }
                 }
             }
         }
         info!("listener closed; draining connections");
         let _ = stop_tx.send(true);
-        let all = self.limits.max_connections as u32;
-        let _ = tokio::time::timeout(grace, conns.acquire_many(all)).await;
+        let _ = tokio::time::timeout(grace, self.admission.drained()).await;
     }
 
-    async fn serve(
-        self: Arc<Self>,
-        stream: TcpStream,
-        permit: OwnedSemaphorePermit,
-        stop: watch::Receiver<bool>,
-    ) {
-        let (id, entry) = self.table.insert();
+    async fn serve(self: Arc<Self>, stream: TcpStream, seat: Seat, stop: watch::Receiver<bool>) {
         self.metrics.conn_opened();
-        let why = conn::Conn::new(self.clone(), stream, entry.clone()).run(stop).await;
-        self.table.remove(id);
+        let why = conn::Conn::new(self.clone(), stream, seat).run(stop).await;
         self.metrics.conn_closed(why.label());
-        entry.pass_on(permit);
     }
 
     /// Answers a connection over the cap with one `Overloaded` frame.
-    async fn refuse(self: Arc<Self>, mut stream: TcpStream) {
+    async fn refuse(self: Arc<Self>, mut stream: TcpStream, why: Refusal) {
         self.metrics.conn_refused();
         let mut buf = Vec::new();
-        let err = WireError::overloaded("the node is at its connection limit");
+        let err = WireError::overloaded(why.message());
         if frame::encode_frame(&Envelope { req_id: 0, body: Response::Error(err) }, &mut buf)
             .is_ok()
         {

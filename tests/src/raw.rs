@@ -44,6 +44,27 @@ impl RawConn {
         RawConn { stream, buf: Vec::new() }
     }
 
+    /// Connects from the loopback address `from` (any 127.x works), as a
+    /// client on another host would: the node counts connections per
+    /// source address.
+    pub async fn connect_from(addr: &str, from: std::net::IpAddr) -> std::io::Result<RawConn> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::new(from, 0))?;
+        let stream = socket.connect(addr.parse().expect("an ip:port")).await?;
+        stream.set_nodelay(true)?;
+        Ok(RawConn { stream, buf: Vec::new() })
+    }
+
+    /// Sends `req` and waits for its reply (`None`: closed, or no reply).
+    pub async fn ask(&mut self, req_id: u64, req: Request) -> Option<Response> {
+        let f = request_frame(req_id, req);
+        self.stream.write_all(&f).await.ok()?;
+        match tokio::time::timeout(READ_TIMEOUT, self.try_recv()).await {
+            Ok(Ok(env)) => Some(env.body),
+            _ => None,
+        }
+    }
+
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("raw write");
     }

@@ -40,6 +40,13 @@ impl Config {
             "snapshot_logs_to_keep" => self.snapshot_logs_to_keep = parse(value)?,
             "shards" => self.shards = parse(value)?,
             "max_connections" => self.max_connections = parse(value)?,
+            "max_unauthenticated_connections" => {
+                self.max_unauthenticated_connections = parse(value)?
+            }
+            "max_unauthenticated_per_address" => {
+                self.max_unauthenticated_per_address = parse(value)?
+            }
+            "admin_reserved_connections" => self.admin_reserved_connections = parse(value)?,
             "max_in_flight_per_connection" => self.max_in_flight_per_connection = parse(value)?,
             "max_requests_in_flight" => self.max_requests_in_flight = parse(value)?,
             "client_idle_timeout_secs" => self.client_idle_timeout_secs = parse(value)?,

@@ -39,13 +39,13 @@
 //! thread that reads it (`conn/dispatch.rs` starts each request).
 
 use super::access::Access;
+use super::admission::Seat;
 use super::batch::WriteBatch;
 pub use super::close::Close;
-use super::done::{error_code, Done, Ended};
+use super::done::{error_code, Done, Ended, Granted};
 use super::hold::PassHold;
 use super::inbuf::{acquire, permits, read_draining, InBuf, FREE_ROOM};
 use super::seen::PassSeen;
-use super::table::Entry;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
@@ -76,7 +76,8 @@ type InFlight = Pin<Box<dyn Future<Output = Ended> + Send>>;
 pub(super) struct Conn {
     server: Arc<Server>,
     stream: TcpStream,
-    entry: Arc<Entry>,
+    /// Its slot of the connection cap, and its entry in that share's table.
+    seat: Seat,
     inbuf: InBuf,
     /// Node-wide frame budget this connection holds: room above `FREE_ROOM`.
     budget: Option<OwnedSemaphorePermit>,
@@ -121,13 +122,13 @@ pub(super) struct Conn {
 mod dispatch;
 
 impl Conn {
-    pub(super) fn new(server: Arc<Server>, stream: TcpStream, entry: Arc<Entry>) -> Conn {
+    pub(super) fn new(server: Arc<Server>, stream: TcpStream, seat: Seat) -> Conn {
         let now = Instant::now();
         Conn {
             access: Access::initial(server.admin_hash.is_none()),
             server,
             stream,
-            entry,
+            seat,
             inbuf: InBuf::new(),
             budget: None,
             out: Vec::new(),
@@ -183,7 +184,7 @@ impl Conn {
             let budget = self.server.frame_budget.clone();
             tokio::select! {
                 biased;
-                () = self.entry.kill.notified() => return Close::Evicted,
+                () = self.seat.entry.kill.notified() => return Close::Evicted,
                 _ = stop.changed(), if !self.stopping => self.stopping = true,
                 Some(ended) = self.in_flight.next(), if want_results => {
                     self.ended(ended);
@@ -288,7 +289,7 @@ impl Conn {
                     self.broken = true;
                     self.frame_started = None;
                     if read_any {
-                        self.entry.touch(now);
+                        self.touch(now);
                     }
                     // What came before the bad frame is still answered.
                     self.submit_staged();
@@ -302,7 +303,7 @@ impl Conn {
             self.request(env, now);
         }
         if read_any {
-            self.entry.touch(now);
+            self.touch(now);
         }
         if !self.staged.is_empty() {
             self.submit_staged();
@@ -375,11 +376,23 @@ impl Conn {
         }
         if d.is_auth {
             self.authing = false;
+            let refused_token = matches!(
+                &d.resp,
+                Answer::Full(Response::Error(e)) if e.code == ErrorCode::Unauthorized
+            );
             match d.auth.map(|a| *a) {
-                Some((role, revision)) => {
+                Some(Granted { role, revision, seat }) => {
                     self.access = Access::Granted { role, revision };
                     self.greeted = true;
+                    if let Some(seat) = seat {
+                        // The unauthenticated seat (and its count against
+                        // the client's address) goes back as this drops.
+                        self.seat = seat;
+                    }
                 }
+                // Not a refused token (no seat for it, a timeout): no
+                // reason to hold it against the client.
+                None if !refused_token => {}
                 None => {
                     // Tokens have 256 random bits, so retries buy nothing;
                     // but an unknown token id costs the node a registry
@@ -465,10 +478,19 @@ impl Conn {
         let busy = !self.in_flight.is_empty() || self.backlog() > 0;
         if busy != self.busy {
             self.busy = busy;
-            self.entry.set_busy(busy);
+            self.seat.entry.set_busy(busy);
         }
         if self.greeted {
-            self.entry.set_greeted();
+            self.seat.entry.set_greeted();
+        }
+    }
+
+    /// Marks the connection active, for eviction: only once it may do
+    /// something. An unauthenticated connection's pings do not keep its
+    /// seat (`admission.rs`): of those, the one open longest goes first.
+    fn touch(&self, now: Instant) {
+        if self.access.is_granted() {
+            self.seat.entry.touch(now);
         }
     }
 

@@ -1,5 +1,6 @@
 //! What a connection's in-flight futures end with (`conn.rs`).
 
+use super::admission::Seat;
 use plaudit_cluster::staged::Answer;
 use plaudit_proto::auth::Role;
 use plaudit_proto::{ErrorCode, Response};
@@ -13,10 +14,19 @@ pub(super) struct Done {
     pub resp: Answer,
     /// Whether this was an `Auth` (whose end lets later frames in).
     pub is_auth: bool,
-    /// For an `Auth`: the role it grants (and the token revision before it
-    /// was checked), or nothing. Boxed: every reply carries the field, and
-    /// all but a connection's first have none.
-    pub auth: Option<Box<(Role, u64)>>,
+    /// For an `Auth`: what it grants, or nothing. Boxed: every reply
+    /// carries the field, and all but a connection's first have none.
+    pub auth: Option<Box<Granted>>,
+}
+
+/// What an `Auth` that succeeded grants.
+pub(super) struct Granted {
+    pub role: Role,
+    /// The registry's token revision before the token was checked.
+    pub revision: u64,
+    /// The connection's seat among authenticated ones, when it takes a new
+    /// one (`admission.rs`).
+    pub seat: Option<Seat>,
 }
 
 impl Done {

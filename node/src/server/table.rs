@@ -40,6 +40,8 @@ pub struct Entry {
     greeted: AtomicBool,
     /// Chosen to be closed; never chosen twice.
     doomed: AtomicBool,
+    /// Never closed for a newcomer (the admin's connections).
+    protected: AtomicBool,
     /// Wakes the connection to close itself.
     pub kill: Notify,
     /// The newcomer the connection's slot goes to when it closes.
@@ -63,6 +65,17 @@ impl Entry {
         self.greeted.store(true, Ordering::Relaxed);
     }
 
+    /// Keeps the connection from ever being closed for a newcomer.
+    pub fn protect(&self) {
+        self.protected.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it was chosen to be closed for a newcomer.
+    #[cfg(test)]
+    pub fn is_doomed(&self) -> bool {
+        self.doomed.load(Ordering::Relaxed)
+    }
+
     /// Gives the connection's slot to the newcomer that evicted it, if one
     /// did; else frees it. Call after `Table::remove`.
     pub fn pass_on(&self, permit: OwnedSemaphorePermit) {
@@ -80,6 +93,7 @@ pub struct Snapshot {
     pub idle: Duration,
     pub busy: bool,
     pub greeted: bool,
+    /// Already chosen, or never to be (`Entry::protect`).
     pub doomed: bool,
 }
 
@@ -127,6 +141,7 @@ impl Table {
             busy: AtomicBool::new(false),
             greeted: AtomicBool::new(false),
             doomed: AtomicBool::new(false),
+            protected: AtomicBool::new(false),
             kill: Notify::new(),
             heir: Mutex::new(None),
         });
@@ -150,7 +165,7 @@ impl Table {
                 idle: Duration::from_millis(now.saturating_sub(last)),
                 busy: e.busy.load(Ordering::Relaxed),
                 greeted: e.greeted.load(Ordering::Relaxed),
-                doomed: e.doomed.load(Ordering::Relaxed),
+                doomed: e.doomed.load(Ordering::Relaxed) || e.protected.load(Ordering::Relaxed),
             };
             (id, snap)
         });

@@ -1,13 +1,17 @@
 //! How one request of a read pass starts: refused, answered inline, staged
 //! with the pass's other writes, or run as a future of the connection.
 
-use super::super::done::{error_code, Done, Ended};
+use super::super::admission::{Kind, Offer, Seat};
+use super::super::done::{error_code, Done, Ended, Granted};
+use super::super::Server;
 use super::Conn;
 use plaudit_cluster::score_route::with_routes;
 use plaudit_cluster::staged::{Answer, Stage};
+use plaudit_proto::auth::Role;
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::frame::FrameError;
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl Conn {
@@ -71,17 +75,24 @@ impl Conn {
                 self.push_reply(req_id, Response::Pong);
             }
             Request::Auth(a) => {
-                let engine = self.server.engine.clone();
-                let admin = self.server.admin_hash;
+                let server = self.server.clone();
+                let seated = self.seat.kind;
                 let timeout = self.server.limits.request_timeout;
                 self.authing = true;
                 self.in_flight.push(Box::pin(async move {
+                    let engine = &server.engine;
                     // The revision before the check: a revocation racing it
                     // moves the revision, and the next request looks again.
                     let revision = engine.tokens_revision();
-                    let checked = engine.authenticate(&a.token.0, admin.as_ref());
+                    let checked = engine.authenticate(&a.token.0, server.admin_hash.as_ref());
                     let (resp, auth) = match tokio::time::timeout(timeout, checked).await {
-                        Ok(Ok(role)) => (Response::Auth(role.clone()), Some((role, revision))),
+                        Ok(Ok(role)) => match seat_for(&server, seated, &role).await {
+                            Ok(seat) => {
+                                let granted = Granted { role: role.clone(), revision, seat };
+                                (Response::Auth(role), Some(granted))
+                            }
+                            Err(why) => (Response::Error(WireError::overloaded(why)), None),
+                        },
                         Ok(Err(e)) => (Response::Error(e), None),
                         Err(_) => (Response::Error(WireError::timeout("auth took too long")), None),
                     };
@@ -158,5 +169,26 @@ impl Conn {
         };
         self.requests += 1;
         self.staged.add(req_id, op, now, staged, slot);
+    }
+}
+
+/// The seat a connection seated as `seated` takes once it holds `role`:
+/// `None` to keep its own (an open node, or the same share).
+async fn seat_for(server: &Arc<Server>, seated: Kind, role: &Role) -> Result<Option<Seat>, String> {
+    let kind = match role {
+        Role::Admin => Kind::Admin,
+        Role::Biz { .. } => Kind::Client,
+    };
+    if !server.admission.is_secured() || kind == seated {
+        return Ok(None);
+    }
+    let full = |share: &str| format!("the node is at its limit of {share} connections");
+    match server.admission.authenticated(kind) {
+        Ok(Offer::Now(seat)) => Ok(Some(seat)),
+        Ok(Offer::After(pending)) => match pending.seat().await {
+            Some(seat) => Ok(Some(seat)),
+            None => Err(full("authenticated")),
+        },
+        Err(_) => Err(full("authenticated")),
     }
 }
