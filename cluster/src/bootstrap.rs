@@ -5,18 +5,28 @@
 //! - `bootstrap_expect = 1` (no `join`): the node creates a one-node
 //!   cluster at once (the metadata group with itself, a map placing every
 //!   shard on it).
-//! - `bootstrap_expect = N > 1`: the node waits until the control plane has
-//!   found N nodes, none of which belongs to a cluster. The lowest id among
-//!   the N lowest found then creates the cluster: it initializes the
-//!   metadata group with (up to) three voters. Every other node waits to
-//!   receive it through replication, so nothing is created twice, and no
-//!   node that is meant to join ever forms a one-node cluster of its own
-//!   (two clusters could not be merged).
+//! - `bootstrap_expect = N > 1`: the **founders** are the nodes at the
+//!   first `N` seed addresses (`join`, sorted). A founder waits until it
+//!   has found every founder (its gossip names the seed as its peer
+//!   address, and a session to it is up) and none of them belongs to a
+//!   cluster yet; then it initializes the metadata group with the founders
+//!   as its voters. Every founder computes the same voters from the same
+//!   seeds, and openraft takes the same initial membership on several
+//!   nodes as one cluster, so exactly one cluster forms whatever the start
+//!   order and however many other nodes start with the same seeds. A node
+//!   that is not a founder never creates anything: it waits to be made a
+//!   member.
 //! - While there is no cluster map, whichever node leads the metadata group
-//!   proposes one (`placement.rs`) for the voters and, up to N, the other
-//!   nodes found: the creator may die before it could. The map's epoch check
+//!   proposes one (`placement.rs`) for the founders (the group's initial
+//!   voters): the creator may die before it could. The map's epoch check
 //!   makes a second proposal harmless.
 //! - `bootstrap_expect = 0` (join only): the node waits to be made a member.
+//!
+//! Why founders by address rather than "the lowest id among the first N
+//! found": nodes that start together see each other in different orders,
+//! so with more nodes than `N` two of them could each see a different
+//! lowest set and create two clusters, which can never be merged. The seed
+//! list is the one thing every node is given alike.
 //!
 //! Once the map exists, the metadata group's leader adds the nodes that are
 //! not voters as learners, and each node starts the shards placed on it
@@ -32,9 +42,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
-/// Found nodes must stay the same this long before the lowest creates the
-/// cluster: a lower id arriving a moment later then still counts.
-const SETTLE: Duration = Duration::from_millis(750);
+/// How often a founder still missing others says whom it waits for.
+const WAITING_NOTE: Duration = Duration::from_secs(10);
 
 pub(crate) async fn begin(engine: Arc<Engine>, meta: Arc<Group>) -> anyhow::Result<()> {
     let expect = engine.cfg.cluster.bootstrap_expect;
@@ -44,9 +53,10 @@ pub(crate) async fn begin(engine: Arc<Engine>, meta: Arc<Group>) -> anyhow::Resu
             0 => info!("waiting to be made a member of a cluster"),
             1 => meta.initialize(&[(me.id, me.peer.clone())]).await?,
             n => {
-                info!(expect = n, "looking for the other nodes of a new cluster");
+                let founders = founder_seeds(&engine.cfg.cluster.seeds, n as usize);
+                info!(expect = n, founders = ?founders, "looking for the founders of a new cluster");
                 let (e, m) = (engine.clone(), meta.clone());
-                engine.spawn(async move { create_when_found(e, m, n as usize).await });
+                engine.spawn(async move { create_with_founders(e, m, founders).await });
             }
         }
     }
@@ -102,8 +112,9 @@ async fn keep_map(engine: Arc<Engine>, meta: Arc<Group>) {
     }
 }
 
-/// The members of a new cluster as this node sees them, or `None` if it
-/// cannot tell yet (a voter it knows no address of).
+/// The members of a new cluster as this node sees them: the metadata
+/// group's initial voters (the founders), or `None` if it cannot tell yet
+/// (a voter it knows no address of).
 fn members_to_be(engine: &Engine, meta: &Group, me: &NodeInfo) -> Option<Vec<NodeInfo>> {
     let voters: Vec<NodeId> =
         meta.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
@@ -114,76 +125,96 @@ fn members_to_be(engine: &Engine, meta: &Group, me: &NodeInfo) -> Option<Vec<Nod
         }
         view.as_ref()?.known.get(&id).map(|(i, _)| i.clone())
     };
-    let mut nodes: Vec<NodeInfo> = voters.iter().map(|&v| info(v)).collect::<Option<_>>()?;
-    let want = (engine.cfg.cluster.bootstrap_expect as usize).max(nodes.len());
-    if let Some(view) = &view {
-        let mut others: Vec<&NodeInfo> = view
-            .known
-            .values()
-            .filter(|(i, member)| !*member && view.up.contains(&i.id) && !voters.contains(&i.id))
-            .map(|(i, _)| i)
-            .collect();
-        others.sort_by_key(|i| i.id);
-        for o in others {
-            if nodes.len() >= want {
-                break;
-            }
-            nodes.push(o.clone());
-        }
-    }
-    Some(nodes)
+    voters.iter().map(|&v| info(v)).collect()
 }
 
-/// Waits for `n` nodes (none a member yet); the lowest creates the
-/// metadata group with the (up to three) lowest as voters.
-async fn create_when_found(engine: Arc<Engine>, meta: Arc<Group>, n: usize) {
+/// The seed addresses whose nodes found a new cluster: the first `n` of
+/// the seeds, sorted, so every node given the same seeds picks the same.
+pub(crate) fn founder_seeds(seeds: &[String], n: usize) -> Vec<String> {
+    let mut sorted = seeds.to_vec();
+    sorted.sort();
+    sorted.dedup();
+    sorted.truncate(n);
+    sorted
+}
+
+/// The founders as `view` shows them, in seed order: each found (this
+/// node, or one with a session up) under its seed address; `Err` with the
+/// seeds not found yet.
+pub(crate) fn resolve_founders(
+    founders: &[String],
+    view: &crate::control::View,
+    me: &NodeInfo,
+) -> Result<Vec<NodeInfo>, Vec<String>> {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for seed in founders {
+        let node =
+            view.known.values().map(|(info, _)| info).find(|info| {
+                info.peer == *seed && (info.id == me.id || view.up.contains(&info.id))
+            });
+        match node {
+            Some(n) => found.push(n.clone()),
+            None if me.peer == *seed => found.push(me.clone()),
+            None => missing.push(seed.clone()),
+        }
+    }
+    if missing.is_empty() {
+        Ok(found)
+    } else {
+        Err(missing)
+    }
+}
+
+/// On a founder: waits until every founder is found and none belongs to
+/// a cluster, then initializes the metadata group with the founders as
+/// voters (the same call on every founder: one cluster).
+async fn create_with_founders(engine: Arc<Engine>, meta: Arc<Group>, founders: Vec<String>) {
     let Some(control) = engine.control.lock().ok().and_then(|c| c.clone()) else {
         warn!("no control plane: a cluster cannot be formed (is the cluster secret set?)");
         return;
     };
-    let me = engine.node_id();
+    let me = engine.cfg.cluster.me.clone();
     let mut view = control.watch();
-    let mut stable_since: Option<(Vec<NodeId>, Instant)> = None;
+    let mut noted = Instant::now();
     loop {
         if engine.is_member() {
             info!("this node is a member of a cluster now");
             return;
         }
         let v = view.borrow().clone();
-        if v.known.values().any(|(info, member)| *member && info.id != me) {
-            // Someone else created it (or it existed): wait to be added.
+        if v.known.values().any(|(info, member)| *member && info.id != me.id) {
+            // A cluster exists (made by another founder, or long ago): this
+            // node is added to it, or it was a founder that lost its data.
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
-        let mut found: Vec<NodeId> =
-            v.known.keys().copied().filter(|id| *id == me || v.up.contains(id)).collect();
-        found.sort_unstable();
-        found.truncate(n);
-        let ready = found.len() == n && found.first() == Some(&me);
-        if ready {
-            match &stable_since {
-                Some((ids, t)) if *ids == found && t.elapsed() >= SETTLE => {
-                    let infos: Vec<NodeInfo> = found
-                        .iter()
-                        .filter_map(|id| v.known.get(id).map(|(i, _)| i.clone()))
-                        .collect();
-                    let voters: Vec<(NodeId, String)> = placement::meta_voters(&found)
-                        .into_iter()
-                        .filter_map(|v| infos.iter().find(|n| n.id == v))
-                        .map(|n| (n.id, n.peer.clone()))
-                        .collect();
-                    info!(nodes = ?found, voters = ?voters.iter().map(|v| v.0).collect::<Vec<_>>(), "creating the cluster");
+        match resolve_founders(&founders, &v, &me) {
+            Ok(nodes) => {
+                let mut ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                if ids.len() != nodes.len() {
+                    warn!(founders = ?founders, "two founder seeds are the same node; no cluster is formed");
+                } else if !ids.contains(&me.id) {
+                    info!("this node is not a founder: it waits to be made a member");
+                    return;
+                } else {
+                    let voters: Vec<(NodeId, String)> =
+                        nodes.iter().map(|n| (n.id, n.peer.clone())).collect();
+                    info!(voters = ?ids, "creating the cluster");
                     if let Err(e) = meta.initialize(&voters).await {
                         warn!(error = %e, "initializing the metadata group failed");
                     }
                     // The map follows from `keep_map` on whichever node leads.
                     return;
                 }
-                Some((ids, _)) if *ids == found => {}
-                _ => stable_since = Some((found, Instant::now())),
             }
-        } else {
-            stable_since = None;
+            Err(missing) if noted.elapsed() >= WAITING_NOTE => {
+                info!(missing = ?missing, "waiting for the founders at these seed addresses");
+                noted = Instant::now();
+            }
+            Err(_) => {}
         }
         let _ = tokio::time::timeout(Duration::from_millis(100), view.changed()).await;
     }

@@ -29,7 +29,9 @@ pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCA
 pub const DEFAULT_ADMIN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7402);
 pub const DEFAULT_PEER_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7403);
 /// `bootstrap_expect = 0` means: 1 (form a one-node cluster) without
-/// `join`, and never bootstrap (only join) with it.
+/// `join`, and never bootstrap (only join) with it. Above 1, the nodes at
+/// the first `bootstrap_expect` seed addresses of `join` (sorted) found
+/// the cluster (`cluster/src/bootstrap.rs`).
 pub const DEFAULT_BOOTSTRAP_EXPECT: u32 = 0;
 pub const DEFAULT_REPLICATION_FACTOR: u32 = 3;
 /// A cluster secret shorter than this is refused.
@@ -160,9 +162,11 @@ pub struct Config {
     /// Peer addresses of seed nodes to find the cluster through (this
     /// node's own may be among them). Empty: a one-node cluster.
     pub join: Vec<SocketAddr>,
-    /// A brand-new cluster forms once this many nodes have found each other;
-    /// the lowest id among them creates it. A node that has data ignores it.
-    /// 0: 1 without `join`, and with `join` never create, only join.
+    /// A brand-new cluster is formed by the nodes at the first this many
+    /// seed addresses of `join` (sorted), once they have all found each
+    /// other; other nodes only join. A node that has data ignores it. 0: 1
+    /// without `join`, and with `join` never create, only join; 1 with
+    /// `join` is refused.
     pub bootstrap_expect: u32,
     /// Replicas per shard (at most the number of nodes).
     pub replication_factor: u32,
@@ -415,6 +419,20 @@ impl Config {
             !(self.join.is_empty() && self.bootstrap_expect > 1),
             "bootstrap_expect {} needs join: the nodes must be able to find each other",
             self.bootstrap_expect
+        );
+        ensure!(
+            self.bootstrap_expect != 1 || self.join.is_empty(),
+            "bootstrap_expect 1 with join would form a one-node cluster of its own on a node \
+             meant to join one (two clusters cannot be merged): use bootstrap_expect 0 to only \
+             join, or the number of founders of the cluster being formed"
+        );
+        let seeds: std::collections::BTreeSet<_> = self.join.iter().collect();
+        ensure!(
+            self.bootstrap_expect as usize <= seeds.len() || self.join.is_empty(),
+            "bootstrap_expect {} is more than the {} seeds in join: a new cluster is formed by \
+             the nodes at the first bootstrap_expect seed addresses (sorted), so list them all",
+            self.bootstrap_expect,
+            seeds.len()
         );
         ensure!(self.replication_factor >= 1, "replication_factor must be at least 1");
         if !self.join.is_empty() || self.bootstrap_expect > 1 {

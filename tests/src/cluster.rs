@@ -28,6 +28,8 @@ pub struct ClusterBuilder {
     size: usize,
     shards: u32,
     env: Vec<(String, String)>,
+    /// `--bootstrap-expect`; every node when unset.
+    expect: Option<usize>,
 }
 
 pub struct Cluster {
@@ -50,9 +52,49 @@ impl ClusterBuilder {
         self
     }
 
+    /// `--bootstrap-expect` for every node (the founders are the nodes at
+    /// the first `n` seed addresses, sorted); by default, every node.
+    pub fn bootstrap_expect(mut self, n: usize) -> Self {
+        self.expect = Some(n);
+        self
+    }
+
     /// Spawns every node and waits until each is ready and every shard has
     /// a leader.
     pub fn start(self) -> Cluster {
+        let mut cluster = self.build();
+        for n in &mut cluster.nodes {
+            if let Err(e) = n.spawn() {
+                n.fail(&e);
+            }
+        }
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for i in 0..cluster.nodes.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let n = &cluster.nodes[i];
+            if let Err(e) = wait_ready_shared(n, left) {
+                n.fail(&format!("cluster did not form: {e}"));
+            }
+        }
+        cluster
+    }
+
+    /// Spawns the nodes in `order` (ids), `gap` apart, and returns without
+    /// waiting for any to be ready.
+    pub fn spawn_in_order(self, order: &[u64], gap: Duration) -> Cluster {
+        let mut cluster = self.build();
+        for &id in order {
+            let n = cluster.node_mut(id);
+            if let Err(e) = n.spawn() {
+                n.fail(&e);
+            }
+            std::thread::sleep(gap);
+        }
+        cluster
+    }
+
+    /// The nodes, not started: every node's peer address is a seed.
+    fn build(self) -> Cluster {
         let secret_dir = tempfile::tempdir().expect("tempdir");
         let secret = secret_dir.path().join(SECRET_FILE);
         std::fs::write(&secret, "test-cluster-secret-0123456789abcdef\n").expect("secret file");
@@ -62,7 +104,7 @@ impl ClusterBuilder {
         let join: Vec<String> = ports.iter().map(|p| addr(p.2).to_string()).collect();
         let mut env = self.env.clone();
         env.push(("PLAUDIT_FAULT_INJECTION".into(), "true".into()));
-        let mut nodes: Vec<Node> = ports
+        let nodes: Vec<Node> = ports
             .iter()
             .enumerate()
             .map(|(i, &(client, admin, peer))| {
@@ -70,7 +112,7 @@ impl ClusterBuilder {
                     format!("--node-id={}", i + 1),
                     format!("--peer-listen={}", addr(peer)),
                     format!("--join={}", join.join(",")),
-                    format!("--bootstrap-expect={}", self.size),
+                    format!("--bootstrap-expect={}", self.expect.unwrap_or(self.size)),
                     format!("--cluster-secret-file={}", secret.display()),
                 ];
                 Node::new(
@@ -82,21 +124,7 @@ impl ClusterBuilder {
                 )
             })
             .collect();
-        for n in &mut nodes {
-            if let Err(e) = n.spawn() {
-                n.fail(&e);
-            }
-        }
-        let cluster = Cluster { nodes, secret_dir };
-        let deadline = Instant::now() + READY_TIMEOUT;
-        for i in 0..cluster.nodes.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let n = &cluster.nodes[i];
-            if let Err(e) = wait_ready_shared(n, left) {
-                n.fail(&format!("cluster did not form: {e}"));
-            }
-        }
-        cluster
+        Cluster { nodes, secret_dir }
     }
 }
 
@@ -119,7 +147,7 @@ impl Cluster {
     }
 
     pub fn builder(size: usize) -> ClusterBuilder {
-        ClusterBuilder { size, shards: 4, env: Vec::new() }
+        ClusterBuilder { size, shards: 4, env: Vec::new(), expect: None }
     }
 
     /// A cluster of `size` nodes, 4 shards, default configuration.

@@ -28,7 +28,7 @@ pub struct Args {
     /// Seed peer addresses, comma separated.
     #[arg(long, value_name = "ADDR,ADDR", value_delimiter = ',')]
     pub join: Option<Vec<SocketAddr>>,
-    /// Form a new cluster once this many nodes have found each other.
+    /// Form a new cluster with the nodes at the first N seeds (sorted).
     #[arg(long, value_name = "N")]
     pub bootstrap_expect: Option<u32>,
     /// File holding the cluster secret.

@@ -82,7 +82,7 @@ fn every_field_can_be_set_from_the_environment() {
         admin: "10.0.0.1:2".parse().unwrap(),
         peer_listen: "10.0.0.1:3".parse().unwrap(),
         join: vec!["10.0.0.2:3".parse().unwrap(), "10.0.0.3:3".parse().unwrap()],
-        bootstrap_expect: 3,
+        bootstrap_expect: 2,
         replication_factor: 2,
         cluster_secret: Secret("0123456789abcdef-secret".into()),
         cluster_secret_file: Some(PathBuf::from("/etc/plaudit/secret")),

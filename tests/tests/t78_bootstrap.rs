@@ -1,0 +1,80 @@
+//! A cluster comes to exist exactly once. Five nodes given the same five
+//! seeds and `--bootstrap-expect 3`, started in a random order twenty
+//! times: each time the founders (the nodes at the first three seed
+//! addresses, sorted) form one cluster and agree on its map, and no other
+//! node forms one of its own. A node that is meant to join (`--join`) is
+//! refused `--bootstrap-expect 1`, which would make it a cluster alone.
+
+use plaudit_tests::{refused_start, wait_until, Cluster, READY_TIMEOUT};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// A small deterministic shuffle (xorshift), so a failing order can be
+/// replayed from its round number.
+fn shuffled(n: u64, mut seed: u64) -> Vec<u64> {
+    let mut ids: Vec<u64> = (1..=n).collect();
+    for i in (1..ids.len()).rev() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        ids.swap(i, (seed % (i as u64 + 1)) as usize);
+    }
+    ids
+}
+
+fn node_ids(status: &serde_json::Value) -> BTreeSet<u64> {
+    status["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_u64().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_nodes_expecting_three_form_exactly_one_cluster_whatever_the_order() {
+    for round in 0..20u64 {
+        let order = shuffled(5, 0x9e37_79b9_7f4a_7c15 ^ (round + 1));
+        let gap = Duration::from_millis([0, 50, 200][round as usize % 3]);
+        let cluster = Cluster::builder(5).bootstrap_expect(3).spawn_in_order(&order, gap);
+        let mut by_addr: Vec<(String, u64)> =
+            cluster.ids().into_iter().map(|id| (cluster.node(id).peer_addr(), id)).collect();
+        by_addr.sort();
+        let founders: BTreeSet<u64> = by_addr[..3].iter().map(|(_, id)| *id).collect();
+        let others: Vec<u64> = by_addr[3..].iter().map(|(_, id)| *id).collect();
+        let what = format!("round {round}, order {order:?}, founders {founders:?}");
+
+        wait_until(READY_TIMEOUT, &format!("{what}: the founders serve"), || async {
+            founders.iter().all(|&id| cluster.node(id).is_ready())
+        })
+        .await;
+        for &id in &founders {
+            let s = cluster.status_via(id).unwrap_or_else(|| panic!("{what}: status of {id}"));
+            assert_eq!(node_ids(&s), founders, "{what}: the map of node {id}: {s}");
+            assert_eq!(s["epoch"], 1, "{what}: one map, made once: {s}");
+        }
+        // The others never form a cluster of their own (they wait to be
+        // added): none becomes ready, none has a map.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for &id in &others {
+            let n = cluster.node(id);
+            assert!(n.is_running(), "{what}: node {id} runs");
+            assert!(!n.is_ready(), "{what}: node {id} formed a cluster of its own");
+            if let Some(s) = cluster.status_via(id) {
+                assert!(s["epoch"].as_u64().unwrap_or(0) == 0, "{what}: node {id} has a map: {s}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_node_meant_to_join_refuses_to_form_a_cluster_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused_start(
+        dir.path(),
+        &["--join", "127.0.0.1:1", "--bootstrap-expect", "1"],
+        &[("PLAUDIT_CLUSTER_SECRET", "a-secret-of-sixteen-bytes")],
+    );
+    assert!(err.contains("bootstrap_expect 1 with join"), "{err}");
+    let err = refused_start(
+        dir.path(),
+        &["--join", "127.0.0.1:1,127.0.0.1:2", "--bootstrap-expect", "3"],
+        &[("PLAUDIT_CLUSTER_SECRET", "a-secret-of-sixteen-bytes")],
+    );
+    assert!(err.contains("more than the 2 seeds"), "{err}");
+}
