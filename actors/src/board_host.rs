@@ -194,6 +194,10 @@ impl BoardHost {
     pub fn apply(&mut self, cmds: &[(&ScoreCmd, Millis)]) -> ApplyReply {
         let mut core = write_view(&self.core);
         self.changed = true;
+        if let Some((first, _)) = cmds.first() {
+            let ids = cmds.iter().flat_map(|(c, _)| c.events.iter().map(|e| e.event_id));
+            self.events.prefetch(ids, first.dedup.max_ids);
+        }
         cmds.iter()
             .map(|&(c, now)| {
                 if c.cap as usize != core.rules().cap {

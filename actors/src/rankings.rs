@@ -4,8 +4,8 @@
 //! - `window` (from proto): granularities in a fixed UTC offset, window starts, `type_id`s;
 //! - `order`: an order-statistic list (rank and position in O(log n));
 //! - `board`: a sub-board: aggregation, tie-break modes, length cap;
-//! - `dedup`: the bounded set of recently applied event ids;
-//! - `records`: how that set is stored (open, rewritten, then dropped records);
+//! - `dedup`: the event ids a sub-board applied within its window, bounded;
+//! - `id_set`: the open-addressing set of ids it looks them up in;
 //! - `route`: an event's admission (dimensions, filters) and its sub-boards;
 //! - `all_or_nothing`: when and how an event is checked on all its boards first.
 
@@ -13,6 +13,7 @@ pub mod all_or_nothing;
 pub mod board;
 pub mod dedup;
 mod fenwick;
+pub mod id_set;
 pub mod order;
 pub mod route;
 pub mod search;

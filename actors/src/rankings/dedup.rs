@@ -21,17 +21,16 @@
 //! same runs: a replica that reloads the board from storage forgets
 //! exactly what one that held it throughout forgets.
 //!
-//! **What an id costs.** 8 bytes in the arrival queue and one slot of the
-//! lookup table (8 bytes and a control byte, at most 7/8 full, doubling as
-//! it grows): 18–37 bytes per id with both at their growth points, ~27 on
-//! average; a board at the bound holds ~26–38 MiB (`heap_bytes`, counted
-//! in the shard's board gauges). Stored, an id is 8 bytes in records of
-//! up to 64.
+//! **What an id costs.** 8 bytes in the arrival queue and a slot of 8
+//! bytes in the lookup table (`id_set.rs`), at most 3/4 full, both doubling
+//! as they grow: 19–37 bytes per id at their growth points, ~27 on
+//! average; a board at the bound holds 19–37 MiB (`heap_bytes`, counted in
+//! the shard's board gauges). Stored, an id is 8 bytes in records of up to
+//! 64.
 
-use plaudit_proto::keyed_hash::KeyedHash;
+use super::id_set::IdSet;
 use serde::{Deserialize, Serialize};
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// A client-chosen id, unique per event (e.g. a hash of the gift order id).
 pub type EventId = u64;
@@ -60,9 +59,8 @@ pub struct EventMemory {
     ids: VecDeque<EventId>,
     /// `(second, count)` runs over `ids`, oldest first; no count is 0.
     runs: VecDeque<(u64, u32)>,
-    /// Ids are chosen by clients: a keyed hash (`plaudit_proto::keyed_hash`).
-    /// A map rather than a set for its entry API (`apply_new`).
-    seen: HashMap<EventId, (), KeyedHash>,
+    /// The same ids, to look them up.
+    seen: IdSet,
     /// The rules of the command being applied.
     dedup: Dedup,
     /// The second new ids are recorded under.
@@ -80,7 +78,7 @@ impl EventMemory {
         EventMemory {
             ids: VecDeque::new(),
             runs: VecDeque::new(),
-            seen: HashMap::default(),
+            seen: IdSet::new(),
             dedup: Dedup::DEFAULT,
             now_s: 0,
         }
@@ -93,7 +91,7 @@ impl EventMemory {
         for (second, ids) in runs {
             m.now_s = m.now_s.max(second);
             for id in ids {
-                if m.seen.insert(id, ()).is_none() {
+                if m.seen.insert(id) {
                     m.push(id);
                 }
             }
@@ -130,7 +128,7 @@ impl EventMemory {
         if self.dedup.max_ids == 0 {
             return true; // remembering nothing: every event is new
         }
-        if self.seen.insert(id, ()).is_some() {
+        if !self.seen.insert(id) {
             return false;
         }
         self.remember(id);
@@ -138,10 +136,7 @@ impl EventMemory {
     }
 
     /// Runs `apply` for an id not remembered, and records the id if it
-    /// succeeds; `None` (nothing run) for a remembered one. What
-    /// `contains`, then `apply`, then `insert` do, with one lookup of the
-    /// id instead of two (a hot board's apply spent a fifth of its time in
-    /// this memory).
+    /// succeeds; `None` (nothing run) for a remembered one.
     pub fn apply_new<T, E>(
         &mut self,
         id: EventId,
@@ -150,13 +145,34 @@ impl EventMemory {
         if self.dedup.max_ids == 0 {
             return Some(apply());
         }
-        let Entry::Vacant(slot) = self.seen.entry(id) else { return None };
+        if self.seen.contains(id) {
+            return None;
+        }
         let res = apply();
         if res.is_ok() {
-            slot.insert(());
+            // The probe's line is in the cache from `contains`.
+            self.seen.insert(id);
             self.remember(id);
         }
         Some(res)
+    }
+
+    /// Starts loading what applying `ids` will touch: their slots, and
+    /// those of the oldest ids they would push out at a bound of
+    /// `max_ids`. A hint (changes nothing): the misses of a batch then
+    /// overlap instead of coming one after another. At most `PREFETCH` of
+    /// each.
+    pub fn prefetch(&self, ids: impl Iterator<Item = EventId>, max_ids: u32) {
+        const PREFETCH: usize = 256;
+        let mut n = 0;
+        for id in ids.take(PREFETCH) {
+            self.seen.prefetch(id);
+            n += 1;
+        }
+        let over = (self.ids.len() + n).saturating_sub(max_ids as usize);
+        for &old in self.ids.iter().take(over.min(PREFETCH)) {
+            self.seen.prefetch(old);
+        }
     }
 
     /// Puts a newly seen id last, forgetting the oldest past the bound.
@@ -182,7 +198,7 @@ impl EventMemory {
 
     fn forget_oldest(&mut self) {
         let Some(old) = self.ids.pop_front() else { return };
-        self.seen.remove(&old);
+        self.seen.remove(old);
         if let Some(front) = self.runs.front_mut() {
             front.1 -= 1;
             if front.1 == 0 {
@@ -192,7 +208,7 @@ impl EventMemory {
     }
 
     pub fn contains(&self, id: EventId) -> bool {
-        self.seen.contains_key(&id)
+        self.seen.contains(id)
     }
 
     pub fn len(&self) -> usize {
@@ -229,7 +245,7 @@ impl EventMemory {
 
     /// Bytes this memory holds on the heap.
     pub fn heap_bytes(&self) -> usize {
-        self.ids.capacity() * 8 + self.runs.capacity() * 16 + self.seen.capacity() * 9
+        self.ids.capacity() * 8 + self.runs.capacity() * 16 + self.seen.heap_bytes()
     }
 }
 
