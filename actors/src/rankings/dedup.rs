@@ -145,13 +145,11 @@ impl EventMemory {
         if self.dedup.max_ids == 0 {
             return Some(apply());
         }
-        if self.seen.contains(id) {
-            return None;
-        }
+        let at = self.seen.vacancy(id)?;
         let res = apply();
         if res.is_ok() {
-            // The probe's line is in the cache from `contains`.
-            self.seen.insert(id);
+            // `apply` touched nothing of this memory: the place still holds.
+            self.seen.put(at, id);
             self.remember(id);
         }
         Some(res)
@@ -164,6 +162,9 @@ impl EventMemory {
     /// each.
     pub fn prefetch(&self, ids: impl Iterator<Item = EventId>, max_ids: u32) {
         const PREFETCH: usize = 256;
+        if !self.seen.is_large() {
+            return; // in the caches already: a second pass would only cost
+        }
         let mut n = 0;
         for id in ids.take(PREFETCH) {
             self.seen.prefetch(id);

@@ -27,6 +27,10 @@ use std::hash::BuildHasher;
 const EMPTY: u64 = 0;
 const MIN_SLOTS: usize = 16;
 
+/// A free slot `IdSet::vacancy` found for an id.
+#[derive(Debug, Clone, Copy)]
+pub struct Vacancy(usize);
+
 #[derive(Debug, Clone)]
 pub struct IdSet {
     slots: Box<[u64]>,
@@ -91,6 +95,34 @@ impl IdSet {
             return self.has_zero;
         }
         !self.slots.is_empty() && self.find(id).is_ok()
+    }
+
+    /// Where `id` would go: `None` if it is there already, else a place
+    /// for `put` (valid until the set next changes). One probe for what
+    /// `contains` then `insert` would do with two.
+    pub fn vacancy(&mut self, id: u64) -> Option<Vacancy> {
+        if id == EMPTY {
+            return (!self.has_zero).then_some(Vacancy(usize::MAX));
+        }
+        self.reserve_one();
+        self.find(id).err().map(Vacancy)
+    }
+
+    /// Puts `id` where `vacancy` said (nothing else changed the set since).
+    pub fn put(&mut self, at: Vacancy, id: u64) {
+        if id == EMPTY {
+            self.has_zero = true;
+        } else {
+            debug_assert_eq!(self.slots[at.0], EMPTY);
+            self.slots[at.0] = id;
+            self.len += 1;
+        }
+    }
+
+    /// Whether the table is larger than the caches keep close: prefetching
+    /// it is then worth its cost.
+    pub fn is_large(&self) -> bool {
+        self.heap_bytes() >= 1 << 20
     }
 
     /// Adds `id`; false if it was there already.
@@ -208,6 +240,19 @@ mod tests {
             for id in 0..64 {
                 prop_assert_eq!(s.contains(id), model.contains(&id));
             }
+            // vacancy + put is insert.
+            for id in 0..64 {
+                match s.vacancy(id) {
+                    Some(v) => {
+                        prop_assert!(!model.contains(&id));
+                        s.put(v, id);
+                        model.insert(id);
+                    }
+                    None => prop_assert!(model.contains(&id)),
+                }
+                prop_assert_eq!(s.len(), model.len());
+            }
+            prop_assert!((0..64).all(|id| s.contains(id)));
         }
     }
 }
