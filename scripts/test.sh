@@ -4,8 +4,10 @@
 #   tests spawn, then every test. Prints the total test count at the end; a
 #   run that executes no test fails.
 #
-# Needs only the Rust toolchain (cargo, rustfmt, clippy). The tests start
-# their own plaudit-node processes on 127.0.0.1.
+# Needs the Rust toolchain (cargo, rustfmt, clippy) and, for the tests that
+# partition nodes with the kernel's packet filter (tests/src/partition.rs),
+# root and iptables, which this script installs from Debian if missing. The
+# tests start their own plaudit-node processes on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +20,14 @@ for comp in rustfmt clippy; do
     if command -v rustup >/dev/null 2>&1; then rustup component add "$comp"; fi
   fi
 done
+
+if ! command -v iptables >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing iptables (for the partition tests)"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null
+fi
 
 # Build outside the clone so repeated runs (and CI on the same machine) reuse it.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/plaudit-target}"

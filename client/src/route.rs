@@ -44,8 +44,12 @@ pub(crate) enum Target {
     /// Any replica of a shard: stale reads.
     Replica(ShardId),
     /// Any node: it fans out to the shards (counts, scores, boards) or needs
-    /// none (ping, routing, status).
+    /// none (ping, routing).
     Any,
+    /// The seeds first, in the order given: a cluster's status as the node
+    /// the caller named sees it (a node cut off from the others would say
+    /// something else, and should be asked only when named).
+    Seed,
 }
 
 /// The target of `req` in a cluster of `shards` shards (0: no table).
@@ -91,8 +95,8 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Boards(_)
         | Request::Ping
         | Request::Hello(_)
-        | Request::Routing
-        | Request::ClusterStatus => Target::Any,
+        | Request::Routing => Target::Any,
+        Request::ClusterStatus => Target::Seed,
         // Said by the pool on each connection it opens, never routed as a
         // call (`Client::request` refuses it); any node would take it.
         Request::Auth(_) => Target::Any,
@@ -229,13 +233,23 @@ impl View {
             }
             Target::Meta => (self.table.meta_leader, &map.meta_voters, 0),
             Target::Replica(s) => (None, map.replicas(s), spin),
-            Target::Any => (None, &[], 0),
+            Target::Any | Target::Seed => (None, &[], 0),
         };
         let members = rotated(&map.nodes, spin).map(|n| (Some(n.id), n.client.as_str()));
         let seeds = rotated(&self.seeds, if map.nodes.is_empty() { spin } else { 0 });
-        head.into_iter()
-            .chain(rotated(group, by).copied())
-            .filter_map(|n| map.node(n).map(|info| (Some(n), info.client.as_str())))
+        let named = match target {
+            Target::Seed => &self.seeds[..],
+            _ => &[],
+        };
+        let node_at = |a: &str| map.nodes.iter().find(|n| n.client == a).map(|n| n.id);
+        named
+            .iter()
+            .map(move |a| (node_at(a), a.as_str()))
+            .chain(
+                head.into_iter()
+                    .chain(rotated(group, by).copied())
+                    .filter_map(|n| map.node(n).map(|info| (Some(n), info.client.as_str()))),
+            )
             .chain(members)
             .chain(seeds.map(|a| (None, a.as_str())))
     }

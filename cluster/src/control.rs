@@ -5,6 +5,7 @@
 //! seeds (--join) and known members ─ dial loop ─ PLDT control preamble ─ NodeServer session
 //! peer listener ─ control connection ─────────────────────────────────────┘   (cookie auth)
 //! session events ─> up / down per node id ─> failover (elect on the dead leader's groups)
+//! beats (every 200 ms) and gossip heard ─> liveness: silent past the deadline ─> down
 //! ControlActor in pg group "plaudit.control" <─ Gossip { me, member?, known nodes, leaders }
 //! ```
 //!
@@ -19,6 +20,7 @@
 //! does); it is bound to 127.0.0.1 on a free port and unused: sessions
 //! arrive through the peer listener instead.
 
+use crate::liveness::{Liveness, BEAT_EVERY};
 use crate::peer::auth::Credentials;
 use crate::peer::conn::DialFault;
 use crate::peer::links::Links;
@@ -75,9 +77,24 @@ impl BytesConvertable for GossipBytes {
     }
 }
 
+/// A beat: "node N is alive" (`liveness.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct Beat(pub NodeId);
+
+impl BytesConvertable for Beat {
+    fn into_bytes(self) -> Vec<u8> {
+        self.0.to_be_bytes().to_vec()
+    }
+    fn from_bytes(bytes: Vec<u8>) -> Self {
+        // Not eight bytes: node 0, which no node is (ignored).
+        Beat(bytes.try_into().map(u64::from_be_bytes).unwrap_or(0))
+    }
+}
+
 #[derive(RactorClusterMessage)]
 pub enum ControlMsg {
     Gossip(GossipBytes),
+    Beat(Beat),
 }
 
 /// The actor other nodes send gossip to: it only hands it to the control loop.
@@ -109,6 +126,9 @@ impl Actor for ControlActor {
             ControlMsg::Gossip(g) => {
                 let _ = self.inbox.send(Event::Gossip(g.0));
             }
+            ControlMsg::Beat(Beat(from)) => {
+                let _ = self.inbox.send(Event::Beat(from));
+            }
         }
         Ok(())
     }
@@ -118,6 +138,7 @@ enum Event {
     Ready(NodeServerSessionInformation),
     Gone(NodeServerSessionInformation),
     Gossip(Gossip),
+    Beat(NodeId),
 }
 
 /// Forwards NodeServer session events to the control loop.
@@ -199,6 +220,8 @@ pub struct ControlConfig {
     pub me: NodeInfo,
     pub cookie: String,
     pub seeds: Vec<String>,
+    /// A peer silent this long is down (`liveness.rs`).
+    pub peer_timeout: Duration,
     /// Control connections prove the cluster secret (and declare the
     /// shard count) before ractor_cluster sees them, as data connections do.
     pub creds: Credentials,
@@ -252,6 +275,7 @@ impl Control {
             seed_ids: HashMap::new(),
             last_gossip: None,
             last_sent: Gossip::default(),
+            liveness: Liveness::new(cfg.peer_timeout),
         };
         tokio::spawn(lp.run(rx));
         Ok(control)
@@ -307,23 +331,69 @@ struct Loop {
     seed_ids: HashMap<String, NodeId>,
     last_gossip: Option<Instant>,
     last_sent: Gossip,
+    liveness: Liveness,
 }
 
 impl Loop {
     async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut beat = tokio::time::interval(BEAT_EVERY);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 ev = events.recv() => match ev {
                     Some(ev) => self.event(ev),
                     None => return,
                 },
+                _ = beat.tick() => {
+                    self.beat();
+                    self.down_the_silent();
+                }
                 _ = tick.tick() => {
                     self.dial_missing();
                     self.gossip();
                 }
             }
+        }
+    }
+
+    /// Tells every peer with a session that this node is alive.
+    fn beat(&self) {
+        for cell in ractor::pg::get_members(&GROUP.to_string()) {
+            if cell.get_id().is_local() {
+                continue;
+            }
+            let actor: ActorRef<ControlMsg> = cell.into();
+            let _ = actor.cast(ControlMsg::Beat(Beat(self.me.id)));
+        }
+    }
+
+    /// Declares down every peer not heard from within the deadline, whatever
+    /// its sessions say (a silent partition keeps them open for minutes):
+    /// drops its sessions and data connections so that both are redialed.
+    fn down_the_silent(&mut self) {
+        let now = Instant::now();
+        let up = self.control.view.borrow().up.clone();
+        for node in self.liveness.overdue(&up, now) {
+            let silent = self.liveness.silent_for(node, now).unwrap_or_default();
+            warn!(
+                node,
+                silent_ms = silent.as_millis() as u64,
+                deadline_ms = self.liveness.deadline().as_millis() as u64,
+                "peer silent past the deadline: down"
+            );
+            self.liveness.forget(node);
+            self.control.view.send_modify(|v| {
+                v.up.remove(&node);
+            });
+            let sessions =
+                self.control.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&node);
+            for ses in sessions.into_iter().flatten() {
+                ses.actor.stop(Some("peer silent past the liveness deadline".into()));
+            }
+            self.peers.set_down(node, true);
+            self.peers.disconnect(node);
         }
     }
 
@@ -347,6 +417,8 @@ impl Loop {
                     return;
                 }
                 info!(node = id, "control session up");
+                self.liveness.heard(id, Instant::now());
+                self.peers.set_down(id, false);
                 self.control
                     .sessions
                     .lock()
@@ -373,10 +445,26 @@ impl Loop {
                     self.control.view.send_modify(|v| {
                         v.up.remove(&id);
                     });
+                    self.liveness.forget(id);
+                    self.peers.set_down(id, true);
                     self.peers.disconnect(id);
                 }
             }
-            Event::Gossip(g) => self.merge(g),
+            Event::Gossip(g) => {
+                if let Some(from) = &g.from {
+                    self.heard(from.id);
+                }
+                self.merge(g)
+            }
+            Event::Beat(from) => self.heard(from),
+        }
+    }
+
+    /// `node` said something: alive, if it is up (a message from a node
+    /// declared down waits for its new session).
+    fn heard(&mut self, node: NodeId) {
+        if self.control.view.borrow().up.contains(&node) {
+            self.liveness.heard(node, Instant::now());
         }
     }
 

@@ -53,6 +53,8 @@ pub struct ClusterConfig {
     pub replication_factor: u32,
     /// The cluster secret; `None` for a node that has no peers.
     pub secret: Option<Vec<u8>>,
+    /// A peer not heard from this long is down (`liveness.rs`).
+    pub peer_timeout: Duration,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -63,6 +65,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("seeds", &self.seeds)
             .field("bootstrap_expect", &self.bootstrap_expect)
             .field("replication_factor", &self.replication_factor)
+            .field("peer_timeout", &self.peer_timeout)
             .field("secret", &self.secret.as_ref().map(|_| "(redacted)"))
             .finish()
     }
@@ -77,6 +80,7 @@ impl ClusterConfig {
             bootstrap_expect: 1,
             replication_factor: 1,
             secret: None,
+            peer_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -319,6 +323,7 @@ impl Engine {
             me: c.me.clone(),
             cookie: crate::peer::auth::control_cookie(&creds.secret),
             seeds: c.seeds.clone(),
+            peer_timeout: c.peer_timeout,
             creds,
         };
         let weak = Arc::downgrade(self);

@@ -163,6 +163,7 @@ impl Group {
         let (ptx, prx) = mpsc::channel(cfg.max_pending);
         let (rtx, rrx) = mpsc::channel(cfg.max_pending);
         let coalesced = Arc::new(AtomicU64::new(0));
+        let cut_off = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(crate::proposer::propose_loop(
             id,
             raft.clone(),
@@ -170,7 +171,9 @@ impl Group {
             cfg.batch_max,
             cfg.max_in_flight,
             coalesced.clone(),
+            cut_off.clone(),
         ));
+        tokio::spawn(watch_quorum(raft.clone(), cut_off, cfg.election_max_ms));
         tokio::spawn(read_loop(id, raft.clone(), rrx, cfg.election_max_ms));
         let sole_voter = Arc::new(AtomicBool::new(false));
         tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone(), logged));
@@ -453,6 +456,29 @@ fn quorum_in_touch(m: &openraft::RaftMetrics<NodeId, BasicNode>, lease_ms: u64) 
     let mut voters = m.membership_config.membership().voter_ids();
     let alone = voters.next().is_some() && voters.next().is_none();
     alone || m.millis_since_quorum_ack.is_none_or(|ms| ms <= lease_ms)
+}
+
+/// How often a leader checks that it is still in touch with a quorum.
+const QUORUM_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// While this replica leads but has not heard from a quorum for the
+/// followers' lease, wakes the writes waiting on it (`cut_off`) every
+/// `QUORUM_CHECK`, so they are answered `Timeout` ("may still apply")
+/// rather than at the request's deadline: they cannot commit unless the
+/// cut heals before the others elect, and a client that knows that much
+/// goes elsewhere (the SDK retries what is safe to repeat). Until Raft
+/// stops.
+async fn watch_quorum(raft: Raft, cut_off: Arc<tokio::sync::Notify>, lease_ms: u64) {
+    loop {
+        tokio::time::sleep(QUORUM_CHECK).await;
+        let m = raft.metrics().borrow().clone();
+        if m.running_state.is_err() || m.state == openraft::ServerState::Shutdown {
+            return;
+        }
+        if m.state == openraft::ServerState::Leader && !quorum_in_touch(&m, lease_ms) {
+            cut_off.notify_waiters();
+        }
+    }
 }
 
 async fn read_loop(shard: u32, raft: Raft, mut rx: mpsc::Receiver<ReadWaiter>, lease_ms: u64) {

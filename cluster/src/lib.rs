@@ -28,6 +28,7 @@ mod fault;
 pub mod group;
 pub mod hash_buckets;
 mod inline;
+pub mod liveness;
 pub mod memory;
 pub mod outbox;
 pub mod peer;

@@ -56,11 +56,37 @@ pub struct Peers {
     pub links: Arc<Links>,
     addrs: RwLock<HashMap<NodeId, String>>,
     slots: RwLock<HashMap<NodeId, Arc<Slot>>>,
+    /// Peers the control plane declared down (`liveness.rs`): routing does
+    /// not choose them. Raft keeps calling them: a false alarm must not cut
+    /// replication.
+    down: RwLock<std::collections::BTreeSet<NodeId>>,
 }
 
 impl Peers {
     pub fn new(me: NodeId, creds: Credentials, links: Arc<Links>) -> Peers {
-        Peers { me, creds, links, addrs: RwLock::default(), slots: RwLock::default() }
+        Peers {
+            me,
+            creds,
+            links,
+            addrs: RwLock::default(),
+            slots: RwLock::default(),
+            down: RwLock::default(),
+        }
+    }
+
+    /// The control plane's verdict on `node`.
+    pub fn set_down(&self, node: NodeId, down: bool) {
+        let mut d = self.down.write().unwrap_or_else(|e| e.into_inner());
+        if down {
+            d.insert(node);
+        } else {
+            d.remove(&node);
+        }
+    }
+
+    /// Whether the control plane declared `node` down.
+    pub fn is_down(&self, node: NodeId) -> bool {
+        self.down.read().unwrap_or_else(|e| e.into_inner()).contains(&node)
     }
 
     pub fn me(&self) -> NodeId {

@@ -114,6 +114,7 @@ pub(crate) async fn propose_loop(
     batch_max: usize,
     in_flight: usize,
     coalesced: Arc<AtomicU64>,
+    cut_off: Arc<tokio::sync::Notify>,
 ) {
     let slots = Arc::new(Semaphore::new(in_flight));
     // Entry times never go backwards within a shard, even if the wall clock
@@ -157,9 +158,20 @@ pub(crate) async fn propose_loop(
                 continue;
             }
         };
+        let cut_off = cut_off.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            match rx.await {
+            let done = tokio::select! {
+                biased;
+                done = rx => done,
+                // The leader lost touch with a quorum (`group::watch_quorum`).
+                () = cut_off.notified() => {
+                    let why = "this node lost touch with a quorum of the shard's replicas \
+                               before the write was committed; it may still apply";
+                    return fail(replies, &WireError::timeout(format!("shard {shard}: {why}")));
+                }
+            };
+            match done {
                 Ok(Ok(resp)) => answer(replies, coalesce::split(resp.data, &routes)),
                 Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
                     fail(replies, &crate::router::not_leader(shard, f.leader_id, 0));

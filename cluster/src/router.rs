@@ -145,29 +145,34 @@ impl Router {
             };
             match leader {
                 Some(l) if l == self.me && group.is_leader() => return Leader::Here(group),
-                Some(l) if l != self.me => {
+                Some(l) if l != self.me && !self.peers.is_down(l) => {
                     self.note(g, l, term);
                     return Leader::There(l);
                 }
                 _ => {}
             }
-            // A replica without a leader: an election is under way; a
-            // hint from elsewhere may be newer than what we saw.
+            // A replica without a leader (an election is under way), or
+            // whose leader the control plane declared down: a hint from
+            // elsewhere may be newer than what we saw.
         }
         if let Some((l, _)) = self.hints.read().unwrap_or_else(|e| e.into_inner()).get(&g) {
-            if *l != self.me {
+            // A node declared down is not chosen (`liveness.rs`): its group
+            // elects another leader, which the hints learn.
+            if *l != self.me && !self.peers.is_down(*l) {
                 return Leader::There(*l);
             }
         }
         if self.group(g).is_none() {
-            // Not a replica here: any replica knows the leader.
+            // Not a replica here: any replica that is not down knows the leader.
             if let Some(map) = self.directory.cluster() {
                 let replicas = if g == self.meta_id {
                     map.meta_voters.clone()
                 } else {
                     map.replicas(g).to_vec()
                 };
-                if let Some(r) = replicas.into_iter().find(|r| *r != self.me) {
+                if let Some(r) =
+                    replicas.into_iter().find(|r| *r != self.me && !self.peers.is_down(*r))
+                {
                     return Leader::There(r);
                 }
             }

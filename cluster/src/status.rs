@@ -1,7 +1,15 @@
 //! What a node tells clients and operators about the cluster: the routing
 //! table smart clients route by, and the status `plaudit admin status`
-//! prints (every node up or down, every group's replicas and their
-//! progress, gathered from every reachable node).
+//! prints (every node's state, every group's replicas and their progress,
+//! gathered from every reachable node).
+//!
+//! The status says only what it knows: a node is `down` when the control
+//! plane declared it so (`liveness.rs`), `unreachable` when it is thought
+//! alive but its report did not arrive in time, `up` when it reported. A
+//! group's leader is the one its replicas' reports name at the highest term
+//! any of them has (`leader_of`): a node cut off from the others, still
+//! believing it leads in an older term, is not shown as leader by a node
+//! that can see the newer one.
 
 use crate::engine::Engine;
 use crate::peer::wire::{GroupReport, PeerRequest, PeerResponse};
@@ -38,6 +46,7 @@ impl Engine {
             Some(c) => c.view().up.into_iter().collect(),
             None => Vec::new(),
         };
+        let live = |n: NodeId| n == me || up.contains(&n);
         let mut reports: BTreeMap<NodeId, Vec<GroupReport>> = BTreeMap::new();
         reports.insert(me, self.report());
         let asks =
@@ -55,8 +64,10 @@ impl Engine {
                 .iter()
                 .filter_map(|r| reports.get(r)?.iter().find(|x| x.group == g).map(|x| (*r, x)))
                 .collect();
-            let leader_report = mine.iter().find(|(_, x)| x.role == "leader");
-            let leader = leader_report.map(|(n, _)| *n);
+            // Shown only if it is not down: a group whose leader died has
+            // none until it elects one.
+            let leader = leader_of(&mine).filter(|&l| live(l));
+            let leader_report = mine.iter().find(|(n, _)| Some(*n) == leader);
             let states = replicas
                 .iter()
                 .map(|r| match mine.iter().find(|(n, _)| n == r) {
@@ -77,7 +88,7 @@ impl Engine {
                     },
                     None => ReplicaStatus {
                         node: *r,
-                        role: "down".into(),
+                        role: if live(*r) { "unreachable" } else { "down" }.into(),
                         term: 0,
                         applied: None,
                         apply_lag: 0,
@@ -98,8 +109,10 @@ impl Engine {
             .iter()
             .map(|n| NodeStatus {
                 info: n.clone(),
-                state: if n.id == me || up.contains(&n.id) {
+                state: if reports.contains_key(&n.id) {
                     NodeState::Up
+                } else if live(n.id) {
+                    NodeState::Unreachable
                 } else {
                     NodeState::Down
                 },
@@ -107,5 +120,54 @@ impl Engine {
             })
             .collect();
         ClusterStatus { reporter: me, epoch: map.epoch, nodes, meta, shards }
+    }
+}
+
+/// A group's leader as its replicas report it: among the reports at the
+/// highest term any of them has, the replica that says it leads, else the
+/// leader a replica at that term names. (Raft has at most one leader per
+/// term; a replica that leads in an older term has been deposed.)
+pub(crate) fn leader_of(reports: &[(NodeId, &GroupReport)]) -> Option<NodeId> {
+    let term = reports.iter().map(|(_, r)| r.term).max()?;
+    let top = || reports.iter().filter(move |(_, r)| r.term == term);
+    top()
+        .find(|(_, r)| r.role == "leader")
+        .map(|(n, _)| *n)
+        .or_else(|| top().find_map(|(_, r)| r.leader))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(role: &str, term: u64, leader: Option<NodeId>) -> GroupReport {
+        GroupReport {
+            group: 0,
+            role: role.into(),
+            term,
+            leader,
+            applied: None,
+            last_log: None,
+            matched: vec![],
+        }
+    }
+
+    #[test]
+    fn the_leader_is_the_one_of_the_highest_term() {
+        // Node 1 still believes it leads in term 4; 2 and 3 elected 2 in term 5.
+        let (a, b, c) = (
+            report("leader", 4, Some(1)),
+            report("leader", 5, Some(2)),
+            report("follower", 5, Some(2)),
+        );
+        assert_eq!(leader_of(&[(1, &a), (2, &b), (3, &c)]), Some(2));
+        // Without the new leader's own report, its follower names it.
+        assert_eq!(leader_of(&[(1, &a), (3, &c)]), Some(2));
+        // Only the deposed one's report: it is all that is known.
+        assert_eq!(leader_of(&[(1, &a)]), Some(1));
+        // An election under way in term 6: nobody leads it yet.
+        let cand = report("candidate", 6, None);
+        assert_eq!(leader_of(&[(1, &a), (2, &b), (3, &cand)]), None);
+        assert_eq!(leader_of(&[]), None);
     }
 }

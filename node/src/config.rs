@@ -123,6 +123,10 @@ pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_RAFT_HEARTBEAT_MS: u64 = 100;
 pub const DEFAULT_RAFT_ELECTION_MIN_MS: u64 = 450;
 pub const DEFAULT_RAFT_ELECTION_MAX_MS: u64 = 600;
+/// A peer not heard from for this long (it beats every 200 ms) is down:
+/// long enough that a busy node's late beats are no false alarm, short
+/// enough that a partition shows within about two election timeouts.
+pub const DEFAULT_PEER_TIMEOUT_MS: u64 = 1000;
 pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 50_000;
 /// Log entries kept behind a snapshot, so a follower a little behind
 /// catches up from the log rather than a whole snapshot.
@@ -272,6 +276,10 @@ pub struct Config {
     /// Upper bound of the randomised Raft election timeout, in ms; must be above
     /// `raft_election_min_ms`.
     pub raft_election_max_ms: u64,
+    /// A peer not heard from for this long is down, in ms: its sessions and
+    /// connections are dropped and redialed, status says so, and routing
+    /// stops choosing it. Peers beat every 200 ms.
+    pub peer_timeout_ms: u64,
     /// A shard takes a snapshot (and may purge its log) after this many entries.
     pub snapshot_every_entries: u64,
     /// Log entries kept behind a snapshot when the log is purged.
@@ -335,6 +343,7 @@ impl Default for Config {
             raft_heartbeat_ms: DEFAULT_RAFT_HEARTBEAT_MS,
             raft_election_min_ms: DEFAULT_RAFT_ELECTION_MIN_MS,
             raft_election_max_ms: DEFAULT_RAFT_ELECTION_MAX_MS,
+            peer_timeout_ms: DEFAULT_PEER_TIMEOUT_MS,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
             snapshot_logs_to_keep: DEFAULT_SNAPSHOT_LOGS_TO_KEEP,
             checkpoint_keys: DEFAULT_CHECKPOINT_KEYS,
@@ -511,6 +520,10 @@ impl Config {
             "raft_heartbeat_ms ({}) must be less than raft_election_min_ms ({})",
             self.raft_heartbeat_ms,
             self.raft_election_min_ms
+        );
+        ensure!(
+            self.peer_timeout_ms >= 500,
+            "peer_timeout_ms must be at least 500 (peers beat every 200 ms)"
         );
         ensure!(
             self.raft_election_min_ms < self.raft_election_max_ms,

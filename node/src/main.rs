@@ -123,6 +123,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             bootstrap_expect: cfg.effective_bootstrap_expect(),
             replication_factor: cfg.replication_factor,
             secret,
+            peer_timeout: std::time::Duration::from_millis(cfg.peer_timeout_ms),
         },
         request_timeout: cfg.request_timeout(),
     };

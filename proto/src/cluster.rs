@@ -87,11 +87,17 @@ pub struct ClientHello {
     pub routing: Routing,
 }
 
-/// Whether the node serving a status request can reach a member.
+/// A member as the node serving a status request sees it. Variants are
+/// only appended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeState {
+    /// It sent its report.
     Up,
+    /// The control plane declared it down: its sessions broke, or it was
+    /// silent past `peer_timeout_ms`.
     Down,
+    /// Thought alive, but its report did not come in time.
+    Unreachable,
 }
 
 impl NodeState {
@@ -99,6 +105,7 @@ impl NodeState {
         match self {
             NodeState::Up => "up",
             NodeState::Down => "down",
+            NodeState::Unreachable => "unreachable",
         }
     }
 }
@@ -115,7 +122,8 @@ pub struct NodeStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaStatus {
     pub node: NodeId,
-    /// "leader", "follower", "candidate", "learner" or "down" (no report).
+    /// "leader", "follower", "candidate", "learner", or with no report
+    /// "unreachable" (thought alive) or "down".
     pub role: String,
     pub term: u64,
     pub applied: Option<u64>,

@@ -30,6 +30,8 @@ pub struct ClusterBuilder {
     env: Vec<(String, String)>,
     /// `--bootstrap-expect`; every node when unset.
     expect: Option<usize>,
+    /// Nodes that run as `partition::USER`.
+    isolatable: Vec<u64>,
 }
 
 pub struct Cluster {
@@ -49,6 +51,13 @@ impl ClusterBuilder {
     /// Sets an environment variable for every node, e.g. `PLAUDIT_SNAPSHOT_EVERY_ENTRIES`.
     pub fn env(mut self, key: &str, value: impl ToString) -> Self {
         self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// Runs node `id` as `partition::USER`, so that `Cluster::isolate`
+    /// can cut it off with the kernel's packet filter.
+    pub fn isolatable(mut self, id: u64) -> Self {
+        self.isolatable.push(id);
         self
     }
 
@@ -124,7 +133,16 @@ impl ClusterBuilder {
                 )
             })
             .collect();
-        Cluster { nodes, secret_dir }
+        let mut cluster = Cluster { nodes, secret_dir };
+        for id in self.isolatable {
+            let secret = cluster.secret_dir.path().to_path_buf();
+            let n = cluster.node_mut(id);
+            let given = n.run_as_partition_user().and_then(|()| crate::partition::give(&secret));
+            if let Err(e) = given {
+                n.fail(&format!("cannot run node {id} as {}: {e}", crate::partition::USER));
+            }
+        }
+        cluster
     }
 }
 
@@ -141,13 +159,29 @@ fn wait_ready_shared(n: &Node, timeout: Duration) -> Result<(), String> {
 }
 
 impl Cluster {
+    /// Cuts node `id` (started `isolatable`) off from every other node with
+    /// the kernel's packet filter: its peer traffic is dropped both ways,
+    /// silently. Healed when the returned cut drops.
+    pub fn isolate(&self, id: u64) -> crate::partition::KernelCut {
+        let port = |n: &Node| n.peer_addr().rsplit(':').next().and_then(|p| p.parse().ok());
+        let me: u16 = port(self.node(id)).unwrap_or_else(|| self.node(id).fail("no peer port"));
+        let others: Vec<u16> = self
+            .ids()
+            .into_iter()
+            .filter(|&o| o != id)
+            .filter_map(|o| port(self.node(o)))
+            .collect();
+        crate::partition::KernelCut::isolate(me, &others)
+            .unwrap_or_else(|e| self.node(id).fail(&format!("isolating node {id}: {e}")))
+    }
+
     /// The file holding the cluster's secret, for a node started beside it.
     pub fn secret_file(&self) -> std::path::PathBuf {
         self.secret_dir.path().join(SECRET_FILE)
     }
 
     pub fn builder(size: usize) -> ClusterBuilder {
-        ClusterBuilder { size, shards: 4, env: Vec::new(), expect: None }
+        ClusterBuilder { size, shards: 4, env: Vec::new(), expect: None, isolatable: Vec::new() }
     }
 
     /// A cluster of `size` nodes, 4 shards, default configuration.

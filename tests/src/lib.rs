@@ -30,6 +30,7 @@ pub use plaudit_client::proto;
 
 pub mod cluster;
 pub mod history;
+pub mod partition;
 pub mod raw;
 mod util;
 
@@ -235,6 +236,8 @@ pub struct Node {
     id: u64,
     /// The peer listener of a cluster member.
     peer: Option<SocketAddr>,
+    /// Runs as this `(uid, gid)` instead of the test's user (`partition.rs`).
+    run_as: Option<(u32, u32)>,
     child: Option<Child>,
     // Last: removed after the process is gone.
     _dir: tempfile::TempDir,
@@ -295,8 +298,24 @@ impl Node {
             extra_args,
             id,
             peer: Some(peer),
+            run_as: None,
             child: None,
         }
+    }
+
+    /// Runs the node as `partition::USER` from its next start, so that a
+    /// `partition::KernelCut` can isolate it.
+    pub fn run_as_partition_user(&mut self) -> Result<(), String> {
+        self.run_as = Some(partition::user()?);
+        partition::give(self._dir.path())?;
+        partition::give(&self.data_dir).or_else(|e| {
+            // Not made yet: the node makes it, inside its own directory.
+            if self.data_dir.exists() {
+                Err(e)
+            } else {
+                Ok(())
+            }
+        })
     }
 
     /// The peer address of a cluster member (`127.0.0.1:PORT`).
@@ -511,7 +530,15 @@ impl Node {
             .append(true)
             .open(&self.log_path)
             .map_err(|e| format!("opening {}: {e}", self.log_path.display()))?;
-        let mut cmd = Command::new(&self.bin);
+        let mut cmd = match self.run_as {
+            Some((uid, gid)) => {
+                use std::os::unix::process::CommandExt;
+                let mut c = Command::new(partition::runnable_copy(&self.bin));
+                c.uid(uid).gid(gid);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
         cmd.arg("--data-dir")
             .arg(&self.data_dir)
             .arg("--listen")

@@ -96,11 +96,11 @@ fn group_row(g: &GroupStatus) -> Vec<String> {
     ]
 }
 
-/// `node:applied/lag`, or `node:down`.
+/// `node:applied/lag`, or `node:down` / `node:unreachable` (no report).
 fn progress(r: &ReplicaStatus) -> String {
     let mut cell = format!("{}:", r.node);
-    if r.role == "down" {
-        cell.push_str("down");
+    if r.role == "down" || r.role == "unreachable" {
+        cell.push_str(&r.role);
         return cell;
     }
     let applied = r.applied.map_or("-".to_string(), |a| a.to_string());

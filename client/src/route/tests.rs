@@ -68,6 +68,7 @@ fn registry_requests_go_to_the_metadata_leader_and_fan_outs_anywhere() {
     let counts = Request::Counts(CountsRequest { biz: 1, entities: vec![1, 2] });
     assert_eq!(target(&counts, 3), Target::Any);
     assert_eq!(target(&Request::Ping, 3), Target::Any);
+    assert_eq!(target(&Request::ClusterStatus, 3), Target::Seed);
     assert_eq!(target(&Request::ListTokens, 3), Target::Meta);
     assert_eq!(target(&Request::RevokeToken(2), 3), Target::Meta);
     // Without a table everything goes to a seed.
@@ -115,6 +116,16 @@ fn a_shard_request_goes_to_its_leader_and_registry_to_the_meta_leader() {
     // Any node, spread by the spin.
     assert_eq!(v.pick(Target::Any, now, 0), to(1));
     assert_eq!(v.pick(Target::Any, now, 1), to(2));
+}
+
+#[test]
+fn a_status_goes_to_the_node_the_caller_named() {
+    let v = uneven();
+    let now = Instant::now();
+    // The first seed is node 2's address: whatever the spin, node 2.
+    for spin in 0..4 {
+        assert_eq!(v.pick(Target::Seed, now, spin).map(|d| d.node), Some(Some(2)));
+    }
 }
 
 #[test]
@@ -259,11 +270,19 @@ fn listed(v: &View, target: Target, spin: usize) -> Vec<Dest> {
             nodes.extend(&map.meta_voters);
         }
         Target::Replica(s) => nodes.extend(rotated(map.replicas(s), spin)),
-        Target::Any => {}
+        Target::Any | Target::Seed => {}
     }
     let all: Vec<NodeId> = map.nodes.iter().map(|n| n.id).collect();
     nodes.extend(rotated(&all, spin));
     let mut out: Vec<Dest> = Vec::new();
+    if target == Target::Seed {
+        for a in &v.seeds {
+            let node = map.nodes.iter().find(|n| &n.client == a).map(|n| n.id);
+            if !out.iter().any(|o| &o.addr == a) {
+                out.push(Dest { node, addr: a.clone() });
+            }
+        }
+    }
     for d in nodes.into_iter().filter_map(|n| v.dest(n)) {
         if !out.iter().any(|o| o.addr == d.addr) {
             out.push(d);
@@ -300,7 +319,7 @@ fn uneven() -> View {
 fn the_walk_lists_the_candidates_in_the_order_they_were_listed() {
     let targets: Vec<Target> = (0..5)
         .flat_map(|s| [Target::Leader(s), Target::Replica(s)])
-        .chain([Target::Meta, Target::Any])
+        .chain([Target::Meta, Target::Any, Target::Seed])
         .collect();
     let seeds_only = View::new(vec!["a:1".into(), "b:1".into(), "c:1".into()]);
     for v in [view(), uneven(), seeds_only] {

@@ -72,6 +72,7 @@ impl Config {
             "raft_heartbeat_ms" => self.raft_heartbeat_ms = parse(value)?,
             "raft_election_min_ms" => self.raft_election_min_ms = parse(value)?,
             "raft_election_max_ms" => self.raft_election_max_ms = parse(value)?,
+            "peer_timeout_ms" => self.peer_timeout_ms = parse(value)?,
             "snapshot_every_entries" => self.snapshot_every_entries = parse(value)?,
             "checkpoint_keys" => self.checkpoint_keys = parse(value)?,
             "checkpoint_ms" => self.checkpoint_ms = parse(value)?,

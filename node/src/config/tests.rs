@@ -120,6 +120,7 @@ fn every_field_can_be_set_from_the_environment() {
         raft_heartbeat_ms: 14,
         raft_election_min_ms: 15,
         raft_election_max_ms: 16,
+        peer_timeout_ms: 600,
         snapshot_every_entries: 17,
         snapshot_logs_to_keep: 22,
         checkpoint_keys: 20,

@@ -182,6 +182,9 @@ impl Conn {
             let want_read = !ending && !self.authing && backlog < OUT_LIMIT && room_short == 0;
             let want_results = !self.in_flight.is_empty() && backlog < OUT_LIMIT;
             let budget = self.server.frame_budget.clone();
+            // Only a hold still on wakes the loop at its end (one past its
+            // end would wake it at once, again and again).
+            let hold_end = self.hold.deadline().filter(|_| self.holding());
             tokio::select! {
                 biased;
                 () = self.seat.entry.kill.notified() => return Close::Evicted,
@@ -213,6 +216,8 @@ impl Conn {
                 p = acquire(budget, room_short), if room_short > 0 && !ending => {
                     self.add_budget(p);
                 }
+                // A hold past its bound: write what is ready (`hold.rs`).
+                () = sleep_until_hold(hold_end), if hold_end.is_some() && backlog > 0 => {}
                 _ = tick.tick() => {
                     if let Some(why) = self.expired(&limits) {
                         return why;
@@ -235,7 +240,7 @@ impl Conn {
     /// never once they fill `OUT_LIMIT`, which stops the collecting of
     /// the results they wait for.
     fn holding(&self) -> bool {
-        self.hold.holds() && self.backlog() < OUT_LIMIT
+        self.hold.holds(Instant::now) && self.backlog() < OUT_LIMIT
     }
 
     /// Bytes of node-wide budget the next read needs first (0: none).
@@ -347,7 +352,9 @@ impl Conn {
         for share in self.staged.submit(self.server.limits.request_timeout) {
             match share {
                 Ok(fut) => {
-                    let pass = self.hold.submitted();
+                    // The pass's own time (its frames were read just now):
+                    // no clock read per write share.
+                    let pass = self.hold.submitted(self.last_active);
                     self.in_flight
                         .push(Box::pin(async move { Ended::Many { pass, done: fut.await } }))
                 }
@@ -519,5 +526,13 @@ impl Conn {
             self.out = Vec::new();
         }
         None
+    }
+}
+
+/// Sleeps until `end` (a hold's bound); never resolves without one.
+async fn sleep_until_hold(end: Option<Instant>) {
+    match end {
+        Some(end) => tokio::time::sleep_until(end.into()).await,
+        None => std::future::pending().await,
     }
 }

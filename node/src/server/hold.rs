@@ -15,9 +15,22 @@
 //! load), as every reply of an event-loop pass does in Redis with
 //! `appendfsync always`. The wait is bounded: only the first pass's
 //! writes hold the replies, never the writes of passes read while they
-//! wait (so a busy connection cannot hold its replies forever), and each
-//! of those writes ends by the request timeout. Reads that arrive alone
-//! are written at once.
+//! wait (so a busy connection cannot hold its replies forever), and a
+//! hold ends after [`MAX_HOLD`] whether its writes have or not. Reads that
+//! arrive alone are written at once.
+//!
+//! Why the time bound: a write proposed on a leader that has just been cut
+//! off waits until its request timeout (it may still commit, so it cannot
+//! be answered before), and it held every reply of its connection with
+//! it, pings and redirects included: a client could not even learn to go
+//! elsewhere (a silent partition's first writes took 1.5 s to reach the
+//! new leaders, the SDK's stalled-node probe; `docs/benchmarks.md`).
+
+use std::time::{Duration, Instant};
+
+/// The longest replies wait for their pass's writes: many group-commit
+/// rounds, so a hold that ends by it has lost nothing of its batching.
+pub const MAX_HOLD: Duration = Duration::from_millis(20);
 
 /// The bookkeeping of one connection's hold; pure.
 #[derive(Debug, Default)]
@@ -28,6 +41,8 @@ pub(super) struct PassHold {
     holding: u64,
     /// Its writes (one future per group) still in flight.
     waiting: usize,
+    /// When the hold ends at the latest.
+    until: Option<Instant>,
 }
 
 impl PassHold {
@@ -37,8 +52,12 @@ impl PassHold {
     }
 
     /// A future of the pass under way carries writes; returns the tag it
-    /// ends with. It holds the replies unless an earlier pass does.
-    pub(super) fn submitted(&mut self) -> u64 {
+    /// ends with. It holds the replies unless an earlier pass does, until
+    /// `now + MAX_HOLD` at the latest.
+    pub(super) fn submitted(&mut self, now: Instant) -> u64 {
+        if self.waiting == 0 {
+            self.until = Some(now + MAX_HOLD);
+        }
         if self.waiting == 0 || self.holding == self.pass {
             self.holding = self.pass;
             self.waiting += 1;
@@ -53,9 +72,19 @@ impl PassHold {
         }
     }
 
-    /// Whether replies wait.
-    pub(super) fn holds(&self) -> bool {
-        self.waiting > 0
+    /// Whether replies wait (at `now`, which is read only while a hold
+    /// is on).
+    pub(super) fn holds(&self, now: impl FnOnce() -> Instant) -> bool {
+        self.waiting > 0 && self.until.is_some_and(|u| now() < u)
+    }
+
+    /// When the hold under way ends at the latest.
+    pub(super) fn deadline(&self) -> Option<Instant> {
+        if self.waiting > 0 {
+            self.until
+        } else {
+            None
+        }
     }
 }
 
@@ -63,58 +92,83 @@ impl PassHold {
 mod tests {
     use super::*;
 
+    fn t0() -> Instant {
+        Instant::now()
+    }
+
     #[test]
     fn a_pass_holds_until_all_its_writes_end() {
+        let now = t0();
         let mut h = PassHold::default();
         h.next_pass();
-        assert!(!h.holds(), "reads alone are written at once");
-        let (a, b) = (h.submitted(), h.submitted());
-        assert!(h.holds());
+        assert!(!h.holds(|| now), "reads alone are written at once");
+        let (a, b) = (h.submitted(now), h.submitted(now));
+        assert!(h.holds(|| now));
         h.ended(a);
-        assert!(h.holds(), "one group's writes are still in flight");
+        assert!(h.holds(|| now), "one group's writes are still in flight");
         h.ended(b);
-        assert!(!h.holds());
+        assert!(!h.holds(|| now));
+    }
+
+    #[test]
+    fn a_hold_ends_at_its_deadline_whatever_its_writes_do() {
+        let now = t0();
+        let mut h = PassHold::default();
+        h.next_pass();
+        let a = h.submitted(now);
+        assert_eq!(h.deadline(), Some(now + MAX_HOLD));
+        assert!(h.holds(|| now + MAX_HOLD - Duration::from_millis(1)));
+        assert!(!h.holds(|| now + MAX_HOLD), "a write stuck past the bound holds nothing");
+        // A later pass's writes do not start a new hold while one is counted.
+        h.next_pass();
+        h.submitted(now + MAX_HOLD);
+        assert!(!h.holds(|| now + MAX_HOLD));
+        h.ended(a);
+        assert_eq!(h.deadline(), None);
     }
 
     #[test]
     fn later_passes_do_not_extend_the_hold() {
+        let now = t0();
         let mut h = PassHold::default();
         h.next_pass();
-        let first = h.submitted();
+        let first = h.submitted(now);
         h.next_pass();
-        let second = h.submitted();
+        let second = h.submitted(now);
         h.ended(first);
-        assert!(!h.holds(), "only the first pass's writes hold");
+        assert!(!h.holds(|| now), "only the first pass's writes hold");
         // The second pass's end is not counted against a later hold.
         h.next_pass();
-        let third = h.submitted();
+        let third = h.submitted(now);
         h.ended(second);
-        assert!(h.holds());
+        assert!(h.holds(|| now));
         h.ended(third);
-        assert!(!h.holds());
+        assert!(!h.holds(|| now));
     }
 
     #[test]
     fn a_new_hold_begins_after_one_ends() {
+        let now = t0();
         let mut h = PassHold::default();
         h.next_pass();
-        let a = h.submitted();
+        let a = h.submitted(now);
         h.ended(a);
         h.ended(a); // a stray end neither underflows nor holds
-        assert!(!h.holds());
+        assert!(!h.holds(|| now));
         h.next_pass();
-        let b = h.submitted();
-        assert!(h.holds());
+        let b = h.submitted(now);
+        assert!(h.holds(|| now));
         h.ended(b);
-        assert!(!h.holds());
+        assert!(!h.holds(|| now));
     }
 
     #[test]
     fn an_untagged_end_changes_nothing() {
+        let now = t0();
         let mut h = PassHold::default();
         h.next_pass();
-        h.submitted();
+        h.submitted(now);
         h.ended(0); // answered without being proposed: never tagged
-        assert!(h.holds());
+        assert!(h.holds(|| now));
     }
 }
