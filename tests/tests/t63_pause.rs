@@ -43,3 +43,65 @@ async fn a_paused_leader_is_replaced_and_rejoins_without_damage() {
     cluster.wait_converged().await;
     w.check(&admin).await;
 }
+
+/// The same with the kernel: node 1 is paused, cut off by iptables while
+/// paused (`plaudit_tests::partition`), then woken up still cut off. Awake
+/// but alone, it believes it leads in an old term: it must acknowledge
+/// nothing, and the others keep showing it not up; once healed it catches
+/// up and the history check passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_that_wakes_up_cut_off_acknowledges_nothing() {
+    use plaudit_client::proto::likes::LikeRequest;
+    use plaudit_client::proto::routing::shard_of;
+    use plaudit_client::proto::{LikeAction, Request, Response};
+
+    let cluster = Cluster::builder(3).isolatable(1).start();
+    let admin = cluster.client().await;
+    let mut w = Workload::setup(&admin, 631).await;
+    let mut likers = Vec::new();
+    for _ in 0..3 {
+        likers.push(cluster.client().await);
+    }
+    w.start(likers, vec![cluster.client().await]);
+    w.wait_acks(200, Duration::from_secs(30), "the load runs before the pause").await;
+    let led = cluster.shards_led_by(1);
+    assert!(!led.is_empty(), "node 1 leads by placement: {:?}", cluster.leaders());
+
+    cluster.node(1).pause();
+    cluster.wait_led_by(2, &[2, 3], Duration::from_secs(15)).await;
+    let cut = cluster.isolate(1);
+    cluster.node(1).resume();
+
+    let shards = cluster.leaders().len() as u32;
+    let users: Vec<u64> = (50_000..60_000u64)
+        .filter(|u| led.contains(&shard_of(w.likes.biz, *u, shards)))
+        .take(10)
+        .collect();
+    let mut lone = plaudit_tests::raw::RawConn::connect(&cluster.node(1).addr()).await;
+    for (i, &u) in users.iter().enumerate() {
+        let like = LikeRequest {
+            biz: w.likes.biz,
+            entity: 1,
+            user: u,
+            owner: None,
+            action: LikeAction::Like,
+        };
+        lone.send_request(i as u64 + 1, Request::Like(like)).await;
+    }
+    for _ in &users {
+        let reply = lone.recv().await;
+        assert!(matches!(reply.body, Response::Error(_)), "a cut-off node acknowledged {reply:?}");
+    }
+    let s = cluster.status_via(2).expect("status through node 2");
+    let node1 = &s["nodes"].as_array().unwrap().iter().find(|n| n["id"] == 1).unwrap()["state"];
+    assert!(node1 == "down" || node1 == "unreachable", "{s}");
+    w.wait_acks(200, Duration::from_secs(30), "the others serve").await;
+
+    cut.heal();
+    w.wait_acks(200, Duration::from_secs(30), "writes go on after healing").await;
+    w.stop().await;
+    cluster.wait_converged().await;
+    let none = admin.status(w.likes.biz, users[0], &[1]).await.unwrap();
+    assert_eq!(none[0].state, plaudit_client::proto::LikeState::None);
+    w.check(&admin).await;
+}
