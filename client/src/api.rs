@@ -154,6 +154,16 @@ impl Client {
         self.inner.table()
     }
 
+    /// Makes node `node` hand every leadership it holds to other replicas
+    /// and take none until it restarts (admin only). Returns once the node
+    /// has begun: `cluster_status` shows the leaderships move.
+    pub async fn drain_node(&self, node: u64) -> Result<(), ClientError> {
+        match self.request(Request::DrainNode(node)).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected("drain_node", &other)),
+        }
+    }
+
     /// Every node and Raft group of the cluster, as one node sees them.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
         match self.request(Request::ClusterStatus).await? {
@@ -445,6 +455,7 @@ fn variant(r: &Response) -> &'static str {
         Response::Auth(_) => "Auth",
         Response::Token(_) => "Token",
         Response::Tokens(_) => "Tokens",
+        Response::Done => "Done",
     }
 }
 

@@ -91,6 +91,12 @@ pub enum Output {
     },
     TokenRevoked(TokenInfo),
     TokenList(Vec<TokenInfo>),
+    /// `admin drain`: the node, and whether it leads nothing now (known
+    /// only with `--wait`).
+    Drained {
+        node: u64,
+        done: bool,
+    },
 }
 
 /// Which registry command produced an `Output::Biz` or `Output::Rank`.
@@ -217,9 +223,38 @@ pub async fn run(cli: &Cli) -> Result<Output, Failure> {
     let client = Client::connect_with(&cli.addr, opts)
         .await
         .map_err(|e| Failure::cannot_connect(&cli.addr, &e))?;
-    execute(&client, &cli.command)
-        .await
-        .map_err(|e| Failure::from_client(client.addr(), client.timeout(), &e))
+    let failed = |e: ClientError| Failure::from_client(client.addr(), client.timeout(), &e);
+    let out = execute(&client, &cli.command).await.map_err(failed)?;
+    match (&cli.command, out) {
+        (Command::Admin(admin::AdminCommand::Drain { node, wait: true }), _) => {
+            watch_drain(&client, *node, cli.json).await.map_err(failed)
+        }
+        (_, out) => Ok(out),
+    }
+}
+
+/// `admin drain --wait`: a line a second until `node` leads no group.
+async fn watch_drain(client: &Client, node: u64, json: bool) -> Result<Output, ClientError> {
+    let started = Instant::now();
+    loop {
+        let left = admin::leading(&client.cluster_status().await?, node);
+        let line = admin::drain_progress(node, left, started.elapsed(), json);
+        if json {
+            println!("{line}");
+        } else {
+            eprintln!("{line}");
+        }
+        if left == 0 {
+            return Ok(Output::Drained { node, done: true });
+        }
+        if started.elapsed() >= admin::DRAIN_WAIT {
+            return Err(ClientError::Server(plaudit_proto::WireError::timeout(format!(
+                "node {node} still leads {left} group(s) after {:?}",
+                admin::DRAIN_WAIT
+            ))));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Runs one command against a connected client.
@@ -230,6 +265,10 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
         Command::Token(t) => execute_token(client, t).await?,
         Command::Admin(admin::AdminCommand::Status) => {
             Output::ClusterStatus(client.cluster_status().await?)
+        }
+        Command::Admin(admin::AdminCommand::Drain { node, .. }) => {
+            client.drain_node(*node).await?;
+            Output::Drained { node: *node, done: false }
         }
         Command::Score(a) => Output::Score(client.score(a.request()).await?),
         Command::Top { rank, board, offset, limit } => {

@@ -95,7 +95,9 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Boards(_)
         | Request::Ping
         | Request::Hello(_)
-        | Request::Routing => Target::Any,
+        | Request::Routing
+        // Any node passes it on to the node it names.
+        | Request::DrainNode(_) => Target::Any,
         Request::ClusterStatus => Target::Seed,
         // Said by the pool on each connection it opens, never routed as a
         // call (`Client::request` refuses it); any node would take it.

@@ -57,6 +57,9 @@ pub struct Gossip {
     /// The sender belongs to a cluster already (its metadata group has a
     /// membership).
     pub member: bool,
+    /// The sender is handing its leaderships away and takes none
+    /// (`leaders.rs`).
+    pub draining: bool,
     pub known: Vec<NodeInfo>,
     /// Leaders the sender knows first hand: `(group, leader, term)`.
     pub leaders: Vec<(GroupId, NodeId, u64)>,
@@ -201,10 +204,20 @@ pub struct View {
     pub known: BTreeMap<NodeId, (NodeInfo, bool)>,
     /// Nodes with a live session (not including this one).
     pub up: BTreeSet<NodeId>,
+    /// Nodes that said they are draining (not including this one).
+    pub draining: BTreeSet<NodeId>,
 }
 
-/// What gossip carries from this node, filled by the engine.
-pub type LocalView = Arc<dyn Fn() -> (bool, Vec<(GroupId, NodeId, u64)>) + Send + Sync>;
+/// What gossip says of this node, filled by the engine.
+#[derive(Debug, Clone, Default)]
+pub struct Local {
+    pub member: bool,
+    pub draining: bool,
+    pub leaders: Vec<(GroupId, NodeId, u64)>,
+}
+
+/// Reads `Local` when gossip is due.
+pub type LocalView = Arc<dyn Fn() -> Local + Send + Sync>;
 /// Receives leaders other nodes report.
 pub type LeaderSink = Arc<dyn Fn(Vec<(GroupId, NodeId, u64)>) + Send + Sync>;
 
@@ -261,7 +274,8 @@ impl Control {
             .map_err(|e| anyhow::anyhow!("starting the gossip actor: {e}"))?;
         let mut known = BTreeMap::new();
         known.insert(cfg.me.id, (cfg.me.clone(), false));
-        let (view, _) = watch::channel(View { known, up: BTreeSet::new() });
+        let (view, _) =
+            watch::channel(View { known, up: BTreeSet::new(), draining: BTreeSet::new() });
         let control = Arc::new(Control { node_server, view, sessions: Mutex::default(), links });
         let lp = Loop {
             control: control.clone(),
@@ -473,12 +487,23 @@ impl Loop {
             (self.leaders)(g.leaders.clone());
         }
         let mut changed = false;
+        let mut view = self.control.view.borrow().clone();
+        if let Some(from) = &g.from {
+            let was = view.draining.contains(&from.id);
+            if g.draining != was {
+                changed = true;
+                if g.draining {
+                    view.draining.insert(from.id);
+                } else {
+                    view.draining.remove(&from.id);
+                }
+            }
+        }
         let mut infos: Vec<(NodeInfo, Option<bool>)> =
             g.known.into_iter().map(|n| (n, None)).collect();
         if let Some(from) = g.from {
             infos.push((from, Some(g.member)));
         }
-        let mut view = self.control.view.borrow().clone();
         for (info, member) in infos {
             if info.id == self.me.id {
                 continue;
@@ -561,11 +586,11 @@ impl Loop {
     }
 
     fn gossip(&mut self) {
-        let (member, leaders) = (self.local)();
+        let Local { member, draining, leaders } = (self.local)();
         let view = self.control.view.borrow().clone();
         let mut known: Vec<NodeInfo> = view.known.values().map(|(n, _)| n.clone()).collect();
         known.sort_by_key(|n| n.id);
-        let g = Gossip { from: Some(self.me.clone()), member, known, leaders };
+        let g = Gossip { from: Some(self.me.clone()), member, draining, known, leaders };
         let due = self.last_gossip.is_none_or(|t| t.elapsed() >= GOSSIP_EVERY);
         if g == self.last_sent && !due {
             return;

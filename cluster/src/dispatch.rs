@@ -55,6 +55,7 @@ impl Engine {
             Request::ClusterStatus => {
                 Ok(Response::ClusterStatus(Box::new(self.cluster_status().await)))
             }
+            Request::DrainNode(n) => Box::pin(self.drain_node(n)).await,
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)

@@ -131,6 +131,10 @@ pub struct Engine {
     starting: tokio::sync::Mutex<()>,
     /// Every shard's share of the actor budget, as the node holds them.
     budget: Budget,
+    /// Handing its leaderships away and taking none (`leaders.rs`).
+    pub(crate) draining: std::sync::atomic::AtomicBool,
+    /// Itself, for work a request starts that outlives it (a drain).
+    pub(crate) this: std::sync::OnceLock<std::sync::Weak<Engine>>,
 }
 
 /// Per-shard numbers for metrics.
@@ -221,7 +225,10 @@ impl Engine {
             workers: Mutex::default(),
             starting: tokio::sync::Mutex::new(()),
             budget: Budget::new(shard_share(cfg_budget, cfg_per_shard, 0)),
+            draining: Default::default(),
+            this: std::sync::OnceLock::new(),
         });
+        let _ = engine.this.set(Arc::downgrade(&engine));
         // The metadata group runs on every node: voters on up to three, the
         // others follow it as learners (they need the registry too).
         let meta = engine.start_group(meta_id).await?;
@@ -328,8 +335,12 @@ impl Engine {
         };
         let weak = Arc::downgrade(self);
         let local: crate::control::LocalView = Arc::new(move || match weak.upgrade() {
-            Some(e) => (e.is_member(), e.router.local_leaders()),
-            None => (false, Vec::new()),
+            Some(e) => crate::control::Local {
+                member: e.is_member(),
+                draining: e.is_draining(),
+                leaders: e.router.local_leaders(),
+            },
+            None => crate::control::Local::default(),
         });
         let router = self.router.clone();
         let leaders: crate::control::LeaderSink = Arc::new(move |ls| {
@@ -342,6 +353,8 @@ impl Engine {
         *self.control.lock().unwrap_or_else(|e| e.into_inner()) = Some(control.clone());
         let e = self.clone();
         self.spawn(async move { crate::failover::run(e, control).await });
+        let e = self.clone();
+        self.spawn(async move { e.balance_leaders().await });
         Ok(())
     }
 

@@ -74,10 +74,15 @@ pub struct Group {
     last_heard: std::sync::Mutex<Option<std::time::Instant>>,
     /// The followers' leader lease (`election_timeout_max`), in ms.
     lease_ms: u64,
+    /// The voter this leader is handing the group to (`transfer.rs`), 0
+    /// if none: meanwhile it takes no writes and no reads.
+    handing_to: AtomicU64,
     proposals: mpsc::Sender<Queued>,
     /// Commands waiting in `proposals` (a proposal may hold several): the
     /// queue's bound, `max_pending` commands.
     pending: Arc<Semaphore>,
+    /// The queue's bound, in commands (`pending`'s permits when empty).
+    max_pending: usize,
     reads: mpsc::Sender<ReadWaiter>,
     /// This node leads and is the only voter (kept current from Raft metrics).
     sole_voter: Arc<AtomicBool>,
@@ -185,8 +190,10 @@ impl Group {
             log,
             last_heard: std::sync::Mutex::new(None),
             lease_ms: cfg.election_max_ms,
+            handing_to: AtomicU64::new(0),
             proposals: ptx,
             pending: Arc::new(Semaphore::new(cfg.max_pending)),
+            max_pending: cfg.max_pending,
             reads: rtx,
             sole_voter,
             shed: AtomicU64::new(0),
@@ -320,6 +327,23 @@ impl Group {
         m.current_leader == Some(m.id)
             && m.state == openraft::ServerState::Leader
             && quorum_in_touch(&m, self.lease_ms)
+            && self.handing_to.load(Ordering::Acquire) == 0
+    }
+
+    /// Stops taking writes and reads while the leadership goes to `to`.
+    pub(crate) fn hand_over(&self, to: NodeId) {
+        self.handing_to.store(to, Ordering::Release);
+    }
+
+    /// The hand-off is over (done or given up).
+    pub(crate) fn hand_over_done(&self) {
+        self.handing_to.store(0, Ordering::Release);
+    }
+
+    /// Whether no proposal waits in the queue (what was proposed has been
+    /// handed to Raft).
+    pub(crate) fn queue_empty(&self) -> bool {
+        self.pending.available_permits() == self.max_pending
     }
 
     /// This node leads and is the group's only voter (`watch_sole_voter`):

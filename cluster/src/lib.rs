@@ -28,6 +28,7 @@ mod fault;
 pub mod group;
 pub mod hash_buckets;
 mod inline;
+mod leaders;
 pub mod liveness;
 pub mod memory;
 pub mod outbox;
@@ -47,6 +48,7 @@ pub mod snapshot_policy;
 pub mod staged;
 pub mod state_machine;
 mod status;
+pub mod transfer;
 pub mod types;
 
 pub use engine::{ClusterConfig, Engine, EngineConfig, ShardStats};

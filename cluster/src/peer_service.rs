@@ -112,6 +112,16 @@ impl Engine {
                 None => PeerResponse::CheckScore(Err(not_leader(group, None, self.router.epoch()))),
             },
             PeerRequest::Report => PeerResponse::Report(self.report()),
+            PeerRequest::TakeLead { group, to, last } => match self.take_lead(group, to, last) {
+                true => PeerResponse::Done,
+                false => no_group(group),
+            },
+            PeerRequest::Drain => {
+                let me = self.clone();
+                // Answered at once; the hand-offs take about a lease each.
+                tokio::spawn(async move { me.drain(crate::leaders::DRAIN_FOR).await });
+                PeerResponse::Done
+            }
         }
     }
 

@@ -121,8 +121,11 @@ pub(crate) async fn propose_loop(
     // does, so list order (by mtime) matches log order.
     let mut last_now = 0u64;
     while let Some((first, queued)) = rx.recv().await {
-        // Out of the queue once received: its permits go back at once.
-        drop(queued);
+        // A proposal's permits of the queue's bound go back once it is in
+        // the log (below): until then it counts as pending, so that a group
+        // whose queue is empty has handed Raft everything proposed to it
+        // (`Group::queue_empty`, which a leadership hand-off waits for).
+        let mut permits = queued;
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
         // Everything that queued while we waited for a slot joins this
         // entry while it has fewer than `batch_max` commands (a proposal
@@ -133,7 +136,7 @@ pub(crate) async fn propose_loop(
         while size < batch_max {
             match rx.try_recv() {
                 Ok((p, queued)) => {
-                    drop(queued);
+                    permits.merge(queued);
                     size += p.len();
                     batch.push(p);
                 }
@@ -151,7 +154,9 @@ pub(crate) async fn propose_loop(
         coalesced.fetch_add(merged as u64, Ordering::Relaxed);
         // Handing the entry to Raft here, in the loop, keeps entries in
         // arrival order; only waiting for the commit runs concurrently.
-        let rx = match raft.client_write_ff(Batch::new(last_now, cmds)).await {
+        let appended = raft.client_write_ff(Batch::new(last_now, cmds)).await;
+        drop(permits);
+        let rx = match appended {
             Ok(rx) => rx,
             Err(e) => {
                 fail(replies, &WireError::internal(format!("raft stopped: {e}")));

@@ -8,6 +8,7 @@
 //! | `GET /status`    | `200` with the cluster status as JSON ([`AdminSource::status_json`]) |
 //! | `GET /debug/digest` | per group held here: applied index and a hash of its state (test mode only) |
 //! | `POST /fault/links?cut=2,3` | cuts this node's links to nodes 2 and 3 (`cut=` heals all); `404` unless `fault_injection` is on |
+//! | `POST /debug/transfer?group=G&to=N` | hands group G, led here, to node N; answers how long it took; `404` unless `fault_injection` is on |
 //!
 //! Any other path is `404`, any method but `GET` (and `HEAD`, which RFC 9110
 //! asks every server to support; and `POST` for `/fault/links`) is `405`, an
@@ -46,6 +47,9 @@ pub trait AdminSource: Send + Sync + 'static {
     /// Per group held here, its applied index and a hash of its state, as
     /// JSON; `None` when fault injection (test mode) is off.
     fn digests_json(&self) -> BoxFuture<'_, Option<String>>;
+    /// Hands group `group` (led here) to node `to`: the hand-off's time, or
+    /// why not; `None` when fault injection (test mode) is off.
+    fn transfer(&self, group: u32, to: u64) -> BoxFuture<'_, Option<Result<String, String>>>;
 }
 
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -337,6 +341,21 @@ async fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
             None => Response::text(404, "Not Found", "fault injection is off\n"),
             Some(Ok(set)) => Response::text(200, "OK", &format!("{set}\n")),
             Some(Err(why)) => Response::text(400, "Bad Request", &format!("{why}\n")),
+        };
+    }
+    if request.method == "POST" && request.path == "/debug/transfer" {
+        let arg = |name: &str| {
+            request.query.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        };
+        let (Some(Ok(group)), Some(Ok(to))) =
+            (arg("group").map(str::parse), arg("to").map(str::parse))
+        else {
+            return Response::text(400, "Bad Request", "want ?group=G&to=N\n");
+        };
+        return match source.transfer(group, to).await {
+            None => Response::text(404, "Not Found", "fault injection is off\n"),
+            Some(Ok(took)) => Response::text(200, "OK", &format!("{took}\n")),
+            Some(Err(why)) => Response::text(409, "Conflict", &format!("{why}\n")),
         };
     }
     if request.method != "GET" && request.method != "HEAD" {

@@ -264,10 +264,11 @@ pub struct Config {
     pub max_memory_mb: u64,
     /// How long a client request may take before it fails with `Timeout`, in ms.
     pub request_timeout_ms: u64,
-    /// How long open client connections may take to drain at shutdown, in
-    /// ms; a last snapshot of every group, stopping Raft and flushing the
-    /// log follow. Leadership is not handed off yet. Keep the whole below
-    /// the pod's `terminationGracePeriodSeconds`.
+    /// At shutdown, how long the node may take to hand its leaderships away
+    /// (`admin drain`), and then open client connections to drain, in ms
+    /// each; a last snapshot of every group, stopping Raft and flushing the
+    /// log follow. Keep the whole below the pod's
+    /// `terminationGracePeriodSeconds`.
     pub shutdown_grace_ms: u64,
     /// Raft heartbeat interval, in ms; must be below `raft_election_min_ms`.
     pub raft_heartbeat_ms: u64,

@@ -151,15 +151,24 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         Server::new(engine.clone(), metrics, cfg.client_limits())
             .with_admin_token(admin_token.as_deref()),
     );
-    let shutdown = async {
+    let grace = cfg.shutdown_grace();
+    let draining = engine.clone();
+    let shutdown = async move {
         tokio::select! {
             _ = sigterm.recv() => info!("SIGTERM: shutting down"),
             _ = sigint.recv() => info!("SIGINT: shutting down"),
         }
+        // Leaderships first, while clients are still served here: the
+        // groups keep taking writes elsewhere, with no election timeout.
+        let left = draining.drain(grace).await;
+        if !left.is_empty() {
+            tracing::warn!(groups = ?left, "stopping while still leading these groups");
+        }
     };
-    // Shutdown order: stop accepting and drain connections, stop Raft and
-    // actors, make storage durable, then stop the admin endpoint last.
-    server.run(listener, shutdown, cfg.shutdown_grace()).await;
+    // Shutdown order: hand leaderships away, stop accepting and drain
+    // connections, stop Raft and actors, make storage durable, then stop
+    // the admin endpoint last.
+    server.run(listener, shutdown, grace).await;
     status.serving.store(false, Ordering::Relaxed);
     engine.shutdown().await;
     let _ = admin_stop_tx.send(());

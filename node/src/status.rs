@@ -36,6 +36,16 @@ impl AdminSource for NodeStatus {
         Box::pin(self.digests_json_now())
     }
 
+    fn transfer(&self, group: u32, to: u64) -> BoxFuture<'_, Option<Result<String, String>>> {
+        Box::pin(async move {
+            if !self.fault_injection {
+                return None;
+            }
+            let took = self.engine.transfer_leader(group, to).await;
+            Some(took.map(|t| format!("{}", t.as_millis())).map_err(|e| e.to_string()))
+        })
+    }
+
     fn set_links(&self, cut: &str) -> Option<Result<String, String>> {
         if !self.fault_injection {
             return None;

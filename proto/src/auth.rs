@@ -154,7 +154,8 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         | Request::ClusterStatus
         | Request::CreateToken(_)
         | Request::ListTokens
-        | Request::RevokeToken(_) => false,
+        | Request::RevokeToken(_)
+        | Request::DrainNode(_) => false,
     };
     if allowed {
         Ok(())

@@ -81,10 +81,14 @@ pub enum Request {
     ListTokens,
     /// Revokes a token at once, on every node and connection (admin only).
     RevokeToken(TokenId),
+    /// Makes a node hand every leadership it holds to another replica and
+    /// take none until it restarts (admin only); answered `Done` once the
+    /// node has begun. `plaudit admin drain` then watches the status.
+    DrainNode(crate::cluster::NodeId),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 30] = [
+pub const OPS: [&str; 31] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -115,6 +119,7 @@ pub const OPS: [&str; 30] = [
     "token_create",
     "token_list",
     "token_revoke",
+    "drain",
 ];
 
 impl Request {
@@ -159,6 +164,7 @@ impl Request {
             Request::CreateToken(_) => "token_create",
             Request::ListTokens => "token_list",
             Request::RevokeToken(_) => "token_revoke",
+            Request::DrainNode(_) => "drain",
         }
     }
 
@@ -167,6 +173,7 @@ impl Request {
         match self {
             Request::Ping | Request::GetBiz(_) | Request::ListBiz => Ok(()),
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => Ok(()),
+            Request::DrainNode(_) => Ok(()),
             Request::Once { req, .. } => match **req {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
@@ -222,6 +229,7 @@ impl Request {
             Request::ListBizPage(_) | Request::ListRanksPage(_) => None,
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
             Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => None,
+            Request::DrainNode(_) => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
             Request::CreateRank(_)
@@ -281,6 +289,8 @@ pub enum Response {
     Token(TokenInfo),
     /// The reply to `ListTokens`.
     Tokens(Vec<TokenInfo>),
+    /// Taken, with nothing to say (`DrainNode`).
+    Done,
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! `plaudit admin status`: the clap definition, and how a `ClusterStatus`
-//! prints. `--json` prints the status exactly as `proto::cluster::StatusView`
+//! `plaudit admin status` and `plaudit admin drain`: the clap definitions,
+//! how a `ClusterStatus` prints, and how a drain is watched. `status` `--json` prints the status exactly as `proto::cluster::StatusView`
 //! serialises (the shape scripts and tests rely on); people get two tables:
 //!
 //! ```text
@@ -36,6 +36,41 @@ pub enum AdminCommand {
     /// applied log index and the entries it is behind its leader, or
     /// `NODE:down`. With --json, the status as one object.
     Status,
+    /// Make NODE hand every leadership it holds to another replica of the
+    /// group, and take none until it restarts (what SIGTERM does first).
+    ///
+    /// With --wait, watches until NODE leads no group, one line a second
+    /// (--json: one JSON object a line, `{"node":N,"leading":K,"elapsed_ms":T}`),
+    /// and exits 0 when it is done, 1 if it is not within 2 minutes.
+    Drain {
+        /// The node's id.
+        node: u64,
+        /// Wait until the node leads nothing.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+/// How long `drain --wait` waits.
+pub const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Groups (shards and the metadata group) `node` leads in `s`.
+pub fn leading(s: &ClusterStatus, node: u64) -> usize {
+    std::iter::once(&s.meta).chain(&s.shards).filter(|g| g.leader == Some(node)).count()
+}
+
+/// One progress line of `drain --wait`.
+pub fn drain_progress(
+    node: u64,
+    leading: usize,
+    elapsed: std::time::Duration,
+    json: bool,
+) -> String {
+    if json {
+        format!("{{\"node\":{node},\"leading\":{leading},\"elapsed_ms\":{}}}", elapsed.as_millis())
+    } else {
+        format!("node {node}: leads {leading} group(s), {:.1} s", elapsed.as_secs_f64())
+    }
 }
 
 /// `--json`: the documented `StatusView` shape, byte for byte.

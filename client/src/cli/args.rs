@@ -48,7 +48,7 @@ pub enum Command {
     /// Manage ranking definitions: create, get, list, update.
     #[command(subcommand)]
     Rank(super::rank::RankCommand),
-    /// Operate the cluster: status.
+    /// Operate the cluster: status, drain.
     #[command(subcommand)]
     Admin(super::admin::AdminCommand),
     /// Manage business tokens: create, list, revoke (needs the admin token).

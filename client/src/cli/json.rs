@@ -127,6 +127,9 @@ pub fn output(o: &Output) -> String {
         Output::Size(n) => super::board::size_json(*n),
         Output::Boards(p) => super::board::boards_json(p),
         Output::ClusterStatus(s) => super::admin::status_json(s),
+        Output::Drained { node, done } => {
+            format!("{{\"drain\":{{\"node\":{node},\"done\":{done}}}}}")
+        }
         Output::TokenCreated { token, info } => super::token::created_json(token, info),
         Output::TokenRevoked(t) => super::token::info_json(t),
         Output::TokenList(list) => super::token::list_json(list),

@@ -32,9 +32,11 @@ pub const KIND_CONTROL: u8 = 2;
 /// The version of the peer protocol (data and control connections); a
 /// peer on another one is refused. 2: `Hello` declares the shard count
 /// (also under both proofs), and the acceptor answers it with a
-/// `Greeting`. Nodes of different versions do not talk: a cluster moves
-/// to a new one all at once.
-pub const VERSION: u8 = 2;
+/// `Greeting`. 3: control beats (`liveness.rs`), gossip says whether a
+/// node drains, leadership hand-offs (`TakeLead`, `Drain`), scoring
+/// commands carry their dedup rules. Nodes of different versions do not
+/// talk: a cluster moves to a new one all at once.
+pub const VERSION: u8 = 3;
 /// The largest handshake message either side reads: they are a few dozen
 /// bytes (a refusal a sentence), and neither side has proved anything
 /// yet, so neither may make the other hold more.
@@ -139,6 +141,19 @@ pub enum PeerRequest {
         group: GroupId,
         cmd: ScoreCmd,
     },
+    /// The receiver's voter of `group` takes part in handing its leadership
+    /// to `to` (`transfer.rs`): `to` campaigns once its lease of the old
+    /// leader has run out, the others hold their election timers.
+    TakeLead {
+        group: GroupId,
+        to: NodeId,
+        /// The leader's last log index: the target campaigns once it has
+        /// that much (a candidate behind would lose, and depose the leader).
+        last: u64,
+    },
+    /// The receiver hands away every leadership it holds and takes no new
+    /// one until it restarts (`admin drain`).
+    Drain,
 }
 
 /// The receiver's view of its replicas, for status.
@@ -175,6 +190,8 @@ pub enum PeerResponse {
     /// The request was taken and may have run, but no answer can be given
     /// (it timed out, or the answer could not be encoded).
     Failed(String),
+    /// Done, with nothing to say.
+    Done,
 }
 
 impl PeerRequest {
@@ -186,6 +203,7 @@ impl PeerRequest {
                 | PeerRequest::Vote { .. }
                 | PeerRequest::InstallSnapshot { .. }
                 | PeerRequest::Report
+                | PeerRequest::TakeLead { .. }
         )
     }
 

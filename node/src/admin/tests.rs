@@ -26,6 +26,9 @@ impl AdminSource for TestSource {
     fn digests_json(&self) -> BoxFuture<'_, Option<String>> {
         Box::pin(async { None })
     }
+    fn transfer(&self, _: u32, _: u64) -> BoxFuture<'_, Option<Result<String, String>>> {
+        Box::pin(async { None })
+    }
 }
 
 struct Server {
