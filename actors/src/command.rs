@@ -130,6 +130,11 @@ pub enum Command {
     /// (`coalesce.rs`). An event touching several sub-boards is one command
     /// per board, each on the board's shard.
     ScoreV2(ScoreCmd),
+    /// Replaces the cluster state (map, members, moves), metadata group
+    /// only; refused unless its epoch is above the current one. What every
+    /// change of members and placement proposes since members existed;
+    /// `SetCluster` (a map alone) is how older entries made the first map.
+    SetClusterState(Box<plaudit_proto::membership::ClusterState>),
 }
 
 impl Command {

@@ -15,6 +15,7 @@ pub use tokens::{hash_secret, same_hash, TokenRecord};
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::ClusterMap;
 use plaudit_proto::limits::MAX_BIZ_ID;
+use plaudit_proto::membership::ClusterState;
 use plaudit_proto::rankings::{RankDef, RankId, UpdateRank};
 use plaudit_proto::{codec, BizId, WireError};
 use plaudit_storage::keys::VALUE_V1;
@@ -32,6 +33,8 @@ pub struct Directory {
     /// The cluster map, watched by the node (it starts the groups the map
     /// places on it).
     cluster: Arc<watch::Sender<Option<Arc<ClusterMap>>>>,
+    /// The map with its members and moves (`cluster` is its map).
+    state: Arc<watch::Sender<Option<Arc<ClusterState>>>>,
 }
 
 impl Default for Directory {
@@ -41,13 +44,23 @@ impl Default for Directory {
             ranks: Arc::default(),
             tokens: Arc::default(),
             cluster: Arc::new(watch::channel(None).0),
+            state: Arc::new(watch::channel(None).0),
         }
     }
 }
 
 const RANK_TAG: u8 = b'r';
-/// The cluster map's registry key (no business or ranking key has 7 bytes).
+/// The cluster map's registry key (no business or ranking key has 7 bytes),
+/// as maps were stored before members existed.
 const CLUSTER_KEY: &[u8] = b"cluster";
+/// The cluster state's key (`StateRecord`); wins over `CLUSTER_KEY`.
+const STATE_KEY: &[u8] = b"cluster-state";
+
+/// How the cluster state is stored: versioned, variants only appended.
+#[derive(serde::Serialize, serde::Deserialize)]
+enum StateRecord {
+    V1(ClusterState),
+}
 
 fn rank_key(id: RankId) -> [u8; 5] {
     let mut k = [RANK_TAG; 5];
@@ -61,12 +74,16 @@ impl Directory {
         let mut map = BTreeMap::new();
         let mut ranks = BTreeMap::new();
         let mut cluster = None;
+        let mut state = None;
         let mut tokens = Vec::new();
         for (k, v) in store.registry_entries()? {
             if tokens::is_token_key(&k) {
                 tokens.push(tokens::decode_record(&v)?);
+            } else if k == STATE_KEY {
+                let StateRecord::V1(s) = decode::<StateRecord>(&v)?;
+                state = Some(s);
             } else if k == CLUSTER_KEY {
-                cluster = Some(Arc::new(decode::<ClusterMap>(&v)?));
+                cluster = Some(decode::<ClusterMap>(&v)?);
             } else if k.len() == 5 && k[0] == RANK_TAG {
                 let def: RankDef = decode(&v)?;
                 ranks.insert(def.id, Arc::new(def));
@@ -76,11 +93,14 @@ impl Directory {
             }
             // Other keys (at-most-once request records) are not views.
         }
+        let state = state.or_else(|| cluster.map(ClusterState::from_map)).map(Arc::new);
+        let cluster = state.as_ref().map(|s| Arc::new(s.map.clone()));
         Ok(Directory {
             inner: Arc::new(RwLock::new(map)),
             ranks: Arc::new(RwLock::new(ranks)),
             tokens: Arc::new(tokens::Tokens::from_records(tokens)),
             cluster: Arc::new(watch::channel(cluster).0),
+            state: Arc::new(watch::channel(state).0),
         })
     }
 
@@ -97,6 +117,8 @@ impl Directory {
         self.tokens.replace(tokens);
         let cluster = fresh.cluster.borrow().clone();
         self.cluster.send_replace(cluster);
+        let state = fresh.state.borrow().clone();
+        self.state.send_replace(state);
         Ok(())
     }
 
@@ -110,19 +132,44 @@ impl Directory {
         self.cluster.subscribe()
     }
 
-    /// Applies a new cluster map; its epoch must be above the current one,
-    /// so a map proposed twice (a retry) or from an older view changes
-    /// nothing.
+    /// The cluster state (map, members, moves), once there is a map.
+    pub fn cluster_state(&self) -> Option<Arc<ClusterState>> {
+        self.state.borrow().clone()
+    }
+
+    /// Applies a new cluster map (a command logged before members existed):
+    /// the state keeps what it knew of the members still in the map.
     pub fn apply_set_cluster(&self, m: &ClusterMap, ws: &mut WriteSet) -> Result<(), WireError> {
+        let mut state = ClusterState::from_map(m.clone());
+        if let Some(old) = self.cluster_state() {
+            for member in &mut state.members {
+                if let Some(known) = old.member(member.id) {
+                    *member = known.clone();
+                }
+            }
+        }
+        self.apply_set_cluster_state(&state, ws)
+    }
+
+    /// Applies a new cluster state; its epoch must be above the current
+    /// one, so a state proposed twice (a retry) or from an older view
+    /// changes nothing.
+    pub fn apply_set_cluster_state(
+        &self,
+        s: &ClusterState,
+        ws: &mut WriteSet,
+    ) -> Result<(), WireError> {
         let current = self.cluster().map_or(0, |c| c.epoch);
-        if m.epoch <= current {
+        if s.map.epoch <= current {
             return Err(WireError::bad_request(format!(
                 "cluster map epoch {} is not above the current {current}",
-                m.epoch
+                s.map.epoch
             )));
         }
-        ws.put_registry(CLUSTER_KEY, &encode(m)?);
-        self.cluster.send_replace(Some(Arc::new(m.clone())));
+        ws.put_registry(STATE_KEY, &encode(&StateRecord::V1(s.clone()))?);
+        ws.del_registry(CLUSTER_KEY);
+        self.cluster.send_replace(Some(Arc::new(s.map.clone())));
+        self.state.send_replace(Some(Arc::new(s.clone())));
         Ok(())
     }
 

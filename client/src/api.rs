@@ -164,6 +164,15 @@ impl Client {
         }
     }
 
+    /// Every member of the cluster: its identity, state, replicas and
+    /// leaderships, as the first seed sees them (admin only).
+    pub async fn nodes(&self) -> Result<Vec<plaudit_proto::membership::NodeRow>, ClientError> {
+        match self.request(Request::Nodes).await? {
+            Response::Nodes(n) => Ok(n),
+            other => Err(unexpected("nodes", &other)),
+        }
+    }
+
     /// Every node and Raft group of the cluster, as one node sees them.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
         match self.request(Request::ClusterStatus).await? {
@@ -456,6 +465,7 @@ fn variant(r: &Response) -> &'static str {
         Response::Token(_) => "Token",
         Response::Tokens(_) => "Tokens",
         Response::Done => "Done",
+        Response::Nodes(_) => "Nodes",
     }
 }
 

@@ -91,6 +91,7 @@ pub enum Output {
     },
     TokenRevoked(TokenInfo),
     TokenList(Vec<TokenInfo>),
+    Nodes(Vec<plaudit_proto::membership::NodeRow>),
     /// `admin drain`: the node, and whether it leads nothing now (known
     /// only with `--wait`).
     Drained {
@@ -266,6 +267,7 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
         Command::Admin(admin::AdminCommand::Status) => {
             Output::ClusterStatus(client.cluster_status().await?)
         }
+        Command::Admin(admin::AdminCommand::Nodes) => Output::Nodes(client.nodes().await?),
         Command::Admin(admin::AdminCommand::Drain { node, .. }) => {
             client.drain_node(*node).await?;
             Output::Drained { node: *node, done: false }

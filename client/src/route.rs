@@ -98,7 +98,7 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Routing
         // Any node passes it on to the node it names.
         | Request::DrainNode(_) => Target::Any,
-        Request::ClusterStatus => Target::Seed,
+        Request::ClusterStatus | Request::Nodes => Target::Seed,
         // Said by the pool on each connection it opens, never routed as a
         // call (`Client::request` refuses it); any node would take it.
         Request::Auth(_) => Target::Any,

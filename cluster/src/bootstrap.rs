@@ -38,6 +38,7 @@ use crate::placement;
 use crate::types::NodeId;
 use plaudit_actors::{CmdResult, Command};
 use plaudit_proto::cluster::{ClusterMap, NodeInfo};
+use plaudit_proto::membership::{ClusterState, Member, MemberState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{info, warn};
@@ -68,16 +69,19 @@ pub(crate) async fn begin(engine: Arc<Engine>, meta: Arc<Group>) -> anyhow::Resu
     Ok(())
 }
 
-fn new_map(nodes: &[NodeInfo], shards: u32, rf: u32) -> ClusterMap {
-    let ids: Vec<NodeId> = nodes.iter().map(|n| n.id).collect();
+/// The first cluster state: `nodes` with their identities, every shard
+/// placed on them.
+fn new_state(nodes: &[(NodeInfo, Member)], shards: u32, rf: u32) -> ClusterState {
+    let ids: Vec<NodeId> = nodes.iter().map(|n| n.0.id).collect();
     let mut nodes = nodes.to_vec();
-    nodes.sort_by_key(|n| n.id);
-    ClusterMap {
+    nodes.sort_by_key(|n| n.0.id);
+    let map = ClusterMap {
         epoch: 1,
-        nodes,
+        nodes: nodes.iter().map(|n| n.0.clone()).collect(),
         shards: placement::place(&ids, shards, rf),
         meta_voters: placement::meta_voters(&ids),
-    }
+    };
+    ClusterState { map, members: nodes.into_iter().map(|n| n.1).collect(), moves: Vec::new() }
 }
 
 /// Until a map exists: on the metadata group's leader, propose one for the
@@ -94,11 +98,11 @@ async fn keep_map(engine: Arc<Engine>, meta: Arc<Group>) {
             continue;
         }
         let Some(nodes) = members_to_be(&engine, &meta, &me) else { continue };
-        let map = new_map(&nodes, engine.shard_count(), engine.cfg.cluster.replication_factor);
-        match meta.propose(Command::SetCluster(map.clone())).await {
+        let state = new_state(&nodes, engine.shard_count(), engine.cfg.cluster.replication_factor);
+        match meta.propose(Command::SetClusterState(Box::new(state.clone()))).await {
             Ok(CmdResult::Done) => {
-                let ids: Vec<NodeId> = map.nodes.iter().map(|n| n.id).collect();
-                info!(nodes = ?ids, shards = map.shards.len(), "cluster map created");
+                let ids: Vec<NodeId> = state.map.nodes.iter().map(|n| n.id).collect();
+                info!(nodes = ?ids, shards = state.map.shards.len(), "cluster map created");
                 return;
             }
             // A map exists already (proposed before a restart, or elsewhere).
@@ -113,17 +117,22 @@ async fn keep_map(engine: Arc<Engine>, meta: Arc<Group>) {
 }
 
 /// The members of a new cluster as this node sees them: the metadata
-/// group's initial voters (the founders), or `None` if it cannot tell yet
-/// (a voter it knows no address of).
-fn members_to_be(engine: &Engine, meta: &Group, me: &NodeInfo) -> Option<Vec<NodeInfo>> {
+/// group's initial voters (the founders) with their identities, or `None`
+/// if it cannot tell yet (a voter it knows no address or incarnation of).
+fn members_to_be(engine: &Engine, meta: &Group, me: &NodeInfo) -> Option<Vec<(NodeInfo, Member)>> {
     let voters: Vec<NodeId> =
         meta.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
     let view = engine.control.lock().ok().and_then(|c| c.clone()).map(|c| c.view());
-    let info = |id: NodeId| -> Option<NodeInfo> {
+    let member =
+        |id, incarnation, zone| Member { id, incarnation, zone, state: MemberState::Active };
+    let info = |id: NodeId| -> Option<(NodeInfo, Member)> {
         if id == me.id {
-            return Some(me.clone());
+            let zone = engine.cfg.cluster.zone.clone();
+            return Some((me.clone(), member(id, engine.incarnation, zone)));
         }
-        view.as_ref()?.known.get(&id).map(|(i, _)| i.clone())
+        let view = view.as_ref()?;
+        let (incarnation, zone) = view.identity.get(&id).cloned()?;
+        view.known.get(&id).map(|(i, _)| (i.clone(), member(id, incarnation, zone)))
     };
     voters.iter().map(|&v| info(v)).collect()
 }

@@ -20,6 +20,8 @@
 //! does); it is bound to 127.0.0.1 on a free port and unused: sessions
 //! arrive through the peer listener instead.
 
+mod messages;
+
 use crate::liveness::{Liveness, BEAT_EVERY};
 use crate::peer::auth::Credentials;
 use crate::peer::conn::DialFault;
@@ -27,14 +29,12 @@ use crate::peer::links::Links;
 use crate::peer::wire::{GroupId, KIND_CONTROL};
 use crate::peer::Peers;
 use crate::types::NodeId;
+pub use messages::{Beat, ControlMsg, Gossip, GossipBytes};
+use messages::{ControlActor, Event, Subscription, GROUP};
 use plaudit_proto::cluster::NodeInfo;
-use plaudit_proto::codec;
-use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable};
+use ractor::{Actor, ActorRef};
 use ractor_cluster::node::NodeServerSessionInformation;
-use ractor_cluster::{
-    ClusterBidiStream, NodeEventSubscription, NodeServer, NodeServerMessage, RactorClusterMessage,
-};
-use serde::{Deserialize, Serialize};
+use ractor_cluster::{ClusterBidiStream, NodeServer, NodeServerMessage};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,121 +42,12 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-const GROUP: &str = "plaudit.control";
 /// How often the control loop dials missing peers and gossips.
 const TICK: Duration = Duration::from_millis(250);
 /// Gossip is sent at least this often even when nothing changed.
 const GOSSIP_EVERY: Duration = Duration::from_secs(1);
 /// A dial that has not produced a ready session by then may be retried.
 const DIAL_PATIENCE: Duration = Duration::from_secs(2);
-
-/// What nodes tell each other.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Gossip {
-    pub from: Option<NodeInfo>,
-    /// The sender belongs to a cluster already (its metadata group has a
-    /// membership).
-    pub member: bool,
-    /// The sender is handing its leaderships away and takes none
-    /// (`leaders.rs`).
-    pub draining: bool,
-    pub known: Vec<NodeInfo>,
-    /// Leaders the sender knows first hand: `(group, leader, term)`.
-    pub leaders: Vec<(GroupId, NodeId, u64)>,
-}
-
-/// `Gossip` as ractor_cluster carries it.
-#[derive(Debug, Clone)]
-pub struct GossipBytes(pub Gossip);
-
-impl BytesConvertable for GossipBytes {
-    fn into_bytes(self) -> Vec<u8> {
-        codec::to_bytes(&self.0).unwrap_or_default()
-    }
-    fn from_bytes(bytes: Vec<u8>) -> Self {
-        // A frame that does not decode is dropped as empty gossip rather
-        // than a panic (which ractor_cluster would swallow silently anyway).
-        GossipBytes(codec::from_bytes(&bytes).unwrap_or_default())
-    }
-}
-
-/// A beat: "node N is alive" (`liveness.rs`).
-#[derive(Debug, Clone, Copy)]
-pub struct Beat(pub NodeId);
-
-impl BytesConvertable for Beat {
-    fn into_bytes(self) -> Vec<u8> {
-        self.0.to_be_bytes().to_vec()
-    }
-    fn from_bytes(bytes: Vec<u8>) -> Self {
-        // Not eight bytes: node 0, which no node is (ignored).
-        Beat(bytes.try_into().map(u64::from_be_bytes).unwrap_or(0))
-    }
-}
-
-#[derive(RactorClusterMessage)]
-pub enum ControlMsg {
-    Gossip(GossipBytes),
-    Beat(Beat),
-}
-
-/// The actor other nodes send gossip to: it only hands it to the control loop.
-struct ControlActor {
-    inbox: mpsc::UnboundedSender<Event>,
-}
-
-impl Actor for ControlActor {
-    type Msg = ControlMsg;
-    type State = ();
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        myself: ActorRef<ControlMsg>,
-        _: (),
-    ) -> Result<(), ActorProcessingErr> {
-        ractor::pg::join(GROUP.to_string(), vec![myself.get_cell()]);
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        _myself: ActorRef<ControlMsg>,
-        msg: ControlMsg,
-        _: &mut (),
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            ControlMsg::Gossip(g) => {
-                let _ = self.inbox.send(Event::Gossip(g.0));
-            }
-            ControlMsg::Beat(Beat(from)) => {
-                let _ = self.inbox.send(Event::Beat(from));
-            }
-        }
-        Ok(())
-    }
-}
-
-enum Event {
-    Ready(NodeServerSessionInformation),
-    Gone(NodeServerSessionInformation),
-    Gossip(Gossip),
-    Beat(NodeId),
-}
-
-/// Forwards NodeServer session events to the control loop.
-struct Subscription(mpsc::UnboundedSender<Event>);
-
-impl NodeEventSubscription for Subscription {
-    fn node_session_opened(&self, _: NodeServerSessionInformation) {}
-    fn node_session_authenticated(&self, _: NodeServerSessionInformation) {}
-    fn node_session_ready(&self, ses: NodeServerSessionInformation) {
-        let _ = self.0.send(Event::Ready(ses));
-    }
-    fn node_session_disconnected(&self, ses: NodeServerSessionInformation) {
-        let _ = self.0.send(Event::Gone(ses));
-    }
-}
 
 /// A TCP stream handed to ractor_cluster, labelled `addr#id`: the address
 /// dialed (or the remote address, for accepted ones) and the node id our
@@ -206,6 +97,8 @@ pub struct View {
     pub up: BTreeSet<NodeId>,
     /// Nodes that said they are draining (not including this one).
     pub draining: BTreeSet<NodeId>,
+    /// Each node's incarnation and zone, as it last said (this one's too).
+    pub identity: BTreeMap<NodeId, (plaudit_proto::membership::Incarnation, Option<String>)>,
 }
 
 /// What gossip says of this node, filled by the engine.
@@ -235,6 +128,9 @@ pub struct ControlConfig {
     pub seeds: Vec<String>,
     /// A peer silent this long is down (`liveness.rs`).
     pub peer_timeout: Duration,
+    /// This node's incarnation and zone, for gossip.
+    pub incarnation: plaudit_proto::membership::Incarnation,
+    pub zone: Option<String>,
     /// Control connections prove the cluster secret (and declare the
     /// shard count) before ractor_cluster sees them, as data connections do.
     pub creds: Credentials,
@@ -274,8 +170,14 @@ impl Control {
             .map_err(|e| anyhow::anyhow!("starting the gossip actor: {e}"))?;
         let mut known = BTreeMap::new();
         known.insert(cfg.me.id, (cfg.me.clone(), false));
-        let (view, _) =
-            watch::channel(View { known, up: BTreeSet::new(), draining: BTreeSet::new() });
+        let mut identity = BTreeMap::new();
+        identity.insert(cfg.me.id, (cfg.incarnation, cfg.zone.clone()));
+        let (view, _) = watch::channel(View {
+            known,
+            up: BTreeSet::new(),
+            draining: BTreeSet::new(),
+            identity,
+        });
         let control = Arc::new(Control { node_server, view, sessions: Mutex::default(), links });
         let lp = Loop {
             control: control.clone(),
@@ -290,6 +192,8 @@ impl Control {
             last_gossip: None,
             last_sent: Gossip::default(),
             liveness: Liveness::new(cfg.peer_timeout),
+            incarnation: cfg.incarnation,
+            zone: cfg.zone,
         };
         tokio::spawn(lp.run(rx));
         Ok(control)
@@ -346,6 +250,8 @@ struct Loop {
     last_gossip: Option<Instant>,
     last_sent: Gossip,
     liveness: Liveness,
+    incarnation: plaudit_proto::membership::Incarnation,
+    zone: Option<String>,
 }
 
 impl Loop {
@@ -489,6 +395,11 @@ impl Loop {
         let mut changed = false;
         let mut view = self.control.view.borrow().clone();
         if let Some(from) = &g.from {
+            let id = (g.incarnation, g.zone.clone());
+            if view.identity.get(&from.id) != Some(&id) {
+                changed = true;
+                view.identity.insert(from.id, id);
+            }
             let was = view.draining.contains(&from.id);
             if g.draining != was {
                 changed = true;
@@ -590,7 +501,15 @@ impl Loop {
         let view = self.control.view.borrow().clone();
         let mut known: Vec<NodeInfo> = view.known.values().map(|(n, _)| n.clone()).collect();
         known.sort_by_key(|n| n.id);
-        let g = Gossip { from: Some(self.me.clone()), member, draining, known, leaders };
+        let g = Gossip {
+            from: Some(self.me.clone()),
+            member,
+            draining,
+            incarnation: self.incarnation,
+            zone: self.zone.clone(),
+            known,
+            leaders,
+        };
         let due = self.last_gossip.is_none_or(|t| t.elapsed() >= GOSSIP_EVERY);
         if g == self.last_sent && !due {
             return;

@@ -115,7 +115,8 @@ pub fn adds_state(cmd: &Command) -> bool {
         | Command::Deliver { .. }
         | Command::Ack { .. }
         | Command::DropBoard { .. }
-        | Command::SetCluster(_) => false,
+        | Command::SetCluster(_)
+        | Command::SetClusterState(_) => false,
     }
 }
 

@@ -56,6 +56,7 @@ impl Engine {
                 Ok(Response::ClusterStatus(Box::new(self.cluster_status().await)))
             }
             Request::DrainNode(n) => Box::pin(self.drain_node(n)).await,
+            Request::Nodes => Ok(Response::Nodes(Box::pin(self.nodes()).await)),
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)

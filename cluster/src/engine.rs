@@ -55,6 +55,8 @@ pub struct ClusterConfig {
     pub secret: Option<Vec<u8>>,
     /// A peer not heard from this long is down (`liveness.rs`).
     pub peer_timeout: Duration,
+    /// This node's failure domain (`--zone`), if any.
+    pub zone: Option<String>,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -66,6 +68,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("bootstrap_expect", &self.bootstrap_expect)
             .field("replication_factor", &self.replication_factor)
             .field("peer_timeout", &self.peer_timeout)
+            .field("zone", &self.zone)
             .field("secret", &self.secret.as_ref().map(|_| "(redacted)"))
             .finish()
     }
@@ -81,6 +84,7 @@ impl ClusterConfig {
             replication_factor: 1,
             secret: None,
             peer_timeout: Duration::from_secs(1),
+            zone: None,
         }
     }
 }
@@ -135,6 +139,8 @@ pub struct Engine {
     pub(crate) draining: std::sync::atomic::AtomicBool,
     /// Itself, for work a request starts that outlives it (a drain).
     pub(crate) this: std::sync::OnceLock<std::sync::Weak<Engine>>,
+    /// This node's life (`identity.rs`).
+    pub incarnation: plaudit_proto::membership::Incarnation,
 }
 
 /// Per-shard numbers for metrics.
@@ -177,6 +183,7 @@ impl Engine {
         peer_listener: Option<TcpListener>,
     ) -> anyhow::Result<Arc<Engine>> {
         std::fs::create_dir_all(&cfg.data_dir)?;
+        let incarnation = crate::identity::load_or_make(&cfg.data_dir)?;
         let db = sled::Config::new()
             .path(cfg.data_dir.join("sled"))
             .cache_capacity(cfg.sled_cache_bytes)
@@ -227,6 +234,7 @@ impl Engine {
             budget: Budget::new(shard_share(cfg_budget, cfg_per_shard, 0)),
             draining: Default::default(),
             this: std::sync::OnceLock::new(),
+            incarnation,
         });
         let _ = engine.this.set(Arc::downgrade(&engine));
         // The metadata group runs on every node: voters on up to three, the
@@ -331,6 +339,8 @@ impl Engine {
             cookie: crate::peer::auth::control_cookie(&creds.secret),
             seeds: c.seeds.clone(),
             peer_timeout: c.peer_timeout,
+            incarnation: self.incarnation,
+            zone: c.zone.clone(),
             creds,
         };
         let weak = Arc::downgrade(self);

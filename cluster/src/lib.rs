@@ -27,6 +27,7 @@ mod failover;
 mod fault;
 pub mod group;
 pub mod hash_buckets;
+pub mod identity;
 mod inline;
 mod leaders;
 pub mod liveness;

@@ -136,6 +136,51 @@ pub(crate) fn leader_of(reports: &[(NodeId, &GroupReport)]) -> Option<NodeId> {
         .or_else(|| top().find_map(|(_, r)| r.leader))
 }
 
+impl Engine {
+    /// `admin nodes`: every member, with what this node knows of it.
+    pub(crate) async fn nodes(&self) -> Vec<plaudit_proto::membership::NodeRow> {
+        use plaudit_proto::membership::{MemberState, NodeLife, NodeRow};
+        let status = self.cluster_status().await;
+        let state = self.directory.cluster_state();
+        let view = self.control.lock().ok().and_then(|c| c.clone()).map(|c| c.view());
+        let me = self.node_id();
+        status
+            .nodes
+            .iter()
+            .map(|n| {
+                let id = n.info.id;
+                let member = state.as_ref().and_then(|s| s.member(id).cloned());
+                let draining = if id == me {
+                    self.is_draining()
+                } else {
+                    view.as_ref().is_some_and(|v| v.draining.contains(&id))
+                };
+                let life = match (member.as_ref().map(|m| m.state), n.state) {
+                    (Some(MemberState::Dead), _) => NodeLife::Dead,
+                    (Some(MemberState::Decommissioned), _) => NodeLife::Decommissioned,
+                    (Some(MemberState::Decommissioning), _) => NodeLife::Decommissioning,
+                    (_, NodeState::Down) => NodeLife::Down,
+                    (_, NodeState::Unreachable) => NodeLife::Unreachable,
+                    (_, NodeState::Up) if draining => NodeLife::Draining,
+                    (_, NodeState::Up) => NodeLife::Up,
+                };
+                let incarnation = member.as_ref().map_or(0, |m| m.incarnation);
+                let replicas = status.shards.iter().filter(|g| g.replicas.contains(&id)).count();
+                NodeRow {
+                    id,
+                    incarnation,
+                    addr: n.info.client.clone(),
+                    peer: n.info.peer.clone(),
+                    zone: member.and_then(|m| m.zone),
+                    state: life,
+                    replicas: replicas as u32,
+                    leaders: n.shards_led,
+                }
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -174,6 +174,9 @@ pub struct Config {
     pub bootstrap_expect: u32,
     /// Replicas per shard (at most the number of nodes).
     pub replication_factor: u32,
+    /// This node's failure domain (a rack, a zone): two replicas of a shard
+    /// are not placed in one zone while another has room. Unset: its own.
+    pub zone: Option<String>,
     /// The secret nodes of one cluster share (at least 16 bytes); peers
     /// without it are refused. Required with `join`. Prefer
     /// `cluster_secret_file`; never logged.
@@ -308,6 +311,7 @@ impl Default for Config {
             join: Vec::new(),
             bootstrap_expect: DEFAULT_BOOTSTRAP_EXPECT,
             replication_factor: DEFAULT_REPLICATION_FACTOR,
+            zone: None,
             cluster_secret: Secret::default(),
             cluster_secret_file: None,
             admin_token: Secret::default(),
@@ -445,6 +449,12 @@ impl Config {
             seeds.len()
         );
         ensure!(self.replication_factor >= 1, "replication_factor must be at least 1");
+        if let Some(z) = &self.zone {
+            ensure!(
+                !z.is_empty() && z.len() <= 64 && z.bytes().all(|b| b.is_ascii_graphic()),
+                "zone must be 1..=64 printable characters, got {z:?}"
+            );
+        }
         if !self.join.is_empty() || self.bootstrap_expect > 1 {
             ensure!(
                 !self.cluster_secret.is_empty() || self.cluster_secret_file.is_some(),

@@ -124,6 +124,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             replication_factor: cfg.replication_factor,
             secret,
             peer_timeout: std::time::Duration::from_millis(cfg.peer_timeout_ms),
+            zone: cfg.zone.clone(),
         },
         request_timeout: cfg.request_timeout(),
     };

@@ -155,7 +155,8 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         | Request::CreateToken(_)
         | Request::ListTokens
         | Request::RevokeToken(_)
-        | Request::DrainNode(_) => false,
+        | Request::DrainNode(_)
+        | Request::Nodes => false,
     };
     if allowed {
         Ok(())

@@ -25,7 +25,8 @@
 //! - `codec`: bincode encode/decode of anything serde;
 //! - `frame`: async length-prefixed frame reading and writing;
 //! - `routing`: the stable key -> shard function;
-//! - `cluster`: members, placement, leaders and status of a cluster.
+//! - `cluster`: members, placement, leaders and status of a cluster;
+//! - `membership`: members' identities and lifecycles, and replica moves.
 
 pub mod auth;
 pub mod business;
@@ -41,6 +42,7 @@ pub mod keyed_hash;
 pub mod likes;
 pub mod limits;
 pub mod listing;
+pub mod membership;
 pub mod message;
 mod nesting;
 pub mod prefetch;

@@ -85,10 +85,12 @@ pub enum Request {
     /// take none until it restarts (admin only); answered `Done` once the
     /// node has begun. `plaudit admin drain` then watches the status.
     DrainNode(crate::cluster::NodeId),
+    /// Every member: identity, state, replicas and leaderships (admin only).
+    Nodes,
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 31] = [
+pub const OPS: [&str; 32] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -120,6 +122,7 @@ pub const OPS: [&str; 31] = [
     "token_list",
     "token_revoke",
     "drain",
+    "nodes",
 ];
 
 impl Request {
@@ -165,6 +168,7 @@ impl Request {
             Request::ListTokens => "token_list",
             Request::RevokeToken(_) => "token_revoke",
             Request::DrainNode(_) => "drain",
+            Request::Nodes => "nodes",
         }
     }
 
@@ -173,7 +177,7 @@ impl Request {
         match self {
             Request::Ping | Request::GetBiz(_) | Request::ListBiz => Ok(()),
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => Ok(()),
-            Request::DrainNode(_) => Ok(()),
+            Request::DrainNode(_) | Request::Nodes => Ok(()),
             Request::Once { req, .. } => match **req {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
@@ -229,7 +233,7 @@ impl Request {
             Request::ListBizPage(_) | Request::ListRanksPage(_) => None,
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
             Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => None,
-            Request::DrainNode(_) => None,
+            Request::DrainNode(_) | Request::Nodes => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
             Request::CreateRank(_)
@@ -291,6 +295,8 @@ pub enum Response {
     Tokens(Vec<TokenInfo>),
     /// Taken, with nothing to say (`DrainNode`).
     Done,
+    /// The reply to `Nodes`.
+    Nodes(Vec<crate::membership::NodeRow>),
 }
 
 #[cfg(test)]

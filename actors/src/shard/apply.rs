@@ -179,6 +179,7 @@ impl ShardActor {
                     | Command::CreateRank(_)
                     | Command::UpdateRank(_)
                     | Command::SetCluster(_)
+                    | Command::SetClusterState(_)
                     | Command::CreateToken(_)
                     | Command::RevokeToken { .. } => {
                         registry::apply(&self.directory, self.cfg.is_meta, cmd, now, &mut out.ws)

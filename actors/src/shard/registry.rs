@@ -36,6 +36,9 @@ pub(super) fn apply(
             directory.apply_update_rank(u, ws).map(|d| CmdResult::Rank(Box::new(d)))
         }
         Command::SetCluster(m) => directory.apply_set_cluster(m, ws).map(|()| CmdResult::Done),
+        Command::SetClusterState(s) => {
+            directory.apply_set_cluster_state(s, ws).map(|()| CmdResult::Done)
+        }
         Command::CreateToken(t) => directory.apply_create_token(t, now, ws).map(CmdResult::Token),
         Command::RevokeToken { id } => {
             directory.apply_revoke_token(*id, now, ws).map(CmdResult::Token)

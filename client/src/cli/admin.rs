@@ -36,6 +36,12 @@ pub enum AdminCommand {
     /// applied log index and the entries it is behind its leader, or
     /// `NODE:down`. With --json, the status as one object.
     Status,
+    /// List every member: id, incarnation, client address, state (up, down,
+    /// unreachable, draining, decommissioning, decommissioned, dead), zone,
+    /// the shards it holds a replica of and the shards it leads. With
+    /// --json: `{"nodes":[{"id":1,"incarnation":"…","addr":"…","state":"up",
+    /// "replicas":4,"leaders":2,"peer":"…","zone":null}]}`.
+    Nodes,
     /// Make NODE hand every leadership it holds to another replica of the
     /// group, and take none until it restarts (what SIGTERM does first).
     ///
@@ -143,6 +149,41 @@ fn progress(r: &ReplicaStatus) -> String {
     // Writing to a String cannot fail.
     let _ = write!(cell, "{applied}/{lag}");
     cell
+}
+
+/// `admin nodes --json`: the documented `NodesView` shape.
+pub fn nodes_json(rows: &[plaudit_proto::membership::NodeRow]) -> String {
+    json::encode(&plaudit_proto::membership::NodesView::from(rows))
+}
+
+/// `admin nodes`, for people.
+pub fn nodes_human(rows: &[plaudit_proto::membership::NodeRow]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.to_string(),
+                format!("{:016x}", r.incarnation),
+                r.state.as_str().to_string(),
+                r.addr.clone(),
+                r.zone.clone().unwrap_or_else(|| "-".into()),
+                r.replicas.to_string(),
+                r.leaders.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("NODE", Align::Right),
+            ("INCARNATION", Align::Left),
+            ("STATE", Align::Left),
+            ("CLIENT", Align::Left),
+            ("ZONE", Align::Left),
+            ("REPLICAS", Align::Right),
+            ("LEADERS", Align::Right),
+        ],
+        &cells,
+    )
 }
 
 #[cfg(test)]

@@ -31,6 +31,9 @@ pub struct Args {
     /// Form a new cluster with the nodes at the first N seeds (sorted).
     #[arg(long, value_name = "N")]
     pub bootstrap_expect: Option<u32>,
+    /// This node's failure domain (rack, zone).
+    #[arg(long, value_name = "ZONE")]
+    pub zone: Option<String>,
     /// File holding the cluster secret.
     #[arg(long, value_name = "PATH")]
     pub cluster_secret_file: Option<PathBuf>,

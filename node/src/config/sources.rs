@@ -27,6 +27,7 @@ impl Config {
             }
             "bootstrap_expect" => self.bootstrap_expect = parse(value)?,
             "replication_factor" => self.replication_factor = parse(value)?,
+            "zone" => self.zone = Some(value.to_string()).filter(|z| !z.is_empty()),
             "cluster_secret" => self.cluster_secret = Secret(value.to_string()),
             "cluster_secret_file" => {
                 self.cluster_secret_file = (!value.is_empty()).then(|| PathBuf::from(value))
@@ -94,6 +95,7 @@ impl Config {
             peer_listen,
             join,
             bootstrap_expect,
+            zone,
             cluster_secret_file,
             admin_token_file,
             insecure,
@@ -106,6 +108,9 @@ impl Config {
         }
         if let Some(v) = peer_listen {
             self.peer_listen = *v;
+        }
+        if let Some(v) = zone {
+            self.zone = Some(v.clone()).filter(|z| !z.is_empty());
         }
         if let Some(v) = join {
             self.join = v.clone();

@@ -84,6 +84,7 @@ fn every_field_can_be_set_from_the_environment() {
         join: vec!["10.0.0.2:3".parse().unwrap(), "10.0.0.3:3".parse().unwrap()],
         bootstrap_expect: 2,
         replication_factor: 2,
+        zone: Some("rack-7".into()),
         cluster_secret: Secret("0123456789abcdef-secret".into()),
         cluster_secret_file: Some(PathBuf::from("/etc/plaudit/secret")),
         admin_token: Secret("an-admin-token-of-some-length".into()),
