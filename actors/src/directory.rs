@@ -132,6 +132,12 @@ impl Directory {
         self.cluster.subscribe()
     }
 
+    /// The cluster state as it changes (members and moves change it
+    /// without always changing the map's placement).
+    pub fn watch_state(&self) -> watch::Receiver<Option<Arc<ClusterState>>> {
+        self.state.subscribe()
+    }
+
     /// The cluster state (map, members, moves), once there is a map.
     pub fn cluster_state(&self) -> Option<Arc<ClusterState>> {
         self.state.borrow().clone()

@@ -164,6 +164,20 @@ impl Client {
         }
     }
 
+    /// Decommissions or recommissions a member, or rebalances now (admin
+    /// only). Returns once the cluster state records it (`Refused` when a
+    /// decommission would leave too few members); `cluster_status` shows
+    /// the moves that follow.
+    pub async fn members(
+        &self,
+        op: plaudit_proto::membership::MemberOp,
+    ) -> Result<(), ClientError> {
+        match self.request(Request::Members(op)).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected("members", &other)),
+        }
+    }
+
     /// Every member of the cluster: its identity, state, replicas and
     /// leaderships, as the first seed sees them (admin only).
     pub async fn nodes(&self) -> Result<Vec<plaudit_proto::membership::NodeRow>, ClientError> {

@@ -22,6 +22,7 @@ pub mod args;
 pub mod board;
 pub mod human;
 pub mod json;
+pub mod members;
 pub mod rank;
 pub mod token;
 
@@ -96,6 +97,12 @@ pub enum Output {
     /// only with `--wait`).
     Drained {
         node: u64,
+        done: bool,
+    },
+    /// `admin decommission`, `recommission`, `rebalance`: the change, and
+    /// whether it is over (known only with `--wait`).
+    Members {
+        op: plaudit_proto::membership::MemberOp,
         done: bool,
     },
 }
@@ -230,6 +237,13 @@ pub async fn run(cli: &Cli) -> Result<Output, Failure> {
         (Command::Admin(admin::AdminCommand::Drain { node, wait: true }), _) => {
             watch_drain(&client, *node, cli.json).await.map_err(failed)
         }
+        (Command::Admin(a), out) => match a.member_op() {
+            Some((op, true)) => {
+                members::watch(&client, op, cli.json).await.map_err(failed)?;
+                Ok(Output::Members { op, done: true })
+            }
+            _ => Ok(out),
+        },
         (_, out) => Ok(out),
     }
 }
@@ -271,6 +285,15 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
         Command::Admin(admin::AdminCommand::Drain { node, .. }) => {
             client.drain_node(*node).await?;
             Output::Drained { node: *node, done: false }
+        }
+        Command::Admin(
+            a @ (admin::AdminCommand::Decommission { .. }
+            | admin::AdminCommand::Recommission { .. }
+            | admin::AdminCommand::Rebalance { .. }),
+        ) => {
+            let (op, _) = a.member_op().expect("a membership command");
+            client.members(op).await?;
+            Output::Members { op, done: false }
         }
         Command::Score(a) => Output::Score(client.score(a.request()).await?),
         Command::Top { rank, board, offset, limit } => {

@@ -96,8 +96,9 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Ping
         | Request::Hello(_)
         | Request::Routing
-        // Any node passes it on to the node it names.
-        | Request::DrainNode(_) => Target::Any,
+        // Any node passes it on to the node it names (or leads the change).
+        | Request::DrainNode(_)
+        | Request::Members(_) => Target::Any,
         Request::ClusterStatus | Request::Nodes => Target::Seed,
         // Said by the pool on each connection it opens, never routed as a
         // call (`Client::request` refuses it); any node would take it.

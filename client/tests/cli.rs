@@ -146,6 +146,7 @@ fn cluster_status(addr: &str) -> ClusterStatus {
             },
             state: NodeState::Up,
             shards_led: 1,
+            life: plaudit_client::proto::membership::NodeLife::Up,
         }],
         meta: GroupStatus { shard: None, leader: Some(1), replicas: vec![1], states: vec![] },
         shards: vec![GroupStatus {
@@ -161,6 +162,7 @@ fn cluster_status(addr: &str) -> ClusterStatus {
                 behind_leader: Some(0),
             }],
         }],
+        moves: vec![],
     }
 }
 

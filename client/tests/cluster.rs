@@ -319,6 +319,7 @@ async fn cluster_status_is_asked_of_any_node() {
                     states: vec![],
                 },
                 shards: vec![],
+                moves: vec![],
             },
         ))),
         other => panic!("unexpected {other:?}"),

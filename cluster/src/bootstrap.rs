@@ -28,9 +28,10 @@
 //! lowest set and create two clusters, which can never be merged. The seed
 //! list is the one thing every node is given alike.
 //!
-//! Once the map exists, the metadata group's leader adds the nodes that are
-//! not voters as learners, and each node starts the shards placed on it
-//! (`Engine::place`).
+//! Once the map exists, the membership manager on the metadata group's
+//! leader takes over (`membership.rs`): it makes the other members
+//! learners, admits nodes that join later, and moves replicas; each node
+//! starts the shards placed on it (`replicas.rs`).
 
 use crate::engine::Engine;
 use crate::group::Group;
@@ -226,37 +227,5 @@ async fn create_with_founders(engine: Arc<Engine>, meta: Arc<Group>, founders: V
             Err(_) => {}
         }
         let _ = tokio::time::timeout(Duration::from_millis(100), view.changed()).await;
-    }
-}
-
-/// On the metadata group's leader: makes every member that is not a voter
-/// a learner, so it receives the registry and the map.
-pub(crate) async fn add_meta_learners(engine: &Arc<Engine>, map: &ClusterMap) {
-    let Some(meta) = engine.router.group(engine.router.meta_id) else { return };
-    if !meta.is_leader() {
-        return;
-    }
-    let present: Vec<NodeId> = meta
-        .raft
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, _)| *id)
-        .collect();
-    for n in &map.nodes {
-        if present.contains(&n.id) {
-            continue;
-        }
-        let node = openraft::BasicNode { addr: n.peer.clone() };
-        let adding = meta.raft.add_learner(n.id, node, false);
-        // Bounded: placement waits for it, and a leader that has just lost
-        // its quorum would never commit the change.
-        match tokio::time::timeout(Duration::from_secs(5), adding).await {
-            Ok(Ok(_)) => info!(node = n.id, "added to the metadata group as a learner"),
-            Ok(Err(e)) => warn!(node = n.id, error = %e, "adding a metadata learner failed"),
-            Err(_) => warn!(node = n.id, "adding a metadata learner timed out"),
-        }
     }
 }

@@ -57,6 +57,7 @@ impl Engine {
             }
             Request::DrainNode(n) => Box::pin(self.drain_node(n)).await,
             Request::Nodes => Ok(Response::Nodes(Box::pin(self.nodes()).await)),
+            Request::Members(op) => Box::pin(self.member_op(op, redirect)).await,
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)

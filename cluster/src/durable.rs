@@ -96,6 +96,16 @@ fn promote_installing(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The data groups with a snapshot directory under `data_dir`.
+pub(crate) fn snapshot_groups(data_dir: &Path, meta_id: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("snapshots")) else { return Vec::new() };
+    entries
+        .filter_map(|e| group_of(&e.ok()?.path(), meta_id))
+        .filter(|(_, is_meta)| !is_meta)
+        .map(|(g, _)| g)
+        .collect()
+}
+
 /// The group a snapshot directory belongs to: `(shard id, is the metadata group)`.
 fn group_of(dir: &Path, meta_id: u32) -> Option<(u32, bool)> {
     let name = dir.file_name()?.to_str()?;

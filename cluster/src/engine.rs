@@ -29,7 +29,7 @@ use crate::router::Router;
 use crate::types::NodeId;
 use plaudit_actors::active::Budget;
 use plaudit_actors::{Directory, OutboxSignal, ShardActor, ShardConfig, ShardHandle};
-use plaudit_proto::cluster::{ClusterMap, NodeInfo};
+use plaudit_proto::cluster::NodeInfo;
 use plaudit_proto::WireError;
 use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::wal::Wal;
@@ -57,6 +57,13 @@ pub struct ClusterConfig {
     pub peer_timeout: Duration,
     /// This node's failure domain (`--zone`), if any.
     pub zone: Option<String>,
+    /// A member down this long is dead: its replicas are rebuilt elsewhere.
+    pub dead_node_timeout: Duration,
+    /// Replica moves in flight per node, as source or target.
+    pub moves_per_node: usize,
+    /// Bytes a second this node sends snapshots at, all groups together
+    /// (0: unpaced).
+    pub snapshot_send_rate: u64,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -69,6 +76,9 @@ impl std::fmt::Debug for ClusterConfig {
             .field("replication_factor", &self.replication_factor)
             .field("peer_timeout", &self.peer_timeout)
             .field("zone", &self.zone)
+            .field("dead_node_timeout", &self.dead_node_timeout)
+            .field("moves_per_node", &self.moves_per_node)
+            .field("snapshot_send_rate", &self.snapshot_send_rate)
             .field("secret", &self.secret.as_ref().map(|_| "(redacted)"))
             .finish()
     }
@@ -85,6 +95,9 @@ impl ClusterConfig {
             secret: None,
             peer_timeout: Duration::from_secs(1),
             zone: None,
+            dead_node_timeout: Duration::from_secs(300),
+            moves_per_node: 2,
+            snapshot_send_rate: 32 << 20,
         }
     }
 }
@@ -122,7 +135,7 @@ pub struct Engine {
     db: sled::Db,
     commit: GroupCommit,
     /// Every group's Raft log, in one set of files (`storage/src/wal.rs`).
-    wal: Arc<Wal>,
+    pub(crate) wal: Arc<Wal>,
     pub(crate) store: StateStore,
     pub(crate) directory: Directory,
     pub(crate) router: Arc<Router>,
@@ -132,7 +145,7 @@ pub struct Engine {
     /// Background tasks, taken (and awaited) by `shutdown`.
     workers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Serialises starting groups (the placement watcher and bootstrap).
-    starting: tokio::sync::Mutex<()>,
+    pub(crate) starting: tokio::sync::Mutex<()>,
     /// Every shard's share of the actor budget, as the node holds them.
     budget: Budget,
     /// Handing its leaderships away and taking none (`leaders.rs`).
@@ -141,6 +154,12 @@ pub struct Engine {
     pub(crate) this: std::sync::OnceLock<std::sync::Weak<Engine>>,
     /// This node's life (`identity.rs`).
     pub incarnation: plaudit_proto::membership::Incarnation,
+    /// Serialises changes to the cluster state made here (`membership.rs`).
+    pub(crate) state_changes: tokio::sync::Mutex<()>,
+    /// Wakes the membership manager before its next round (`admin rebalance`).
+    pub(crate) nudge: tokio::sync::Notify,
+    /// The snapshots this node sends (`snapshot_send.rs`).
+    pub(crate) sends: Arc<crate::snapshot_send::SnapshotSends>,
 }
 
 /// Per-shard numbers for metrics.
@@ -218,6 +237,7 @@ impl Engine {
             cfg.request_timeout,
         ));
         let (cfg_budget, cfg_per_shard) = (cfg.actor_budget, cfg.actor_budget_per_shard);
+        let send_rate = cfg.cluster.snapshot_send_rate;
         let engine = Arc::new(Engine {
             cfg,
             db,
@@ -235,6 +255,9 @@ impl Engine {
             draining: Default::default(),
             this: std::sync::OnceLock::new(),
             incarnation,
+            state_changes: Default::default(),
+            nudge: Default::default(),
+            sends: Arc::new(crate::snapshot_send::SnapshotSends::new(send_rate)),
         });
         let _ = engine.this.set(Arc::downgrade(&engine));
         // The metadata group runs on every node: voters on up to three, the
@@ -324,7 +347,7 @@ impl Engine {
     }
 
     /// Divides the actor budget again among the data groups now held.
-    fn share_budget(&self) {
+    pub(crate) fn share_budget(&self) {
         let held = self.router.local().iter().filter(|g| g.id != self.router.meta_id).count();
         let share = shard_share(self.cfg.actor_budget, self.cfg.actor_budget_per_shard, held);
         if self.budget.set(share) != share {
@@ -365,6 +388,8 @@ impl Engine {
         self.spawn(async move { crate::failover::run(e, control).await });
         let e = self.clone();
         self.spawn(async move { e.balance_leaders().await });
+        let e = self.clone();
+        self.spawn(async move { e.manage_members().await });
         Ok(())
     }
 
@@ -404,7 +429,12 @@ impl Engine {
             directory: self.directory.clone(),
             data_dir: cfg.data_dir.clone(),
         };
-        let network = PeerNetwork { group: id, peers: self.peers.clone() };
+        let network = PeerNetwork {
+            group: id,
+            peers: self.peers.clone(),
+            fences: self.fences(),
+            sends: self.sends.clone(),
+        };
         let started = Group::start(
             id,
             &name,
@@ -432,6 +462,7 @@ impl Engine {
         if !is_meta {
             let d = Delivery {
                 shard: id,
+                group: Arc::downgrade(&g),
                 router: self.router.clone(),
                 store: self.store.clone(),
                 signal,
@@ -442,62 +473,29 @@ impl Engine {
         Ok(g)
     }
 
-    /// Starts the groups the cluster map places here, whenever it changes,
-    /// and again every few seconds (placing is idempotent): a metadata
-    /// leader elected after a map change still adds the learners the map
-    /// names.
-    async fn watch_placement(self: Arc<Self>) {
-        const AGAIN: Duration = Duration::from_secs(3);
-        let mut maps = self.directory.watch_cluster();
-        loop {
-            let map = maps.borrow_and_update().clone();
-            if let Some(map) = map {
-                self.place(&map).await;
-            }
-            if let Ok(Err(_)) = tokio::time::timeout(AGAIN, maps.changed()).await {
-                return; // the registry view is gone: shutting down
-            }
-        }
-    }
-
-    /// Brings this node in line with `map`: addresses, its replicas, the
-    /// groups it is meant to create, the metadata group's learners.
-    async fn place(self: &Arc<Self>, map: &ClusterMap) {
-        let _one = self.starting.lock().await;
-        for n in &map.nodes {
-            if n.id != self.node_id() {
-                self.peers.set_addr(n.id, n.peer.clone());
-            }
-        }
-        let me = self.node_id();
-        let addr = |id: NodeId| map.node(id).map(|n| n.peer.clone()).unwrap_or_default();
-        // One shard that cannot start (a half-installed one refuses to)
-        // must not keep the others down: each is tried, failures are logged
-        // and retried at the next pass.
-        for shard in map.shards_of(me).collect::<Vec<_>>() {
-            let g = match self.start_group(shard).await {
-                Ok(g) => g,
-                Err(e) => {
-                    tracing::error!(shard, error = %e, "this replica of the shard cannot start");
-                    continue;
-                }
-            };
-            let replicas = map.replicas(shard);
-            if replicas.first() == Some(&me) {
-                let members: Vec<_> = replicas.iter().map(|&r| (r, addr(r))).collect();
-                if let Err(e) = g.initialize(&members).await {
-                    tracing::warn!(shard, error = %e, "creating the shard's group failed");
-                }
-            }
-        }
-        crate::bootstrap::add_meta_learners(self, map).await;
+    /// Each member's incarnation as the cluster state records it, which
+    /// every Raft message to it names (`wire::Fence`).
+    fn fences(&self) -> crate::raft_net::Fences {
+        let directory = self.directory.clone();
+        Arc::new(move |node| {
+            directory
+                .cluster_state()
+                .and_then(|s| s.member(node).map(|m| m.incarnation))
+                .unwrap_or(0)
+        })
     }
 
     /// Whether every group this node holds has a leader and the map is known.
     pub fn ready(&self) -> bool {
         let Some(map) = self.directory.cluster() else { return false };
         let mine: Vec<GroupId> = map.shards_of(self.node_id()).collect();
-        let groups = self.router.local();
+        // A replica on its way here (a learner catching up) is not waited for.
+        let groups: Vec<Arc<Group>> = self
+            .router
+            .local()
+            .into_iter()
+            .filter(|g| g.id == self.router.meta_id || mine.contains(&g.id))
+            .collect();
         mine.iter().all(|s| self.router.group(*s).is_some())
             && groups.iter().all(|g| {
                 let m = g.raft.metrics().borrow().clone();

@@ -36,6 +36,8 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 pub struct Delivery {
     pub shard: ShardId,
+    /// The replica it delivers for (it ends with it).
+    pub group: std::sync::Weak<Group>,
     pub router: Arc<Router>,
     pub store: StateStore,
     pub signal: Arc<OutboxSignal>,
@@ -59,9 +61,12 @@ type Round<'a> =
     Pin<Box<dyn Future<Output = (ShardId, Result<Option<(u64, bool)>, String>)> + Send + 'a>>;
 
 impl Delivery {
-    fn own(&self) -> Arc<Group> {
-        // The worker is started with its group, which is never removed.
-        self.router.group(self.shard).expect("a delivery worker outlives its group")
+    /// The group this worker delivers for, while this node holds it: a
+    /// replica moved away (or moved away and back, a new `Group`) ends it.
+    fn own(&self) -> Option<Arc<Group>> {
+        let g = self.router.group(self.shard)?;
+        let same = self.group.upgrade().is_some_and(|mine| Arc::ptr_eq(&mine, &g));
+        same.then_some(g)
     }
 
     /// Delivers while this node leads the shard. Each target progresses on
@@ -69,11 +74,13 @@ impl Delivery {
     /// deadline) holds up no other target.
     pub async fn run(self) {
         loop {
-            if !self.own().is_leader() {
+            let Some(own) = self.own() else { return };
+            if !own.is_leader() {
                 // Followers keep the replicated outbox but never deliver it.
-                let _ = tokio::time::timeout(IDLE_CHECK, self.own().leader_changed()).await;
+                let _ = tokio::time::timeout(IDLE_CHECK, own.leader_changed()).await;
                 continue;
             }
+            drop(own);
             // Newly leading: start over from what storage says is pending.
             let mut cursors = Cursors::default();
             match self.store.outbox_targets(self.shard) {
@@ -93,7 +100,7 @@ impl Delivery {
     async fn lead(&self, cursors: &mut Cursors) {
         let mut rounds: FuturesUnordered<Round<'_>> = FuturesUnordered::new();
         loop {
-            if !self.own().is_leader() {
+            if !self.own().is_some_and(|g| g.is_leader()) {
                 return;
             }
             cursors.pending.extend(self.signal.take());
@@ -158,7 +165,8 @@ impl Delivery {
         self.deliver_to(target, Command::Deliver { source: self.shard, records })
             .await
             .map_err(|e| e.to_string())?;
-        self.own().propose(Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
+        let own = self.own().ok_or("this node no longer holds the shard")?;
+        own.propose(Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
         Ok(Some((last, full)))
     }
 

@@ -31,7 +31,21 @@ impl Engine {
             ))
         };
         match req {
-            PeerRequest::AppendEntries { group, rpc } => match self.router.group(group) {
+            PeerRequest::AppendEntries { to, .. }
+            | PeerRequest::Vote { to, .. }
+            | PeerRequest::InstallSnapshot { to, .. }
+                if to != 0 && to != self.incarnation =>
+            {
+                // Meant for an earlier life of this node id, whose log
+                // this one does not have: answering would vote twice in a
+                // term or take entries back (`wire::Fence`).
+                PeerResponse::Unavailable(format!(
+                    "node {} is incarnation {:016x}, not {to:016x}: that member's replicas are gone",
+                    self.node_id(),
+                    self.incarnation
+                ))
+            }
+            PeerRequest::AppendEntries { group, rpc, .. } => match self.router.group(group) {
                 Some(g) => {
                     if rpc.vote.is_committed() && rpc.vote.leader_id().voted_for() == Some(from) {
                         g.heard_leader();
@@ -40,11 +54,11 @@ impl Engine {
                 }
                 None => no_group(group),
             },
-            PeerRequest::Vote { group, rpc } => match self.router.group(group) {
+            PeerRequest::Vote { group, rpc, .. } => match self.router.group(group) {
                 Some(g) => PeerResponse::Vote(g.raft.vote(rpc).await),
                 None => no_group(group),
             },
-            PeerRequest::InstallSnapshot { group, rpc } => match self.router.group(group) {
+            PeerRequest::InstallSnapshot { group, rpc, .. } => match self.router.group(group) {
                 Some(g) => {
                     g.heard_leader();
                     PeerResponse::InstallSnapshot(g.raft.install_snapshot(rpc).await)
@@ -116,6 +130,9 @@ impl Engine {
                 true => PeerResponse::Done,
                 false => no_group(group),
             },
+            PeerRequest::Membership { group, change } => {
+                PeerResponse::Membership(self.change_members(group, change).await)
+            }
             PeerRequest::Drain => {
                 let me = self.clone();
                 // Answered at once; the hand-offs take about a lease each.
@@ -123,6 +140,16 @@ impl Engine {
                 PeerResponse::Done
             }
         }
+    }
+
+    /// The size of data shard `g`'s newest snapshot here (0: none).
+    fn snapshot_bytes(&self, g: u32) -> u64 {
+        let dir = self.cfg.data_dir.join("snapshots").join(format!("shard{g}"));
+        crate::snapshot_file::newest_complete(&dir)
+            .ok()
+            .flatten()
+            .and_then(|p| std::fs::metadata(p).ok())
+            .map_or(0, |m| m.len())
     }
 
     /// This node's view of each group it holds.
@@ -138,6 +165,12 @@ impl Engine {
                     .as_ref()
                     .map(|r| r.iter().map(|(n, l)| (*n, l.map(|l| l.index))).collect())
                     .unwrap_or_default();
+                let leads = m.current_leader == Some(m.id);
+                let (sending, snapshot_bytes) = if leads && g.id != self.router.meta_id {
+                    (self.sends.of_group(g.id), self.snapshot_bytes(g.id))
+                } else {
+                    (Vec::new(), 0)
+                };
                 GroupReport {
                     group: g.id,
                     role: role.to_string(),
@@ -146,6 +179,8 @@ impl Engine {
                     applied: m.last_applied.map(|l| l.index),
                     last_log: m.last_log_index,
                     matched,
+                    sending,
+                    snapshot_bytes,
                 }
             })
             .collect()

@@ -2,8 +2,9 @@
 //! RPC is a `PeerRequest` tagged with the group, on the one connection this
 //! node keeps to the target node.
 
-use crate::peer::wire::{GroupId, PeerRequest, PeerResponse};
+use crate::peer::wire::{Fence, GroupId, PeerRequest, PeerResponse};
 use crate::peer::{CallError, Peers};
+use crate::snapshot_send::SnapshotSends;
 use crate::types::{NodeId, TypeConfig};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
@@ -17,29 +18,53 @@ use openraft::{BasicNode, RPCTypes};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The incarnation each node is known by (the cluster state's members):
+/// what every Raft message to it is fenced with (`wire::Fence`).
+pub type Fences = Arc<dyn Fn(NodeId) -> Fence + Send + Sync>;
+
 /// Makes a client per target node for one group.
 #[derive(Clone)]
 pub struct PeerNetwork {
     pub group: GroupId,
     pub peers: Arc<Peers>,
+    pub fences: Fences,
+    /// Paces and counts the snapshots this node sends (all groups share it).
+    pub sends: Arc<SnapshotSends>,
 }
 
 pub struct PeerClient {
     group: GroupId,
     target: NodeId,
     peers: Arc<Peers>,
+    fences: Fences,
+    sends: Arc<SnapshotSends>,
+}
+
+impl PeerClient {
+    /// Read at every message, not once per client: a member replaced by a
+    /// new incarnation keeps its node id (and openraft its clients).
+    fn fence(&self) -> Fence {
+        (self.fences)(self.target)
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        // Memberships carry each node's peer address; the cluster map may
-        // not be known yet when a group first replicates.
-        if !node.addr.is_empty() {
+        // Memberships carry each node's peer address, for when the cluster
+        // map is not known yet (a group's first replication); the map's
+        // (and gossip's) is newer otherwise: a node's address can change.
+        if !node.addr.is_empty() && self.peers.addr(target).is_none() {
             self.peers.set_addr(target, node.addr.clone());
         }
-        PeerClient { group: self.group, target, peers: self.peers.clone() }
+        PeerClient {
+            group: self.group,
+            target,
+            peers: self.peers.clone(),
+            fences: self.fences.clone(),
+            sends: self.sends.clone(),
+        }
     }
 }
 
@@ -75,7 +100,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let ttl = option.hard_ttl();
-        let req = PeerRequest::AppendEntries { group: self.group, rpc };
+        let req = PeerRequest::AppendEntries { group: self.group, to: self.fence(), rpc };
         match self.peers.call(self.target, req, ttl).await {
             Ok(PeerResponse::AppendEntries(Ok(r))) => Ok(r),
             Ok(PeerResponse::AppendEntries(Err(e))) => {
@@ -94,8 +119,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
+        // Its turn first: the wait is not part of the chunk's time to live.
+        self.sends.pace(self.group, self.target, rpc.offset, rpc.data.len()).await;
         let ttl = option.hard_ttl();
-        let req = PeerRequest::InstallSnapshot { group: self.group, rpc };
+        let req = PeerRequest::InstallSnapshot { group: self.group, to: self.fence(), rpc };
         match self.peers.call(self.target, req, ttl).await {
             Ok(PeerResponse::InstallSnapshot(Ok(r))) => Ok(r),
             Ok(PeerResponse::InstallSnapshot(Err(e))) => {
@@ -112,7 +139,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let ttl = option.hard_ttl();
-        let req = PeerRequest::Vote { group: self.group, rpc };
+        let req = PeerRequest::Vote { group: self.group, to: self.fence(), rpc };
         match self.peers.call(self.target, req, ttl).await {
             Ok(PeerResponse::Vote(Ok(r))) => Ok(r),
             Ok(PeerResponse::Vote(Err(e))) => {

@@ -90,6 +90,13 @@ impl Router {
         self.groups.write().unwrap_or_else(|e| e.into_inner()).insert(group.id, group);
     }
 
+    /// Forgets this node's replica of `g` (moved to another node).
+    pub fn remove(&self, g: GroupId) -> Option<Arc<Group>> {
+        let gone = self.groups.write().unwrap_or_else(|e| e.into_inner()).remove(&g);
+        self.hints.write().unwrap_or_else(|e| e.into_inner()).remove(&g);
+        gone
+    }
+
     /// Every group with a replica on this node, the metadata group last.
     pub fn local(&self) -> Vec<Arc<Group>> {
         let all = self.groups.read().unwrap_or_else(|e| e.into_inner());

@@ -18,6 +18,7 @@ use crate::types::NodeId;
 use plaudit_proto::cluster::{
     ClusterStatus, GroupStatus, NodeState, NodeStatus, ReplicaStatus, RoutingTable,
 };
+use plaudit_proto::membership::{MemberState, MovePhase, MoveStatus, NodeLife};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -104,22 +105,62 @@ impl Engine {
         let mut meta_members: Vec<NodeId> = map.nodes.iter().map(|n| n.id).collect();
         meta_members.sort_unstable();
         let meta = group(self.router.meta_id, meta_members);
+        let state = self.directory.cluster_state();
+        let view = self.control.lock().ok().and_then(|c| c.clone()).map(|c| c.view());
         let nodes = map
             .nodes
             .iter()
-            .map(|n| NodeStatus {
-                info: n.clone(),
-                state: if reports.contains_key(&n.id) {
+            .map(|n| {
+                let reach = if reports.contains_key(&n.id) {
                     NodeState::Up
                 } else if live(n.id) {
                     NodeState::Unreachable
                 } else {
                     NodeState::Down
-                },
-                shards_led: shards.iter().filter(|s| s.leader == Some(n.id)).count() as u32,
+                };
+                let draining = if n.id == me {
+                    self.is_draining()
+                } else {
+                    view.as_ref().is_some_and(|v| v.draining.contains(&n.id))
+                };
+                let member = state.as_ref().and_then(|s| s.member(n.id)).map(|m| m.state);
+                NodeStatus {
+                    info: n.clone(),
+                    state: reach,
+                    shards_led: shards.iter().filter(|s| s.leader == Some(n.id)).count() as u32,
+                    life: life(member, reach, draining),
+                }
             })
             .collect();
-        ClusterStatus { reporter: me, epoch: map.epoch, nodes, meta, shards }
+        let moves = state.as_ref().map_or_else(Vec::new, |st| {
+            st.moves
+                .iter()
+                .map(|m| {
+                    let leader = shards.get(m.shard as usize).and_then(|g| g.leader);
+                    let report = leader.and_then(|l| {
+                        reports.get(&l)?.iter().find(|r| r.group == m.shard && r.role == "leader")
+                    });
+                    let total = report.map_or(0, |r| r.snapshot_bytes);
+                    let sent = report
+                        .and_then(|r| r.sending.iter().find(|(n, _)| *n == m.to))
+                        .map(|(_, b)| *b);
+                    let done = match (m.phase, sent) {
+                        (MovePhase::Promoting, Some(_)) => total,
+                        (_, Some(b)) => b.min(total),
+                        (_, None) => 0,
+                    };
+                    MoveStatus {
+                        shard: m.shard,
+                        from: m.from,
+                        to: m.to,
+                        phase: m.phase.as_str().to_string(),
+                        bytes_done: done,
+                        bytes_total: if sent.is_some() { total } else { 0 },
+                    }
+                })
+                .collect()
+        });
+        ClusterStatus { reporter: me, epoch: map.epoch, nodes, meta, shards, moves }
     }
 }
 
@@ -139,45 +180,42 @@ pub(crate) fn leader_of(reports: &[(NodeId, &GroupReport)]) -> Option<NodeId> {
 impl Engine {
     /// `admin nodes`: every member, with what this node knows of it.
     pub(crate) async fn nodes(&self) -> Vec<plaudit_proto::membership::NodeRow> {
-        use plaudit_proto::membership::{MemberState, NodeLife, NodeRow};
+        use plaudit_proto::membership::NodeRow;
         let status = self.cluster_status().await;
         let state = self.directory.cluster_state();
-        let view = self.control.lock().ok().and_then(|c| c.clone()).map(|c| c.view());
-        let me = self.node_id();
         status
             .nodes
             .iter()
             .map(|n| {
                 let id = n.info.id;
                 let member = state.as_ref().and_then(|s| s.member(id).cloned());
-                let draining = if id == me {
-                    self.is_draining()
-                } else {
-                    view.as_ref().is_some_and(|v| v.draining.contains(&id))
-                };
-                let life = match (member.as_ref().map(|m| m.state), n.state) {
-                    (Some(MemberState::Dead), _) => NodeLife::Dead,
-                    (Some(MemberState::Decommissioned), _) => NodeLife::Decommissioned,
-                    (Some(MemberState::Decommissioning), _) => NodeLife::Decommissioning,
-                    (_, NodeState::Down) => NodeLife::Down,
-                    (_, NodeState::Unreachable) => NodeLife::Unreachable,
-                    (_, NodeState::Up) if draining => NodeLife::Draining,
-                    (_, NodeState::Up) => NodeLife::Up,
-                };
-                let incarnation = member.as_ref().map_or(0, |m| m.incarnation);
                 let replicas = status.shards.iter().filter(|g| g.replicas.contains(&id)).count();
                 NodeRow {
                     id,
-                    incarnation,
+                    incarnation: member.as_ref().map_or(0, |m| m.incarnation),
                     addr: n.info.client.clone(),
                     peer: n.info.peer.clone(),
                     zone: member.and_then(|m| m.zone),
-                    state: life,
+                    state: n.life,
                     replicas: replicas as u32,
                     leaders: n.shards_led,
                 }
             })
             .collect()
+    }
+}
+
+/// What a node is, as `admin nodes` shows it: its member state first, then
+/// whether it can be reached, then whether it drains.
+fn life(member: Option<MemberState>, reach: NodeState, draining: bool) -> NodeLife {
+    match (member, reach) {
+        (Some(MemberState::Dead), _) => NodeLife::Dead,
+        (Some(MemberState::Decommissioned), _) => NodeLife::Decommissioned,
+        (Some(MemberState::Decommissioning), _) => NodeLife::Decommissioning,
+        (_, NodeState::Down) => NodeLife::Down,
+        (_, NodeState::Unreachable) => NodeLife::Unreachable,
+        (_, NodeState::Up) if draining => NodeLife::Draining,
+        (_, NodeState::Up) => NodeLife::Up,
     }
 }
 
@@ -194,6 +232,8 @@ mod tests {
             applied: None,
             last_log: None,
             matched: vec![],
+            sending: vec![],
+            snapshot_bytes: 0,
         }
     }
 

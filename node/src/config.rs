@@ -127,6 +127,12 @@ pub const DEFAULT_RAFT_ELECTION_MAX_MS: u64 = 600;
 /// long enough that a busy node's late beats are no false alarm, short
 /// enough that a partition shows within about two election timeouts.
 pub const DEFAULT_PEER_TIMEOUT_MS: u64 = 1000;
+/// A member down this long is dead: its replicas are rebuilt on others.
+pub const DEFAULT_DEAD_NODE_TIMEOUT_SECS: u64 = 300;
+/// Replica moves one node takes part in at once.
+pub const DEFAULT_MOVES_PER_NODE: usize = 2;
+/// The rate a node sends snapshots at, all replicas together, in MiB/s.
+pub const DEFAULT_SNAPSHOT_SEND_MIB_PER_SEC: u64 = 32;
 pub const DEFAULT_SNAPSHOT_EVERY_ENTRIES: u64 = 50_000;
 /// Log entries kept behind a snapshot, so a follower a little behind
 /// catches up from the log rather than a whole snapshot.
@@ -284,6 +290,17 @@ pub struct Config {
     /// connections are dropped and redialed, status says so, and routing
     /// stops choosing it. Peers beat every 200 ms.
     pub peer_timeout_ms: u64,
+    /// A member down this long (as the metadata group's leader sees it) is
+    /// dead: its replicas are rebuilt on other nodes, and if it comes back
+    /// it is a member again (with its disk) or a new one (without).
+    pub dead_node_timeout_secs: u64,
+    /// Replica moves (rebalancing, decommissioning, rebuilding) one node
+    /// takes part in at once, as source or target.
+    pub moves_per_node: usize,
+    /// The rate this node sends snapshots at (a replica moving to or being
+    /// rebuilt on another node), all groups together, in MiB/s; 0: as fast
+    /// as the network and disks go.
+    pub snapshot_send_mib_per_sec: u64,
     /// A shard takes a snapshot (and may purge its log) after this many entries.
     pub snapshot_every_entries: u64,
     /// Log entries kept behind a snapshot when the log is purged.
@@ -349,6 +366,9 @@ impl Default for Config {
             raft_election_min_ms: DEFAULT_RAFT_ELECTION_MIN_MS,
             raft_election_max_ms: DEFAULT_RAFT_ELECTION_MAX_MS,
             peer_timeout_ms: DEFAULT_PEER_TIMEOUT_MS,
+            dead_node_timeout_secs: DEFAULT_DEAD_NODE_TIMEOUT_SECS,
+            moves_per_node: DEFAULT_MOVES_PER_NODE,
+            snapshot_send_mib_per_sec: DEFAULT_SNAPSHOT_SEND_MIB_PER_SEC,
             snapshot_every_entries: DEFAULT_SNAPSHOT_EVERY_ENTRIES,
             snapshot_logs_to_keep: DEFAULT_SNAPSHOT_LOGS_TO_KEEP,
             checkpoint_keys: DEFAULT_CHECKPOINT_KEYS,
@@ -517,6 +537,8 @@ impl Config {
             ("request_timeout_ms", self.request_timeout_ms),
             ("shutdown_grace_ms", self.shutdown_grace_ms),
             ("raft_heartbeat_ms", self.raft_heartbeat_ms),
+            ("dead_node_timeout_secs", self.dead_node_timeout_secs),
+            ("moves_per_node", self.moves_per_node as u64),
             ("snapshot_every_entries", self.snapshot_every_entries),
             ("snapshot_logs_to_keep", self.snapshot_logs_to_keep),
             ("checkpoint_keys", self.checkpoint_keys as u64),

@@ -125,6 +125,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             secret,
             peer_timeout: std::time::Duration::from_millis(cfg.peer_timeout_ms),
             zone: cfg.zone.clone(),
+            dead_node_timeout: std::time::Duration::from_secs(cfg.dead_node_timeout_secs),
+            moves_per_node: cfg.moves_per_node,
+            snapshot_send_rate: cfg.snapshot_send_mib_per_sec << 20,
         },
         request_timeout: cfg.request_timeout(),
     };

@@ -156,7 +156,8 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         | Request::ListTokens
         | Request::RevokeToken(_)
         | Request::DrainNode(_)
-        | Request::Nodes => false,
+        | Request::Nodes
+        | Request::Members(_) => false,
     };
     if allowed {
         Ok(())

@@ -116,6 +116,9 @@ pub struct NodeStatus {
     pub state: NodeState,
     /// Shards (not counting the metadata group) this node leads.
     pub shards_led: u32,
+    /// Its state as a member, with reachability and draining (what
+    /// `admin nodes` shows).
+    pub life: crate::membership::NodeLife,
 }
 
 /// One replica of a group, as the replica itself reports it.
@@ -153,19 +156,26 @@ pub struct ClusterStatus {
     pub nodes: Vec<NodeStatus>,
     pub meta: GroupStatus,
     pub shards: Vec<GroupStatus>,
+    /// Replica moves under way.
+    pub moves: Vec<crate::membership::MoveStatus>,
 }
 
 /// The JSON shape of a status, which scripts and tests rely on:
 ///
 /// ```text
 /// {"reporter":1,"epoch":1,
-///  "nodes":[{"id":1,"state":"up","shards_led":6,"client":"..","peer":"..","admin":".."}],
+///  "nodes":[{"id":1,"state":"up","life":"up","shards_led":6,"client":"..","peer":"..","admin":".."}],
 ///  "meta":{"leader":1,"replicas":[1,2,3],"progress":[...]},
 ///  "shards":[{"shard":0,"leader":1,"replicas":[1,2,3],"term":3,
-///             "progress":[{"node":1,"role":"leader","term":3,"applied":120,"apply_lag":0,"behind_leader":0}]}]}
+///             "progress":[{"node":1,"role":"leader","term":3,"applied":120,"apply_lag":0,"behind_leader":0}]}],
+///  "moves":[{"shard":0,"from":3,"to":4,"phase":"learner","bytes_done":1048576,"bytes_total":4194304}]}
 /// ```
 ///
-/// `leader` is `null` while a group has none.
+/// `leader` is `null` while a group has none. A node's `state` is whether
+/// it can be reached (`up`, `down`, `unreachable`); `life` adds what it is
+/// as a member (`draining`, `decommissioning`, `decommissioned`, `dead`).
+/// A move's `from` is `null` when it adds a replica; `bytes_total` is 0
+/// until a snapshot transfer begins (a target that only needed the log).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StatusView {
     pub reporter: NodeId,
@@ -173,12 +183,14 @@ pub struct StatusView {
     pub nodes: Vec<NodeView>,
     pub meta: GroupView,
     pub shards: Vec<GroupView>,
+    pub moves: Vec<crate::membership::MoveStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NodeView {
     pub id: NodeId,
     pub state: &'static str,
+    pub life: &'static str,
     pub shards_led: u32,
     pub client: String,
     pub peer: String,
@@ -219,6 +231,7 @@ impl From<&ClusterStatus> for StatusView {
                 .map(|n| NodeView {
                     id: n.info.id,
                     state: n.state.as_str(),
+                    life: n.life.as_str(),
                     shards_led: n.shards_led,
                     client: n.info.client.clone(),
                     peer: n.info.peer.clone(),
@@ -227,6 +240,7 @@ impl From<&ClusterStatus> for StatusView {
                 .collect(),
             meta: GroupView::from(&s.meta),
             shards: s.shards.iter().map(GroupView::from).collect(),
+            moves: s.moves.clone(),
         }
     }
 }

@@ -22,6 +22,10 @@ pub enum ErrorCode {
     Timeout,
     /// The node failed (e.g. storage); the request may be retried elsewhere.
     Internal,
+    /// The cluster refuses the change in its present state (decommissioning
+    /// a node would leave too few for the replication factor); retrying
+    /// will not help until that state changes.
+    Refused,
 }
 
 impl ErrorCode {
@@ -35,11 +39,12 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "Unauthorized",
             ErrorCode::Timeout => "Timeout",
             ErrorCode::Internal => "Internal",
+            ErrorCode::Refused => "Refused",
         }
     }
 
     /// Every code, for exhaustive tests and documentation.
-    pub const ALL: [ErrorCode; 7] = [
+    pub const ALL: [ErrorCode; 8] = [
         ErrorCode::BadRequest,
         ErrorCode::NotFound,
         ErrorCode::NotLeader,
@@ -47,6 +52,7 @@ impl ErrorCode {
         ErrorCode::Unauthorized,
         ErrorCode::Timeout,
         ErrorCode::Internal,
+        ErrorCode::Refused,
     ];
 }
 
@@ -94,6 +100,10 @@ impl WireError {
     }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Internal, message)
+    }
+
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Refused, message)
     }
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unauthorized, message)

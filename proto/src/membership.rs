@@ -97,6 +97,31 @@ pub struct Move {
     pub phase: MovePhase,
 }
 
+/// A move as the status shows it (`admin status`, `moves`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveStatus {
+    pub shard: ShardId,
+    pub from: Option<NodeId>,
+    pub to: NodeId,
+    /// `learner` or `promoting` (`MovePhase::as_str`).
+    pub phase: String,
+    /// Of the snapshot sent to the target (0 and 0 before one is sent).
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+}
+
+/// What `Request::Members` asks of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemberOp {
+    /// Moves every replica off the node, then marks it decommissioned
+    /// (refused when too few active members would be left).
+    Decommission(NodeId),
+    /// Makes a decommissioning or decommissioned member active again.
+    Recommission(NodeId),
+    /// Plans moves now instead of at the next round.
+    Rebalance,
+}
+
 /// The cluster map with its members and moves: what the metadata group
 /// holds, under one epoch (the map's).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -87,10 +87,14 @@ pub enum Request {
     DrainNode(crate::cluster::NodeId),
     /// Every member: identity, state, replicas and leaderships (admin only).
     Nodes,
+    /// Decommissions or recommissions a member, or rebalances now (admin
+    /// only); answered `Done` once the cluster state records it, or
+    /// `Refused`. The moves that follow are watched in the status.
+    Members(crate::membership::MemberOp),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 32] = [
+pub const OPS: [&str; 33] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -123,6 +127,7 @@ pub const OPS: [&str; 32] = [
     "token_revoke",
     "drain",
     "nodes",
+    "members",
 ];
 
 impl Request {
@@ -169,6 +174,7 @@ impl Request {
             Request::RevokeToken(_) => "token_revoke",
             Request::DrainNode(_) => "drain",
             Request::Nodes => "nodes",
+            Request::Members(_) => "members",
         }
     }
 
@@ -177,7 +183,7 @@ impl Request {
         match self {
             Request::Ping | Request::GetBiz(_) | Request::ListBiz => Ok(()),
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => Ok(()),
-            Request::DrainNode(_) | Request::Nodes => Ok(()),
+            Request::DrainNode(_) | Request::Nodes | Request::Members(_) => Ok(()),
             Request::Once { req, .. } => match **req {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
@@ -233,7 +239,7 @@ impl Request {
             Request::ListBizPage(_) | Request::ListRanksPage(_) => None,
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
             Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => None,
-            Request::DrainNode(_) | Request::Nodes => None,
+            Request::DrainNode(_) | Request::Nodes | Request::Members(_) => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
             Request::CreateRank(_)

@@ -61,6 +61,10 @@ const RECENT_BYTES: usize = 32 << 10;
 
 /// openraft log storage for one group. Cloning gives another handle to the
 /// same log (openraft uses clones as log readers).
+///
+/// Every handle of a group is dropped before the log drops the group
+/// (`Wal::drop_group`): the cache of recent entries would otherwise outlive
+/// the entries it copies.
 pub struct FileLogStore<C: RaftTypeConfig> {
     wal: Arc<Wal>,
     group: u32,

@@ -441,6 +441,35 @@ impl StateStore {
         registry: bool,
         input: &mut impl Read,
     ) -> Result<SnapshotStats> {
+        self.clear_then(shard, registry, || {
+            walk(shard, registry, input, |tree, items| {
+                self.tree(tree).apply(items.into_iter().map(|(k, v)| (k, Some(v))));
+            })
+        })
+    }
+
+    /// Removes all of `shard`'s applied state from memory, as if it had
+    /// never applied anything: for a node no longer holding the shard (its
+    /// replica moved away). Other shards and the registry are untouched
+    /// (registry writes the shard staged stay staged). The shard's slot and
+    /// its empty meta tree stay, a few bytes. Fails, changing nothing,
+    /// while a snapshot export holds the shard still: the caller drops the
+    /// shard's `Frozen` first. Clears `is_incomplete`: empty is whole.
+    pub fn forget(&self, shard: u32) -> Result<()> {
+        self.clear_then(shard, false, || Ok(()))
+    }
+
+    /// Removes `shard`'s state (and the registry, with `registry`), staged
+    /// and stored, then runs `load` to put the new state in (`install`;
+    /// `forget` puts nothing). Holds the shard's checkpoint lock throughout,
+    /// so no checkpoint writes the dropped staged writes back meanwhile.
+    /// If `load` fails, the shard is left marked incomplete.
+    fn clear_then<T>(
+        &self,
+        shard: u32,
+        registry: bool,
+        load: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
         let slot = self.slot(shard);
         let _no_checkpoint = slot.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
         if slot.frozen.load(Ordering::Acquire) {
@@ -457,15 +486,20 @@ impl StateStore {
                 layers.since = None;
             }
         }
-        // The install rewrites counts and states behind the caches: hold the
-        // shard's epoch odd throughout so no read refills them, and drop
-        // what they hold.
+        // Counts and states change behind the caches: hold the shard's
+        // epoch odd throughout so no read refills them, and drop what they
+        // hold.
         let epoch = self.counts_cache.epoch(shard);
         epoch.fetch_add(1, Ordering::AcqRel);
         self.counts_cache.drop_shard(shard);
         self.states_cache.drop_shard(shard);
         slot.incomplete.store(true, Ordering::Release);
-        let res = self.replace_keys(shard, registry, input);
+        for (tree, range) in self.slices(shard, registry) {
+            if let Some(t) = self.find_tree(tree) {
+                t.remove_range(&range);
+            }
+        }
+        let res = load();
         if res.is_ok() {
             slot.incomplete.store(false, Ordering::Release);
         }
@@ -477,22 +511,6 @@ impl StateStore {
     /// state is then neither the old one nor the new one).
     pub fn is_incomplete(&self, shard: u32) -> bool {
         self.slot(shard).incomplete.load(Ordering::Acquire)
-    }
-
-    fn replace_keys(
-        &self,
-        shard: u32,
-        registry: bool,
-        input: &mut impl Read,
-    ) -> Result<SnapshotStats> {
-        for (tree, range) in self.slices(shard, registry) {
-            if let Some(t) = self.find_tree(tree) {
-                t.remove_range(&range);
-            }
-        }
-        walk(shard, registry, input, |tree, items| {
-            self.tree(tree).apply(items.into_iter().map(|(k, v)| (k, Some(v))));
-        })
     }
 }
 
@@ -628,6 +646,86 @@ mod tests {
         assert_eq!(dst.get_state(1, 4, 1, 1).unwrap(), Some((LikeState::Like, 9)), "shard 4 kept");
         assert_eq!(dst.time_floor(2).unwrap(), 77);
         assert_eq!(dst.outbox_len(2).unwrap(), 1);
+    }
+
+    /// What the reads of `shard` answer, caches included: the state of
+    /// user 3, the states of user 3 through the walk that fills the states
+    /// cache, entity 21's counts, the meta tree and a board.
+    #[allow(clippy::type_complexity)]
+    fn reads(
+        s: &StateStore,
+        shard: u32,
+    ) -> (
+        Option<(LikeState, u64)>,
+        Vec<Option<(LikeState, u64)>>,
+        crate::CountsRec,
+        Option<Vec<u8>>,
+        u64,
+        usize,
+        Vec<(u64, i64, u64)>,
+    ) {
+        (
+            s.get_state(1, shard, 3, 21).unwrap(),
+            s.get_states(1, shard, 3, &[21, 22, 23, 24]).unwrap(),
+            s.get_counts(1, shard, 21).unwrap(),
+            s.applied(shard).unwrap(),
+            s.time_floor(shard).unwrap(),
+            s.outbox_len(shard).unwrap(),
+            s.board_members(5, shard, b"day").unwrap(),
+        )
+    }
+
+    /// `shard`'s state partly in its trees and partly staged, with counts
+    /// and states in the caches.
+    fn fill_stored_and_staged(s: &StateStore, shard: u32) {
+        fill(s, shard, 20);
+        s.checkpoint(shard).unwrap();
+        let mut ws = WriteSet::new(shard);
+        ws.put_state(1, shard, 3, 22, LikeState::Dislike, 2000);
+        ws.put_counts(1, shard, 21, crate::CountsRec { likes: 5, dislikes: 1, owner: None });
+        s.stage(ws);
+    }
+
+    #[test]
+    fn forget_empties_one_shard_and_leaves_the_others_and_the_registry() {
+        let (_a, s) = store();
+        fill_stored_and_staged(&s, 2);
+        fill_stored_and_staged(&s, 4);
+        let mut reg = WriteSet::new(2);
+        reg.put_registry(b"r1", b"def");
+        s.stage(reg);
+        let shard4 = reads(&s, 4);
+        assert_ne!(reads(&s, 2).2, crate::CountsRec::default(), "counts cached");
+
+        s.forget(2).unwrap();
+        let (_b, fresh) = store();
+        assert_eq!(reads(&s, 2), reads(&fresh, 2), "reads as a shard never held");
+        // Nothing staged is left to come back with a checkpoint.
+        assert_eq!(s.digest(2, false).unwrap(), fresh.digest(2, false).unwrap());
+        assert_eq!(reads(&s, 4), shard4);
+        assert_eq!(s.registry_entries().unwrap(), vec![(b"r1".to_vec(), b"def".to_vec())]);
+        assert_eq!(s.registry_get(2, b"r1").unwrap().as_deref(), Some(&b"def"[..]));
+    }
+
+    #[test]
+    fn forget_refuses_a_frozen_shard_and_makes_a_failed_install_whole() {
+        let (_a, s) = store();
+        fill_stored_and_staged(&s, 2);
+        let before = reads(&s, 2);
+        let frozen = s.freeze(2).unwrap();
+        assert!(s.forget(2).is_err(), "an export reads the trees");
+        assert_eq!(reads(&s, 2), before, "nothing changed");
+        drop(frozen);
+
+        let file = s.snapshot_bytes(2);
+        let mut cut = &file[..file.len() - 3];
+        read_header(&mut cut).unwrap();
+        assert!(s.install(2, false, &mut cut).is_err());
+        assert!(s.is_incomplete(2));
+        s.forget(2).unwrap();
+        assert!(!s.is_incomplete(2), "empty is a whole state");
+        let (_b, fresh) = store();
+        assert_eq!(reads(&s, 2), reads(&fresh, 2));
     }
 
     #[test]

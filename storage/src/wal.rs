@@ -6,6 +6,7 @@
 //! record = len u32 | crc u32 | group u32 | kind u8 | index u64 | payload   (crc over all after it)
 //! kind   = entry (payload: v1 | Entry) | truncate (from index) | purge (v1 | LogId)
 //!        | vote (v1 | Vote) | committed (v1 | Option<LogId>)
+//!        | drop (no payload, index 0)
 //! ```
 //!
 //! Why one file for all groups (each group had a file of its own before):
@@ -17,9 +18,12 @@
 //! Every group's state is rebuilt by reading the segments in order: an entry
 //! record places that entry, a truncate record removes the group's entries
 //! from its index on, a purge record removes those up to its log id and
-//! records it, vote and committed records replace the group's. A torn or
-//! corrupt record ends its segment, which is cut there (only the newest
-//! segment can end torn: each is synced before the next one starts).
+//! records it, vote and committed records replace the group's, and a drop
+//! record removes everything recorded for the group before it (the node
+//! no longer holds the group; records after it are the group created again
+//! here, and count as usual). A torn or corrupt record ends its segment,
+//! which is cut there (only the newest segment can end torn: each is
+//! synced before the next one starts).
 //!
 //! Segments are written in place over zeros: a background thread fills
 //! the next segment's file with zeros and syncs it before it is needed
@@ -70,6 +74,7 @@ pub(crate) const KIND_TRUNCATE: u8 = 2;
 pub(crate) const KIND_PURGE: u8 = 3;
 pub(crate) const KIND_VOTE: u8 = 4;
 pub(crate) const KIND_COMMITTED: u8 = 5;
+pub(crate) const KIND_DROP: u8 = 6;
 
 /// Where one entry's payload is.
 #[derive(Clone, Copy, Debug)]
@@ -245,6 +250,40 @@ impl Wal {
         synced
     }
 
+    /// Forgets `group` (its replica moved to another node), durably: a
+    /// drop record is appended, written and synced, and from its append
+    /// the group is gone from memory: its entries no longer keep their
+    /// segments (a spent one is deleted at the next rotation), its vote,
+    /// purge point and committed id are gone, and rotations record no hard
+    /// state for it. Recovery reads the record the same way; records of
+    /// the group after it (created again here later) count as usual. An
+    /// error is a failed append, write or sync (a failed sync poisons the
+    /// log, as a round's does): the drop may or may not survive a restart.
+    ///
+    /// The caller drops every `FileLogStore` of the group (clones too:
+    /// openraft's log readers) before this, i.e. shuts the group's Raft
+    /// down. A handle caches the group's newest entries and answers reads
+    /// from that cache while its newest index is the log's, so one that
+    /// outlived the drop could serve the old entries to a group created
+    /// again at the same indexes; a handle opened afterwards starts empty.
+    ///
+    /// Why the record is applied at its append, not after the sync: a
+    /// rotation by another group between the two would record this
+    /// group's hard state after the drop record, and recovery would bring
+    /// the group back with it.
+    pub fn drop_group(&self, group: u32) -> io::Result<()> {
+        {
+            let mut inner = self.lock();
+            // A group the log holds nothing of needs no record (nothing on
+            // disk is its); still synced below: after an earlier drop whose
+            // write or sync failed, a retry must not report it durable.
+            if inner.groups.contains_key(&group) {
+                inner.append(group, &[Record { kind: KIND_DROP, index: 0, payload: &[] }])?;
+            }
+        }
+        self.sync_round()
+    }
+
     /// Whether a zero-filled file waits to be the next segment (tests).
     pub fn spare_ready(&self) -> bool {
         self.lock().spare.ready()
@@ -324,7 +363,6 @@ impl WalInner {
 
     /// A record's effect on its group's state (at append and at recovery).
     fn apply(&mut self, group: u32, kind: u8, index: u64, payload: &[u8], loc: Loc) {
-        let g = self.groups.entry(group).or_default();
         let segments = &mut self.segments;
         let mut unref = |l: Loc| {
             if let Some(s) = segments.iter_mut().find(|s| s.seq == l.seg) {
@@ -332,6 +370,15 @@ impl WalInner {
                 s.live_bytes = s.live_bytes.saturating_sub(HEADER as u64 + u64::from(l.len));
             }
         };
+        if kind == KIND_DROP {
+            // The whole group goes, hard state included: `rotate` records
+            // only the groups in this map.
+            if let Some(g) = self.groups.remove(&group) {
+                g.locs.into_values().for_each(unref);
+            }
+            return;
+        }
+        let g = self.groups.entry(group).or_default();
         match kind {
             KIND_ENTRY => {
                 if let Some(old) = g.locs.insert(index, loc) {
@@ -406,6 +453,8 @@ impl WalInner {
         }
         let seq = self.segments.last().map_or(1, |s| s.seq + 1);
         let mut buf = Vec::new();
+        // The groups in the map only: a dropped group's hard state must not
+        // be recorded after its drop record, or recovery brings it back.
         for (&group, g) in &self.groups {
             for (kind, v) in
                 [(KIND_PURGE, &g.purged), (KIND_VOTE, &g.vote), (KIND_COMMITTED, &g.committed)]
@@ -447,8 +496,9 @@ impl WalInner {
             self.apply(group, KIND_ENTRY, index, &[], Loc { seg: seq, off, len });
         }
         // Oldest first, and only while nothing lives in them: a truncate
-        // record may only go once the older entries it removed are gone. A
-        // file that cannot be removed stops the sweep (it stays listed).
+        // or drop record may only go once the older records it removed are
+        // gone. A file that cannot be removed stops the sweep (it stays
+        // listed).
         let mut removed = false;
         while self.segments.first().is_some_and(|s| s.live == 0 && s.seq != seq) {
             if let Err(e) = std::fs::remove_file(&self.segments[0].path) {

@@ -37,6 +37,9 @@ pub struct ClusterBuilder {
 pub struct Cluster {
     nodes: Vec<Node>,
     secret_dir: tempfile::TempDir,
+    shards: u32,
+    /// Every node's environment (a node added later gets the same).
+    env: Vec<(String, String)>,
 }
 
 /// The cluster secret's file name inside `Cluster::secret_dir`.
@@ -133,7 +136,7 @@ impl ClusterBuilder {
                 )
             })
             .collect();
-        let mut cluster = Cluster { nodes, secret_dir };
+        let mut cluster = Cluster { nodes, secret_dir, shards: self.shards, env };
         for id in self.isolatable {
             let secret = cluster.secret_dir.path().to_path_buf();
             let n = cluster.node_mut(id);
@@ -173,6 +176,54 @@ impl Cluster {
             .collect();
         crate::partition::KernelCut::isolate(me, &others)
             .unwrap_or_else(|e| self.node(id).fail(&format!("isolating node {id}: {e}")))
+    }
+
+    /// Starts a new node, the next id, that joins the running cluster
+    /// (`--bootstrap-expect 0`, the current nodes' peer addresses its
+    /// seeds), and waits until it is ready (a member following the
+    /// metadata group). Returns its id.
+    pub fn add_node(&mut self) -> u64 {
+        let id = self.nodes.len() as u64 + 1;
+        let ports = free_ports(3);
+        let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let join: Vec<String> = self.nodes.iter().map(|n| n.peer_addr()).collect();
+        let args = vec![
+            format!("--node-id={id}"),
+            format!("--peer-listen={}", addr(ports[2])),
+            format!("--join={}", join.join(",")),
+            "--bootstrap-expect=0".to_string(),
+            format!("--cluster-secret-file={}", self.secret_file().display()),
+        ];
+        let mut node = Node::new(
+            id,
+            self.shards,
+            (addr(ports[0]), addr(ports[1]), addr(ports[2])),
+            args,
+            self.env.clone(),
+        );
+        if let Err(e) = node.spawn() {
+            node.fail(&e);
+        }
+        if let Err(e) = node.wait_ready(READY_TIMEOUT) {
+            node.fail(&format!("node {id} did not join: {e}"));
+        }
+        self.nodes.push(node);
+        id
+    }
+
+    /// Starts a like and scoring load through the SDK (every node a seed:
+    /// three likers, one scorer) and waits until it runs. Returns the admin
+    /// client the history check needs, and the load.
+    pub async fn start_load(&self, seed: u64) -> (Client, crate::history::Workload) {
+        let admin = self.client().await;
+        let mut w = crate::history::Workload::setup(&admin, seed).await;
+        let mut likers = Vec::new();
+        for _ in 0..3 {
+            likers.push(self.client().await);
+        }
+        w.start(likers, vec![self.client().await]);
+        w.wait_acks(200, Duration::from_secs(30), "the load runs").await;
+        (admin, w)
     }
 
     /// The file holding the cluster's secret, for a node started beside it.

@@ -11,19 +11,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// Starts a like and scoring load through the SDK (every node a seed).
-async fn load(cluster: &Cluster, seed: u64) -> (plaudit_client::Client, Workload) {
-    let admin = cluster.client().await;
-    let mut w = Workload::setup(&admin, seed).await;
-    let mut likers = Vec::new();
-    for _ in 0..3 {
-        likers.push(cluster.client().await);
-    }
-    w.start(likers, vec![cluster.client().await]);
-    w.wait_acks(200, Duration::from_secs(30), "the load runs").await;
-    (admin, w)
-}
-
 fn failed(w: &Workload) -> u64 {
     w.hist.unknown.load(Ordering::Relaxed)
 }
@@ -31,7 +18,7 @@ fn failed(w: &Workload) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_leads_nothing_and_no_request_fails() {
     let cluster = Cluster::builder(3).shards(6).start();
-    let (admin, mut w) = load(&cluster, 801).await;
+    let (admin, mut w) = cluster.start_load(801).await;
     let node = cluster.most_leading();
     assert!(!cluster.shards_led_by(node).is_empty());
 
@@ -65,7 +52,7 @@ async fn a_drained_node_leads_nothing_and_no_request_fails() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_with_sigterm_fails_no_request() {
     let mut cluster = Cluster::builder(3).shards(6).start();
-    let (admin, mut w) = load(&cluster, 802).await;
+    let (admin, mut w) = cluster.start_load(802).await;
     for id in cluster.ids() {
         let before = w.acked();
         cluster.node_mut(id).terminate();

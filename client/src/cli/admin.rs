@@ -55,6 +55,51 @@ pub enum AdminCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// Move every replica off NODE, then mark it decommissioned (it can then
+    /// be stopped for good). Refused (`Refused`, exit 1) when fewer active
+    /// members than the replication factor would be left.
+    ///
+    /// With --wait, watches until NODE holds no replica and is
+    /// decommissioned: a progress bar on a terminal (replicas and bytes
+    /// moved, rate, time left), with --json one JSON object a second
+    /// (`{"node":N,"state":"…","replicas":K,"replicas_moved":M,"moves":J,
+    /// "bytes_done":B,"bytes_total":T,"rate_bps":R,"elapsed_ms":E}`), then
+    /// the result; exits 0 when done, 1 if not within an hour.
+    Decommission {
+        /// The node's id.
+        node: u64,
+        /// Wait until the node is decommissioned.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Make a decommissioning or decommissioned NODE an active member again
+    /// (it is given replicas back as the cluster rebalances).
+    Recommission {
+        /// The node's id.
+        node: u64,
+    },
+    /// Plan replica moves now (the cluster also does so by itself every
+    /// second): each node ends with shards x RF / nodes replicas and leads
+    /// shards / nodes, both ±1. With --wait, watches until no move is under
+    /// way, as `decommission --wait` does.
+    Rebalance {
+        /// Wait until no move is under way.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+impl AdminCommand {
+    /// The membership change a command asks for, and whether to wait.
+    pub fn member_op(&self) -> Option<(plaudit_proto::membership::MemberOp, bool)> {
+        use plaudit_proto::membership::MemberOp;
+        match *self {
+            AdminCommand::Decommission { node, wait } => Some((MemberOp::Decommission(node), wait)),
+            AdminCommand::Recommission { node } => Some((MemberOp::Recommission(node), false)),
+            AdminCommand::Rebalance { wait } => Some((MemberOp::Rebalance, wait)),
+            _ => None,
+        }
+    }
 }
 
 /// How long `drain --wait` waits.
@@ -93,7 +138,7 @@ pub fn status_human(s: &ClusterStatus) -> String {
         .map(|n| {
             vec![
                 n.info.id.to_string(),
-                n.state.as_str().to_string(),
+                n.life.as_str().to_string(),
                 n.info.client.clone(),
                 n.shards_led.to_string(),
             ]
@@ -121,7 +166,38 @@ pub fn status_human(s: &ClusterStatus) -> String {
         ],
         &groups,
     );
+    if !s.moves.is_empty() {
+        let moves: Vec<Vec<String>> = s.moves.iter().map(move_row).collect();
+        out.push('\n');
+        out += &table(
+            &[
+                ("MOVE", Align::Right),
+                ("FROM", Align::Right),
+                ("TO", Align::Right),
+                ("PHASE", Align::Left),
+                ("SNAPSHOT", Align::Right),
+            ],
+            &moves,
+        );
+    }
     out
+}
+
+/// `shard from to phase sent/total` (`-` for a replica added, or before a
+/// snapshot is sent).
+fn move_row(m: &plaudit_proto::membership::MoveStatus) -> Vec<String> {
+    let kib = |b: u64| format!("{} KiB", b.div_ceil(1024));
+    vec![
+        m.shard.to_string(),
+        m.from.map_or("-".to_string(), |f| f.to_string()),
+        m.to.to_string(),
+        m.phase.clone(),
+        if m.bytes_total == 0 {
+            "-".to_string()
+        } else {
+            format!("{}/{}", kib(m.bytes_done), kib(m.bytes_total))
+        },
+    ]
 }
 
 fn group_row(g: &GroupStatus) -> Vec<String> {
@@ -190,6 +266,7 @@ pub fn nodes_human(rows: &[plaudit_proto::membership::NodeRow]) -> String {
 mod tests {
     use super::*;
     use plaudit_proto::cluster::{NodeInfo, NodeState, NodeStatus};
+    use plaudit_proto::membership::{MoveStatus, NodeLife};
 
     fn replica(node: u64, role: &str, applied: Option<u64>, behind: Option<u64>) -> ReplicaStatus {
         ReplicaStatus {
@@ -212,6 +289,7 @@ mod tests {
             },
             state,
             shards_led: led,
+            life: if state == NodeState::Up { NodeLife::Up } else { NodeLife::Dead },
         };
         ClusterStatus {
             reporter: 1,
@@ -235,6 +313,14 @@ mod tests {
                     replica(1, "follower", None, Some(4)),
                 ],
             }],
+            moves: vec![MoveStatus {
+                shard: 0,
+                from: Some(2),
+                to: 3,
+                phase: "learner".into(),
+                bytes_done: 1 << 20,
+                bytes_total: 4 << 20,
+            }],
         }
     }
 
@@ -245,6 +331,9 @@ mod tests {
         assert_eq!(status_json(&s), want);
         let v: serde_json::Value = serde_json::from_str(&status_json(&s)).unwrap();
         assert_eq!(v["nodes"][1]["state"], "down");
+        assert_eq!(v["nodes"][1]["life"], "dead");
+        assert_eq!(v["moves"][0]["from"], 2);
+        assert_eq!(v["moves"][0]["bytes_total"], 4 << 20);
         assert_eq!(v["shards"][0]["leader"], serde_json::Value::Null);
         assert!(v["meta"].get("shard").is_none());
     }
@@ -256,11 +345,14 @@ cluster epoch 3, as node 1 sees it
 
 NODE  STATE  CLIENT         SHARDS_LED
    1  up     10.0.0.1:7401           1
-   2  down   10.0.0.2:7401           0
+   2  dead   10.0.0.2:7401           0
 
 SHARD  LEADER  REPLICAS  TERM  APPLIED/LAG
  meta       1  1,2          3  1:40/1 2:down
     0       -  2,1          3  2:118/1 1:-/5
+
+MOVE  FROM  TO  PHASE             SNAPSHOT
+   0     2   3  learner  1024 KiB/4096 KiB
 ";
         assert_eq!(status_human(&status()), want);
     }

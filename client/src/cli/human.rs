@@ -134,6 +134,7 @@ pub fn output(o: &Output) -> String {
         Output::Drained { node, done: false } => {
             format!("node {node} is handing its leaderships away (admin status shows them move)\n")
         }
+        Output::Members { op, done } => super::members::result_human(*op, *done),
         Output::TokenCreated { token, info } => super::token::created_human(token, info),
         Output::TokenRevoked(t) => {
             format!("revoked token {}\n", t.id)

@@ -131,6 +131,7 @@ pub fn output(o: &Output) -> String {
         Output::Drained { node, done } => {
             format!("{{\"drain\":{{\"node\":{node},\"done\":{done}}}}}")
         }
+        Output::Members { op, done } => super::members::result_json(*op, *done),
         Output::TokenCreated { token, info } => super::token::created_json(token, info),
         Output::TokenRevoked(t) => super::token::info_json(t),
         Output::TokenList(list) => super::token::list_json(list),

@@ -34,9 +34,11 @@ pub const KIND_CONTROL: u8 = 2;
 /// (also under both proofs), and the acceptor answers it with a
 /// `Greeting`. 3: control beats (`liveness.rs`), gossip says whether a
 /// node drains, leadership hand-offs (`TakeLead`, `Drain`), scoring
-/// commands carry their dedup rules. Nodes of different versions do not
-/// talk: a cluster moves to a new one all at once.
-pub const VERSION: u8 = 3;
+/// commands carry their dedup rules. 4: Raft messages name the
+/// incarnation they are for (`Fence`), and group membership changes
+/// (`Membership`). Nodes of different versions do not talk: a cluster
+/// moves to a new one all at once.
+pub const VERSION: u8 = 4;
 /// The largest handshake message either side reads: they are a few dozen
 /// bytes (a refusal a sentence), and neither side has proved anything
 /// yet, so neither may make the other hold more.
@@ -100,14 +102,17 @@ pub struct Frame<T> {
 pub enum PeerRequest {
     AppendEntries {
         group: GroupId,
+        to: Fence,
         rpc: AppendEntriesRequest<TypeConfig>,
     },
     Vote {
         group: GroupId,
+        to: Fence,
         rpc: VoteRequest<NodeId>,
     },
     InstallSnapshot {
         group: GroupId,
+        to: Fence,
         rpc: InstallSnapshotRequest<TypeConfig>,
     },
     /// A client request, served by the receiver as if a client had sent it
@@ -154,6 +159,58 @@ pub enum PeerRequest {
     /// The receiver hands away every leadership it holds and takes no new
     /// one until it restarts (`admin drain`).
     Drain,
+    /// A change to the membership of `group`, which the receiver leads
+    /// (`group_members.rs`); answered with where the group stands after it.
+    Membership {
+        group: GroupId,
+        change: MembershipChange,
+    },
+}
+
+/// The incarnation a Raft message is meant for (`membership.rs`): a node
+/// of another incarnation (its data directory made again since) refuses
+/// it, so that it never votes or acknowledges entries as the member it
+/// replaced, whose log it no longer has. 0: any (the sender does not know
+/// the receiver's, as before members were recorded).
+pub type Fence = plaudit_proto::membership::Incarnation;
+
+/// What a `Membership` request asks of a group's leader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MembershipChange {
+    /// Nothing: only where the group stands.
+    Look,
+    /// Adds `node` (peer address `addr`) as a learner, if it is not in the
+    /// group already.
+    AddLearner { node: NodeId, addr: String },
+    /// Makes `voters` the voters; the voters not among them leave the
+    /// group (or stay as learners, with `retain`: the metadata group, which
+    /// every member follows). The leader hands its leadership to one of
+    /// them first if it is leaving. A change left half done (a joint
+    /// configuration) is finished first.
+    SetVoters { voters: Vec<NodeId>, retain: bool },
+    /// Removes learner `node` (a move given up).
+    RemoveLearner { node: NodeId },
+}
+
+/// Where a group's membership stands, as its leader sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GroupMembers {
+    pub leader: NodeId,
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    /// A configuration change is half done.
+    pub joint: bool,
+    pub last_log: u64,
+    /// `(node, matched index)` per follower and learner.
+    pub matched: Vec<(NodeId, Option<u64>)>,
+}
+
+impl GroupMembers {
+    /// How far `node` is behind the leader's log (`None`: not replicated to yet).
+    pub fn behind(&self, node: NodeId) -> Option<u64> {
+        let m = self.matched.iter().find(|(n, _)| *n == node)?.1?;
+        Some(self.last_log.saturating_sub(m))
+    }
 }
 
 /// The receiver's view of its replicas, for status.
@@ -167,6 +224,10 @@ pub struct GroupReport {
     pub last_log: Option<u64>,
     /// As the leader sees each follower: `(node, matched index)`.
     pub matched: Vec<(NodeId, Option<u64>)>,
+    /// On the leader: `(node, bytes sent)` of each snapshot transfer begun,
+    /// and the size of the group's newest snapshot.
+    pub sending: Vec<(NodeId, u64)>,
+    pub snapshot_bytes: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -192,6 +253,7 @@ pub enum PeerResponse {
     Failed(String),
     /// Done, with nothing to say.
     Done,
+    Membership(Result<GroupMembers, WireError>),
 }
 
 impl PeerRequest {
@@ -217,6 +279,7 @@ impl PeerRequest {
             PeerRequest::MetaApplied => PeerResponse::MetaApplied(Err(e)),
             PeerRequest::Boards { .. } => PeerResponse::Boards(Err(e)),
             PeerRequest::CheckScore { .. } => PeerResponse::CheckScore(Err(e)),
+            PeerRequest::Membership { .. } => PeerResponse::Membership(Err(e)),
             _ => PeerResponse::Unavailable(e.message),
         }
     }

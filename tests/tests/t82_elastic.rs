@@ -1,0 +1,169 @@
+//! The cluster changes size under load: nodes that join take their share
+//! of replicas and leaderships, moved by the membership manager, while
+//! likes and scores go on through the SDK with no failed request, and the
+//! history check holds at the end (every acknowledged write present,
+//! nothing applied twice, every replica equal).
+
+use plaudit_tests::history::Workload;
+use plaudit_tests::{wait_until, Cluster};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// `admin nodes --json` through node `via`: id -> row.
+fn nodes(cluster: &Cluster, via: u64) -> BTreeMap<u64, serde_json::Value> {
+    let out = cluster.node(via).cli("admin nodes");
+    out["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no nodes: {out}"))
+        .iter()
+        .map(|n| (n["id"].as_u64().unwrap(), n.clone()))
+        .collect()
+}
+
+/// Whether `ids` hold `shards * rf / n` replicas each and lead `shards / n`
+/// each (both ±1), with no move under way.
+fn balanced(cluster: &Cluster, via: u64, ids: &[u64], shards: u64, rf: u64) -> bool {
+    let rows = nodes(cluster, via);
+    let n = ids.len() as u64;
+    let (rep_lo, rep_hi) = ((shards * rf) / n, (shards * rf).div_ceil(n));
+    let (lead_lo, lead_hi) = (shards / n, shards.div_ceil(n));
+    let status = cluster.status_via(via).unwrap_or_default();
+    let moving = status["moves"].as_array().is_some_and(|m| !m.is_empty());
+    !moving
+        && ids.iter().all(|id| {
+            rows.get(id).is_some_and(|r| {
+                let (rep, lead) = (r["replicas"].as_u64().unwrap(), r["leaders"].as_u64().unwrap());
+                rep + 1 >= rep_lo && rep <= rep_hi + 1 && lead + 1 >= lead_lo && lead <= lead_hi + 1
+            })
+        })
+}
+
+fn failed(w: &Workload) -> u64 {
+    w.hist.unknown.load(Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_from_three_to_five_nodes_balances_and_fails_no_request() {
+    let mut cluster = Cluster::builder(3).shards(10).start();
+    let (admin, mut w) = cluster.start_load(821).await;
+    let four = cluster.add_node();
+    let five = cluster.add_node();
+    assert_eq!((four, five), (4, 5));
+    let all = cluster.ids();
+    wait_until(Duration::from_secs(240), "replicas and leaders balanced on five nodes", || async {
+        balanced(&cluster, 1, &all, 10, 3)
+    })
+    .await;
+    let rows = nodes(&cluster, 5);
+    for id in &all {
+        assert_eq!(rows[id]["state"], "up", "{:?}", rows[id]);
+        assert!(rows[id]["replicas"].as_u64().unwrap() >= 5, "{:?}", rows[id]);
+    }
+    w.wait_acks(200, Duration::from_secs(30), "writes go on after the growth").await;
+    w.stop().await;
+    assert_eq!(failed(&w), 0, "no request failed");
+    cluster.wait_converged().await;
+    w.check(&admin).await;
+}
+
+/// Runs the CLI against node `via` with `args` (after `--json`): exit
+/// status and stdout lines as JSON.
+fn cli(cluster: &Cluster, via: u64, args: &[&str]) -> (i32, Vec<serde_json::Value>) {
+    let out = std::process::Command::new(plaudit_tests::cli_bin())
+        .args(["--addr", &cluster.node(via).addr(), "--json"])
+        .args(args)
+        .output()
+        .expect("run the CLI");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (out.status.code().unwrap_or(-1), lines)
+}
+
+/// The node leading the metadata group, as node `via` sees it.
+fn meta_leader(cluster: &Cluster, via: u64) -> u64 {
+    cluster.status_via(via).and_then(|s| s["meta"]["leader"].as_u64()).expect("a metadata leader")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decommissioning_a_node_of_four_moves_its_replicas_and_fails_no_request() {
+    let mut cluster = Cluster::builder(4).shards(8).start();
+    let (admin, mut w) = cluster.start_load(822).await;
+    // The hardest one to take away: it leads the metadata group, which
+    // records the change and then must hand itself over.
+    let gone = meta_leader(&cluster, 1);
+    let via = cluster.ids().into_iter().find(|&i| i != gone).unwrap();
+    let (code, lines) = cli(&cluster, via, &["admin", "decommission", &gone.to_string(), "--wait"]);
+    assert_eq!(code, 0, "{lines:?}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["decommission"]["node"], gone, "{lines:?}");
+    assert_eq!(last["decommission"]["done"], true, "{lines:?}");
+    assert!(lines.len() >= 2 && lines[0]["node"] == gone, "progress lines first: {lines:?}");
+    let rows = nodes(&cluster, via);
+    assert_eq!(rows[&gone]["state"], "decommissioned", "{rows:?}");
+    assert_eq!(rows[&gone]["replicas"], 0, "{rows:?}");
+    let stay: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != gone).collect();
+    for id in &stay {
+        assert_eq!(rows[id]["replicas"], 8, "eight shards, three replicas, three nodes: {rows:?}");
+    }
+    assert_ne!(meta_leader(&cluster, via), gone);
+
+    // A second one would leave two active members for three replicas.
+    let (code, lines) = cli(&cluster, via, &["admin", "decommission", &stay[0].to_string()]);
+    assert_eq!(code, 1, "{lines:?}");
+    assert_eq!(lines[0]["error"]["code"], "Refused", "{lines:?}");
+
+    // Stopped for good: the others serve on.
+    cluster.node_mut(gone).terminate();
+    w.wait_acks(200, Duration::from_secs(30), "writes go on without the node").await;
+    w.stop().await;
+    assert_eq!(failed(&w), 0, "no request failed");
+    cluster.wait_converged().await;
+    w.check(&admin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_is_replaced_and_comes_back_empty_as_a_new_incarnation() {
+    let mut cluster =
+        Cluster::builder(4).shards(8).env("PLAUDIT_DEAD_NODE_TIMEOUT_SECS", 4).start();
+    let (admin, mut w) = cluster.start_load(823).await;
+    let victim = 4;
+    let before = nodes(&cluster, 1)[&victim]["incarnation"].clone();
+    cluster.kill9(victim);
+    std::fs::remove_dir_all(cluster.node(victim).data_dir()).expect("delete its data");
+    // Every shard has three replicas again, none on the dead node.
+    wait_until(Duration::from_secs(120), "the dead node's replicas rebuilt", || async {
+        let rows = nodes(&cluster, 1);
+        let status = cluster.status_via(1).unwrap_or_default();
+        let shards = status["shards"].as_array().cloned().unwrap_or_default();
+        rows[&victim]["state"] == "dead"
+            && status["moves"].as_array().is_some_and(|m| m.is_empty())
+            && shards.len() == 8
+            && shards.iter().all(|g| {
+                let r = g["replicas"].as_array().unwrap();
+                r.len() == 3 && !r.contains(&victim.into())
+            })
+    })
+    .await;
+    w.wait_acks(200, Duration::from_secs(30), "writes go on after the rebuild").await;
+
+    // Back with an empty directory and its old id: a new member.
+    cluster.restart(victim);
+    wait_until(Duration::from_secs(120), "the node rejoins as a new incarnation", || async {
+        let rows = nodes(&cluster, 1);
+        let n = &rows[&victim];
+        n["state"] == "up" && n["incarnation"] != before && n["replicas"].as_u64() >= Some(5)
+    })
+    .await;
+    let all = cluster.ids();
+    wait_until(Duration::from_secs(120), "balanced again", || async {
+        balanced(&cluster, 1, &all, 8, 3)
+    })
+    .await;
+    w.stop().await;
+    cluster.wait_converged().await;
+    w.check(&admin).await;
+}
