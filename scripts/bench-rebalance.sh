@@ -101,9 +101,10 @@ while true; do
     if ((chunks > 200)); then log "not balanced after $chunks chunks"; exit 1; fi
 done
 t1=$(date +%s.%N)
-# The chunk that ended the wait may have run past the balance: find when.
 secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-moved=$(grep -c "replica moved" "$WORK"/n*.log || true)
+moved=$(cat "$WORK"/n*.log | grep -c "replica moved" || true)
+log "likes mix after, on four nodes ($BEFORE)"
+"$BENCH" "${likes[@]}" --duration "$BEFORE" --warmup 2s >"$WORK/after.json"
 
 echo
 echo "rate=${RATE} MiB/s preload=$PRELOAD members=$MEMBERS shards=$SHARDS"
@@ -113,3 +114,5 @@ for i in $(seq "$chunks"); do
     f=$WORK/during-$i.json
     echo "during $i: $(num "$f" total_ops_per_s) ops/s, like p99 $(num "$f" like p99_us) us, errors $(num "$f" errors_total)"
 done
+echo "after (four nodes): $(num "$WORK/after.json" total_ops_per_s) ops/s, like p99 $(num "$WORK/after.json" like p99_us) us"
+du -sh "$WORK"/n1 "$WORK"/n4 | sed 's/^/data: /'
