@@ -226,6 +226,17 @@ impl Cluster {
         (admin, w)
     }
 
+    /// `plaudit admin nodes --json` through node `via`: id -> row.
+    pub fn nodes(&self, via: u64) -> BTreeMap<u64, serde_json::Value> {
+        let out = self.node(via).cli("admin nodes");
+        out["nodes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no nodes: {out}"))
+            .iter()
+            .map(|n| (n["id"].as_u64().unwrap_or(0), n.clone()))
+            .collect()
+    }
+
     /// The file holding the cluster's secret, for a node started beside it.
     pub fn secret_file(&self) -> std::path::PathBuf {
         self.secret_dir.path().join(SECRET_FILE)

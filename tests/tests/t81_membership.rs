@@ -4,24 +4,12 @@
 //! incarnation.
 
 use plaudit_tests::{wait_until, Cluster};
-use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// `admin nodes --json` through node `via`: id -> row.
-fn nodes(cluster: &Cluster, via: u64) -> BTreeMap<u64, serde_json::Value> {
-    let out = cluster.node(via).cli("admin nodes");
-    out["nodes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no nodes: {out}"))
-        .iter()
-        .map(|n| (n["id"].as_u64().unwrap(), n.clone()))
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_nodes_shows_every_member_and_a_restart_keeps_its_incarnation() {
     let mut cluster = Cluster::builder(3).shards(6).start();
-    let before = nodes(&cluster, 1);
+    let before = cluster.nodes(1);
     assert_eq!(before.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
     for (id, n) in &before {
         let inc = n["incarnation"].as_str().unwrap();
@@ -39,13 +27,13 @@ async fn admin_nodes_shows_every_member_and_a_restart_keeps_its_incarnation() {
 
     cluster.kill9(2);
     wait_until(Duration::from_secs(15), "node 2 shows down", || async {
-        nodes(&cluster, 1)[&2]["state"] == "down"
+        cluster.nodes(1)[&2]["state"] == "down"
     })
     .await;
     cluster.restart(2);
     wait_until(Duration::from_secs(15), "node 2 is up again", || async {
-        nodes(&cluster, 1)[&2]["state"] == "up"
+        cluster.nodes(1)[&2]["state"] == "up"
     })
     .await;
-    assert_eq!(nodes(&cluster, 3)[&2]["incarnation"], before[&2]["incarnation"], "the same life");
+    assert_eq!(cluster.nodes(3)[&2]["incarnation"], before[&2]["incarnation"], "the same life");
 }

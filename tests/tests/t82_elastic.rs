@@ -6,25 +6,13 @@
 
 use plaudit_tests::history::Workload;
 use plaudit_tests::{wait_until, Cluster};
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-/// `admin nodes --json` through node `via`: id -> row.
-fn nodes(cluster: &Cluster, via: u64) -> BTreeMap<u64, serde_json::Value> {
-    let out = cluster.node(via).cli("admin nodes");
-    out["nodes"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no nodes: {out}"))
-        .iter()
-        .map(|n| (n["id"].as_u64().unwrap(), n.clone()))
-        .collect()
-}
 
 /// Whether `ids` hold `shards * rf / n` replicas each and lead `shards / n`
 /// each (both ±1), with no move under way.
 fn balanced(cluster: &Cluster, via: u64, ids: &[u64], shards: u64, rf: u64) -> bool {
-    let rows = nodes(cluster, via);
+    let rows = cluster.nodes(via);
     let n = ids.len() as u64;
     let (rep_lo, rep_hi) = ((shards * rf) / n, (shards * rf).div_ceil(n));
     let (lead_lo, lead_hi) = (shards / n, shards.div_ceil(n));
@@ -55,7 +43,7 @@ async fn growing_from_three_to_five_nodes_balances_and_fails_no_request() {
         balanced(&cluster, 1, &all, 10, 3)
     })
     .await;
-    let rows = nodes(&cluster, 5);
+    let rows = cluster.nodes(5);
     for id in &all {
         assert_eq!(rows[id]["state"], "up", "{:?}", rows[id]);
         assert!(rows[id]["replicas"].as_u64().unwrap() >= 5, "{:?}", rows[id]);
@@ -102,7 +90,7 @@ async fn decommissioning_a_node_of_four_moves_its_replicas_and_fails_no_request(
     assert_eq!(last["decommission"]["node"], gone, "{lines:?}");
     assert_eq!(last["decommission"]["done"], true, "{lines:?}");
     assert!(lines.len() >= 2 && lines[0]["node"] == gone, "progress lines first: {lines:?}");
-    let rows = nodes(&cluster, via);
+    let rows = cluster.nodes(via);
     assert_eq!(rows[&gone]["state"], "decommissioned", "{rows:?}");
     assert_eq!(rows[&gone]["replicas"], 0, "{rows:?}");
     let stay: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != gone).collect();
@@ -131,12 +119,12 @@ async fn a_dead_node_is_replaced_and_comes_back_empty_as_a_new_incarnation() {
         Cluster::builder(4).shards(8).env("PLAUDIT_DEAD_NODE_TIMEOUT_SECS", 4).start();
     let (admin, mut w) = cluster.start_load(823).await;
     let victim = 4;
-    let before = nodes(&cluster, 1)[&victim]["incarnation"].clone();
+    let before = cluster.nodes(1)[&victim]["incarnation"].clone();
     cluster.kill9(victim);
     std::fs::remove_dir_all(cluster.node(victim).data_dir()).expect("delete its data");
     // Every shard has three replicas again, none on the dead node.
     wait_until(Duration::from_secs(120), "the dead node's replicas rebuilt", || async {
-        let rows = nodes(&cluster, 1);
+        let rows = cluster.nodes(1);
         let status = cluster.status_via(1).unwrap_or_default();
         let shards = status["shards"].as_array().cloned().unwrap_or_default();
         rows[&victim]["state"] == "dead"
@@ -153,7 +141,7 @@ async fn a_dead_node_is_replaced_and_comes_back_empty_as_a_new_incarnation() {
     // Back with an empty directory and its old id: a new member.
     cluster.restart(victim);
     wait_until(Duration::from_secs(120), "the node rejoins as a new incarnation", || async {
-        let rows = nodes(&cluster, 1);
+        let rows = cluster.nodes(1);
         let n = &rows[&victim];
         n["state"] == "up" && n["incarnation"] != before && n["replicas"].as_u64() >= Some(5)
     })
