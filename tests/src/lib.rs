@@ -32,7 +32,7 @@ pub mod cluster;
 pub mod history;
 pub mod partition;
 pub mod raw;
-mod util;
+pub mod util;
 
 pub use cluster::Cluster;
 pub(crate) use util::http_request;

@@ -97,3 +97,21 @@ impl RawConn {
         }
     }
 }
+
+/// Sends a like for each of `users` (entity 1 of `biz`) to the node at
+/// `addr` on one raw connection (no SDK to route around it) and checks
+/// that every one is answered with an error: a node cut off from its
+/// majority acknowledges no write.
+pub async fn likes_refused(addr: &str, biz: plaudit_client::proto::BizId, users: &[u64]) {
+    use plaudit_client::proto::likes::LikeRequest;
+    use plaudit_client::proto::{LikeAction, Request, Response};
+    let mut lone = RawConn::connect(addr).await;
+    for (i, &user) in users.iter().enumerate() {
+        let like = LikeRequest { biz, entity: 1, user, owner: None, action: LikeAction::Like };
+        lone.send_request(i as u64 + 1, Request::Like(like)).await;
+    }
+    for _ in users {
+        let reply = lone.recv().await;
+        assert!(matches!(reply.body, Response::Error(_)), "a cut-off node acknowledged {reply:?}");
+    }
+}

@@ -107,3 +107,13 @@ pub async fn wait_converged(node: &Node) {
     };
     node.fail(&format!("derived state did not converge within {CONVERGE_TIMEOUT:?}: {last}"))
 }
+
+/// `--name N` from the command line of a bench binary, else `default`.
+pub fn arg_u32(name: &str, default: u32) -> u32 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

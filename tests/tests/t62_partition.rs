@@ -3,12 +3,10 @@
 //! serves, and after healing the old leader catches up and every replica
 //! converges to the same state.
 
-use plaudit_client::proto::likes::LikeRequest;
 use plaudit_client::proto::routing::shard_of;
-use plaudit_client::proto::{LikeAction, Request, Response};
 use plaudit_client::Client;
 use plaudit_tests::history::Workload;
-use plaudit_tests::{raw, Cluster};
+use plaudit_tests::Cluster;
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,24 +41,7 @@ async fn an_isolated_leader_acknowledges_nothing_and_catches_up_after_healing() 
         .filter(|u| led.contains(&shard_of(w.likes.biz, *u, shards)))
         .take(20)
         .collect();
-    let mut lone = raw::RawConn::connect(&cluster.node(isolated).addr()).await;
-    for (i, &u) in users.iter().enumerate() {
-        let like = LikeRequest {
-            biz: w.likes.biz,
-            entity: 1,
-            user: u,
-            owner: None,
-            action: LikeAction::Like,
-        };
-        lone.send_request(i as u64 + 1, Request::Like(like)).await;
-    }
-    for _ in &users {
-        let reply = lone.recv().await;
-        assert!(
-            matches!(reply.body, Response::Error(_)),
-            "the isolated node acknowledged a write: {reply:?}"
-        );
-    }
+    plaudit_tests::raw::likes_refused(&cluster.node(isolated).addr(), w.likes.biz, &users).await;
 
     // Meanwhile the majority elects leaders for every shard and serves.
     cluster.wait_led_by(majority[0], &majority, Duration::from_secs(15)).await;

@@ -51,9 +51,7 @@ async fn a_paused_leader_is_replaced_and_rejoins_without_damage() {
 /// up and the history check passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_that_wakes_up_cut_off_acknowledges_nothing() {
-    use plaudit_client::proto::likes::LikeRequest;
     use plaudit_client::proto::routing::shard_of;
-    use plaudit_client::proto::{LikeAction, Request, Response};
 
     let cluster = Cluster::builder(3).isolatable(1).start();
     let admin = cluster.client().await;
@@ -77,21 +75,7 @@ async fn a_paused_leader_that_wakes_up_cut_off_acknowledges_nothing() {
         .filter(|u| led.contains(&shard_of(w.likes.biz, *u, shards)))
         .take(10)
         .collect();
-    let mut lone = plaudit_tests::raw::RawConn::connect(&cluster.node(1).addr()).await;
-    for (i, &u) in users.iter().enumerate() {
-        let like = LikeRequest {
-            biz: w.likes.biz,
-            entity: 1,
-            user: u,
-            owner: None,
-            action: LikeAction::Like,
-        };
-        lone.send_request(i as u64 + 1, Request::Like(like)).await;
-    }
-    for _ in &users {
-        let reply = lone.recv().await;
-        assert!(matches!(reply.body, Response::Error(_)), "a cut-off node acknowledged {reply:?}");
-    }
+    plaudit_tests::raw::likes_refused(&cluster.node(1).addr(), w.likes.biz, &users).await;
     let s = cluster.status_via(2).expect("status through node 2");
     let node1 = &s["nodes"].as_array().unwrap().iter().find(|n| n["id"] == 1).unwrap()["state"];
     assert!(node1 == "down" || node1 == "unreachable", "{s}");

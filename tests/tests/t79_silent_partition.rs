@@ -14,11 +14,9 @@
 //! isolated leader's shards after the cut, are benchmark figures
 //! (`plaudit-partition`), printed here but not asserted.
 
-use plaudit_client::proto::likes::LikeRequest;
 use plaudit_client::proto::routing::shard_of;
-use plaudit_client::proto::{LikeAction, Request, Response};
 use plaudit_tests::history::Workload;
-use plaudit_tests::{raw, wait_until, Cluster};
+use plaudit_tests::{wait_until, Cluster};
 use std::time::{Duration, Instant};
 
 /// Whether node 2's status shows node 1 as not up and every group led by 2 or 3.
@@ -60,24 +58,7 @@ async fn status_tells_the_truth_through_a_silent_partition_and_nothing_is_lost()
         .filter(|u| led.contains(&shard_of(w.likes.biz, *u, 6)))
         .take(10)
         .collect();
-    let mut lone = raw::RawConn::connect(&cluster.node(1).addr()).await;
-    for (i, &u) in users.iter().enumerate() {
-        let like = LikeRequest {
-            biz: w.likes.biz,
-            entity: 1,
-            user: u,
-            owner: None,
-            action: LikeAction::Like,
-        };
-        lone.send_request(i as u64 + 1, Request::Like(like)).await;
-    }
-    for _ in &users {
-        let reply = lone.recv().await;
-        assert!(
-            matches!(reply.body, Response::Error(_)),
-            "the isolated node acknowledged {reply:?}"
-        );
-    }
+    plaudit_tests::raw::likes_refused(&cluster.node(1).addr(), w.likes.biz, &users).await;
     w.wait_acks(300, Duration::from_secs(30), "the majority serves writes").await;
     let failed = w.hist.unknown.load(std::sync::atomic::Ordering::Relaxed) - unknown_before;
     eprintln!("requests that failed during the cut: {failed}");

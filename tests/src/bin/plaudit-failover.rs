@@ -24,14 +24,7 @@ use plaudit_client::{Client, ClientOptions};
 use plaudit_tests::Cluster;
 use std::time::{Duration, Instant};
 
-fn arg(name: &str, default: u32) -> u32 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use plaudit_tests::util::arg_u32 as arg;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {

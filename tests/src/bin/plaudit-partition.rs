@@ -27,14 +27,7 @@ const SHARDS: u32 = 6;
 const CUT_FOR: Duration = Duration::from_secs(5);
 const SLOW: Duration = Duration::from_secs(1);
 
-fn arg(name: &str, default: u32) -> u32 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use plaudit_tests::util::arg_u32 as arg;
 
 /// Whether node 2's status shows node 1 not up and every group led by 2 or 3.
 fn truthful(cluster: &Cluster) -> bool {

@@ -27,14 +27,7 @@ use std::time::{Duration, Instant};
 const SHARDS: u32 = 6;
 const SLOW: Duration = Duration::from_millis(100);
 
-fn arg(name: &str, default: u32) -> u32 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use plaudit_tests::util::arg_u32 as arg;
 
 /// One like: its shard, when it started (since the bench began), how long
 /// it took, whether it was acknowledged.
