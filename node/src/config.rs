@@ -430,163 +430,6 @@ impl Config {
         Ok(config)
     }
 
-    /// Checks every bound and relation between fields, with a message naming
-    /// the field and what is wrong.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        ensure!(self.node_id >= 1, "node_id must be at least 1 (0 is reserved)");
-        ensure!(!self.data_dir.as_os_str().is_empty(), "data_dir must not be empty");
-        ensure!(
-            (1..=MAX_SHARDS).contains(&self.shards),
-            "shards must be in 1..={MAX_SHARDS}, got {}",
-            self.shards
-        );
-        let addrs =
-            [("listen", self.listen), ("admin", self.admin), ("peer_listen", self.peer_listen)];
-        for (i, (a, x)) in addrs.iter().enumerate() {
-            for (b, y) in &addrs[i + 1..] {
-                if x == y && x.port() != 0 {
-                    bail!("{a} and {b} must be different addresses, both are {x}");
-                }
-            }
-        }
-        ensure!(
-            !(self.join.is_empty() && self.bootstrap_expect > 1),
-            "bootstrap_expect {} needs join: the nodes must be able to find each other",
-            self.bootstrap_expect
-        );
-        ensure!(
-            self.bootstrap_expect != 1 || self.join.is_empty(),
-            "bootstrap_expect 1 with join would form a one-node cluster of its own on a node \
-             meant to join one (two clusters cannot be merged): use bootstrap_expect 0 to only \
-             join, or the number of founders of the cluster being formed"
-        );
-        let seeds: std::collections::BTreeSet<_> = self.join.iter().collect();
-        ensure!(
-            self.bootstrap_expect as usize <= seeds.len() || self.join.is_empty(),
-            "bootstrap_expect {} is more than the {} seeds in join: a new cluster is formed by \
-             the nodes at the first bootstrap_expect seed addresses (sorted), so list them all",
-            self.bootstrap_expect,
-            seeds.len()
-        );
-        ensure!(self.replication_factor >= 1, "replication_factor must be at least 1");
-        if let Some(z) = &self.zone {
-            ensure!(
-                !z.is_empty() && z.len() <= 64 && z.bytes().all(|b| b.is_ascii_graphic()),
-                "zone must be 1..=64 printable characters, got {z:?}"
-            );
-        }
-        if !self.join.is_empty() || self.bootstrap_expect > 1 {
-            ensure!(
-                !self.cluster_secret.is_empty() || self.cluster_secret_file.is_some(),
-                "a cluster (join or bootstrap_expect > 1) needs cluster_secret_file \
-                 (or cluster_secret): peers without it are refused"
-            );
-        }
-        if !self.admin_token.is_empty() {
-            check_admin_token(&self.admin_token.0, "admin_token")?;
-        }
-        if self.has_admin_token() {
-            ensure!(
-                self.max_unauthenticated_connections >= 1
-                    && self.max_unauthenticated_per_address >= 1,
-                "max_unauthenticated_connections and max_unauthenticated_per_address must be at \
-                 least 1: a client must be able to connect to authenticate"
-            );
-            ensure!(
-                self.max_unauthenticated_connections + self.admin_reserved_connections
-                    < self.max_connections,
-                "max_unauthenticated_connections ({}) + admin_reserved_connections ({}) must be \
-                 below max_connections ({}): the rest is for authenticated clients",
-                self.max_unauthenticated_connections,
-                self.admin_reserved_connections,
-                self.max_connections
-            );
-        }
-        if !self.has_admin_token() && !self.insecure {
-            for (name, addr) in [("listen", self.listen), ("admin", self.admin)] {
-                ensure!(
-                    addr.ip().is_loopback(),
-                    "{name} {addr} is not a loopback address and no admin token is set: set \
-                     admin_token_file (or PLAUDIT_ADMIN_TOKEN), or pass --insecure to let anyone \
-                     who can connect do anything"
-                );
-            }
-        }
-        if !self.cluster_secret.is_empty() {
-            ensure!(
-                self.cluster_secret.0.len() >= MIN_SECRET_LEN,
-                "cluster_secret must be at least {MIN_SECRET_LEN} bytes"
-            );
-        }
-        let non_zero = [
-            ("max_connections", self.max_connections as u64),
-            ("max_in_flight_per_connection", self.max_in_flight_per_connection as u64),
-            ("max_requests_in_flight", self.max_requests_in_flight as u64),
-            ("client_idle_timeout_secs", self.client_idle_timeout_secs),
-            ("client_auth_timeout_secs", self.client_auth_timeout_secs),
-            ("client_write_timeout_secs", self.client_write_timeout_secs),
-            ("client_frame_timeout_secs", self.client_frame_timeout_secs),
-            ("max_pending_per_shard", self.max_pending_per_shard as u64),
-            ("batch_max_commands", self.batch_max_commands as u64),
-            ("max_proposals_in_flight", self.max_proposals_in_flight as u64),
-            ("actor_budget", self.actor_budget as u64),
-            ("actor_budget_per_shard", self.actor_budget_per_shard.unwrap_or(1) as u64),
-            ("actor_idle_secs", self.actor_idle_secs),
-            ("retention_sweep_secs", self.retention_sweep_secs),
-            ("sled_cache_mb", self.sled_cache_mb),
-            ("request_timeout_ms", self.request_timeout_ms),
-            ("shutdown_grace_ms", self.shutdown_grace_ms),
-            ("raft_heartbeat_ms", self.raft_heartbeat_ms),
-            ("dead_node_timeout_secs", self.dead_node_timeout_secs),
-            ("moves_per_node", self.moves_per_node as u64),
-            ("snapshot_every_entries", self.snapshot_every_entries),
-            ("snapshot_logs_to_keep", self.snapshot_logs_to_keep),
-            ("checkpoint_keys", self.checkpoint_keys as u64),
-            ("checkpoint_ms", self.checkpoint_ms),
-            ("outbox_batch", self.outbox_batch as u64),
-        ];
-        for (name, value) in non_zero {
-            ensure!(value > 0, "{name} must be greater than 0");
-        }
-        ensure!(
-            self.raft_heartbeat_ms < self.raft_election_min_ms,
-            "raft_heartbeat_ms ({}) must be less than raft_election_min_ms ({})",
-            self.raft_heartbeat_ms,
-            self.raft_election_min_ms
-        );
-        ensure!(
-            self.peer_timeout_ms >= 500,
-            "peer_timeout_ms must be at least 500 (peers beat every 200 ms)"
-        );
-        ensure!(
-            self.raft_election_min_ms < self.raft_election_max_ms,
-            "raft_election_min_ms ({}) must be less than raft_election_max_ms ({})",
-            self.raft_election_min_ms,
-            self.raft_election_max_ms
-        );
-        ensure!(
-            self.client_frame_budget_mb >= 2,
-            "client_frame_budget_mb must be at least 2 (one frame of the largest size)"
-        );
-        ensure!(
-            (1..=MAX_EVENT_ID_WINDOW_SECS).contains(&self.event_id_window_secs),
-            "event_id_window_secs must be 1..={MAX_EVENT_ID_WINDOW_SECS}, got {}",
-            self.event_id_window_secs
-        );
-        ensure!(
-            self.event_ids_per_board >= 1,
-            "event_ids_per_board must be at least 1 (0 would make every retry count again)"
-        );
-        ensure!(
-            i64::try_from(self.score_future_horizon_secs).is_ok(),
-            "score_future_horizon_secs must be at most {}",
-            i64::MAX
-        );
-        tracing_subscriber::EnvFilter::try_new(&self.log)
-            .map_err(|e| anyhow::anyhow!("log {:?} is not a valid filter: {e}", self.log))?;
-        Ok(())
-    }
-
     /// `request_timeout_ms` as a `Duration`.
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
@@ -664,7 +507,7 @@ impl Config {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading admin_token_file {}", path.display()))?;
             let token = text.trim();
-            check_admin_token(token, &format!("the admin token in {}", path.display()))?;
+            validate::check_admin_token(token, &format!("the admin token in {}", path.display()))?;
             return Ok(Some(token.to_string()));
         }
         Ok((!self.admin_token.is_empty()).then(|| self.admin_token.0.clone()))
@@ -674,18 +517,6 @@ impl Config {
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
     }
-}
-
-/// An admin token must be long enough not to be guessed, and must not look
-/// like a business token (those are looked up in the registry instead).
-fn check_admin_token(token: &str, what: &str) -> anyhow::Result<()> {
-    use plaudit_proto::auth::{MAX_TOKEN_LEN, MIN_ADMIN_TOKEN_LEN, TOKEN_PREFIX};
-    ensure!(
-        (MIN_ADMIN_TOKEN_LEN..=MAX_TOKEN_LEN).contains(&token.len()),
-        "{what} must be {MIN_ADMIN_TOKEN_LEN} to {MAX_TOKEN_LEN} bytes"
-    );
-    ensure!(!token.starts_with(TOKEN_PREFIX), "{what} must not start with {TOKEN_PREFIX:?}");
-    Ok(())
 }
 
 /// A secret that never appears in `Debug` output (configs get logged).
@@ -707,6 +538,7 @@ impl std::fmt::Debug for Secret {
 
 mod args;
 mod sources;
+mod validate;
 
 pub use args::Args;
 
