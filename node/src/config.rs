@@ -160,6 +160,10 @@ pub struct Config {
     /// This node's id in the cluster, unique and stable across restarts. Ids
     /// start at 1.
     pub node_id: u64,
+    /// Takes the node id from the host name instead: its trailing number
+    /// plus one (a StatefulSet's pod `plaudit-2` is node 3), from
+    /// `$HOSTNAME`, else the kernel's host name.
+    pub node_id_from_hostname: bool,
     /// Where the node keeps its sled database (Raft logs and shard state).
     pub data_dir: PathBuf,
     /// Address of the client protocol listener.
@@ -169,9 +173,16 @@ pub struct Config {
     /// Address of the peer listener: Raft traffic and the control plane
     /// between nodes.
     pub peer_listen: SocketAddr,
-    /// Peer addresses of seed nodes to find the cluster through (this
-    /// node's own may be among them). Empty: a one-node cluster.
-    pub join: Vec<SocketAddr>,
+    /// Peer addresses of seed nodes to find the cluster through, as
+    /// `host:port` (a name, resolved again at every dial, or an IP); this
+    /// node's own may be among them, written as it advertises it. Empty: a
+    /// one-node cluster.
+    pub join: Vec<String>,
+    /// The host (name or IP) other nodes and clients reach this node at:
+    /// its addresses in the cluster map are this host with the listeners'
+    /// ports. Unset: the listeners' own IPs, which then must not be
+    /// 0.0.0.0 (or `::`).
+    pub advertise: Option<String>,
     /// A brand-new cluster is formed by the nodes at the first this many
     /// seed addresses of `join` (sorted), once they have all found each
     /// other; other nodes only join. A node that has data ignores it. 0: 1
@@ -321,11 +332,13 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             node_id: DEFAULT_NODE_ID,
+            node_id_from_hostname: false,
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
             listen: DEFAULT_LISTEN,
             admin: DEFAULT_ADMIN,
             peer_listen: DEFAULT_PEER_LISTEN,
             join: Vec::new(),
+            advertise: None,
             bootstrap_expect: DEFAULT_BOOTSTRAP_EXPECT,
             replication_factor: DEFAULT_REPLICATION_FACTOR,
             zone: None,
@@ -426,6 +439,16 @@ impl Config {
                 .with_context(|| format!("environment variable {key}={value:?}"))?;
         }
         config.apply_args(args);
+        if config.node_id_from_hostname {
+            let host = env
+                .iter()
+                .find(|(k, _)| k == "HOSTNAME")
+                .map(|(_, v)| v.trim().to_string())
+                .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+                .unwrap_or_default();
+            config.node_id = node_id_of_host(host.trim())
+                .with_context(|| format!("node_id_from_hostname: host name {host:?}"))?;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -467,6 +490,16 @@ impl Config {
             max_keys: self.checkpoint_keys,
             max_age: Duration::from_millis(self.checkpoint_ms),
         }
+    }
+
+    /// This node's client, peer and admin addresses as others are told
+    /// them: `advertise` (or the listener's IP) with each listener's port.
+    pub fn advertised(&self) -> (String, String, String) {
+        let at = |addr: SocketAddr| match &self.advertise {
+            Some(host) => join_host_port(host, addr.port()),
+            None => addr.to_string(),
+        };
+        (at(self.listen), at(self.peer_listen), at(self.admin))
     }
 
     /// How many nodes must find each other before a new cluster forms; 0:
@@ -516,6 +549,24 @@ impl Config {
     /// `actor_idle_secs` as a `Duration`.
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
+    }
+}
+
+/// The node id of a host named like a StatefulSet's pod: its first label's
+/// trailing number (after the last `-`) plus one.
+fn node_id_of_host(host: &str) -> anyhow::Result<u64> {
+    let first = host.split('.').next().unwrap_or_default();
+    let ordinal = first.rsplit_once('-').map_or(first, |(_, n)| n);
+    let n: u64 = ordinal.parse().context("the host name does not end in -<number>")?;
+    n.checked_add(1).context("the ordinal is too large")
+}
+
+/// `host:port`, with an IPv6 host in brackets.
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 

@@ -84,6 +84,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         None => None,
     };
 
+    let (client, peer, admin_addr) = cfg.advertised();
     let engine_cfg = EngineConfig {
         data_dir: cfg.data_dir.clone(),
         shards: cfg.shards,
@@ -113,13 +114,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         outbox_batch: cfg.outbox_batch,
         sled_cache_bytes: cfg.sled_cache_mb * 1024 * 1024,
         cluster: ClusterConfig {
-            me: NodeInfo {
-                id: cfg.node_id,
-                client: cfg.listen.to_string(),
-                peer: cfg.peer_listen.to_string(),
-                admin: cfg.admin.to_string(),
-            },
-            seeds: cfg.join.iter().map(|a| a.to_string()).collect(),
+            me: NodeInfo { id: cfg.node_id, client, peer, admin: admin_addr },
+            seeds: cfg.join.clone(),
             bootstrap_expect: cfg.effective_bootstrap_expect(),
             replication_factor: cfg.replication_factor,
             secret,

@@ -10,6 +10,10 @@ pub struct Args {
     /// TOML config file (default: $PLAUDIT_CONFIG, else built-in defaults).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    /// Take the node id from the host name: its trailing number plus one
+    /// (pod plaudit-2 is node 3).
+    #[arg(long)]
+    pub node_id_from_hostname: bool,
     /// This node's id in the cluster.
     #[arg(long)]
     pub node_id: Option<u64>,
@@ -25,9 +29,13 @@ pub struct Args {
     /// Peer listener address (Raft and control plane), e.g. 0.0.0.0:7403.
     #[arg(long, value_name = "ADDR")]
     pub peer_listen: Option<SocketAddr>,
-    /// Seed peer addresses, comma separated.
-    #[arg(long, value_name = "ADDR,ADDR", value_delimiter = ',')]
-    pub join: Option<Vec<SocketAddr>>,
+    /// Seed peer addresses (host:port, names resolved at every dial), comma
+    /// separated.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    pub join: Option<Vec<String>>,
+    /// The host (name or IP) other nodes and clients reach this node at.
+    #[arg(long, value_name = "HOST")]
+    pub advertise: Option<String>,
     /// Form a new cluster with the nodes at the first N seeds (sorted).
     #[arg(long, value_name = "N")]
     pub bootstrap_expect: Option<u32>,

@@ -13,6 +13,7 @@ impl Config {
     pub(super) fn set_field(&mut self, name: &str, value: &str) -> anyhow::Result<()> {
         match name {
             "node_id" => self.node_id = parse(value)?,
+            "node_id_from_hostname" => self.node_id_from_hostname = parse(value)?,
             "data_dir" => self.data_dir = PathBuf::from(value),
             "listen" => self.listen = parse(value)?,
             "admin" => self.admin = parse(value)?,
@@ -22,9 +23,10 @@ impl Config {
                     .split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
-                    .map(parse)
-                    .collect::<anyhow::Result<_>>()?
+                    .map(str::to_string)
+                    .collect()
             }
+            "advertise" => self.advertise = Some(value.to_string()).filter(|a| !a.is_empty()),
             "bootstrap_expect" => self.bootstrap_expect = parse(value)?,
             "replication_factor" => self.replication_factor = parse(value)?,
             "zone" => self.zone = Some(value.to_string()).filter(|z| !z.is_empty()),
@@ -92,11 +94,13 @@ impl Config {
         let Args {
             config: _,
             node_id,
+            node_id_from_hostname,
             data_dir,
             listen,
             admin,
             peer_listen,
             join,
+            advertise,
             bootstrap_expect,
             zone,
             cluster_secret_file,
@@ -117,6 +121,12 @@ impl Config {
         }
         if let Some(v) = join {
             self.join = v.clone();
+        }
+        if *node_id_from_hostname {
+            self.node_id_from_hostname = true;
+        }
+        if let Some(v) = advertise {
+            self.advertise = Some(v.clone()).filter(|a| !a.is_empty());
         }
         if let Some(v) = bootstrap_expect {
             self.bootstrap_expect = *v;

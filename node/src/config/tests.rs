@@ -52,6 +52,7 @@ fn every_flag_overrides_its_field() {
         "--data-dir=/var/lib/plaudit",
         "--listen=0.0.0.0:9000",
         "--admin=0.0.0.0:9001",
+        "--advertise=plaudit-7.plaudit.ns.svc",
         "--shards=2",
         "--score-future-horizon-secs=60",
         "--log=plaudit_node=trace",
@@ -62,11 +63,20 @@ fn every_flag_overrides_its_field() {
     assert_eq!(config.data_dir, PathBuf::from("/var/lib/plaudit"));
     assert_eq!(config.listen.to_string(), "0.0.0.0:9000");
     assert_eq!(config.admin.to_string(), "0.0.0.0:9001");
+    assert_eq!(config.advertise.as_deref(), Some("plaudit-7.plaudit.ns.svc"));
+    let (client, peer, admin) = config.advertised();
+    assert_eq!(client, "plaudit-7.plaudit.ns.svc:9000");
+    assert_eq!(peer, format!("plaudit-7.plaudit.ns.svc:{}", config.peer_listen.port()));
+    assert_eq!(admin, "plaudit-7.plaudit.ns.svc:9001");
     assert_eq!(config.shards, 2);
     assert_eq!(config.score_future_horizon_secs, 60);
     assert_eq!(config.log, "plaudit_node=trace");
     assert!(config.insecure);
-    let tokened = args(&["--listen=0.0.0.0:9000", "--admin-token-file=/etc/plaudit/admin"]);
+    let tokened = args(&[
+        "--listen=0.0.0.0:9000",
+        "--advertise=10.0.0.9",
+        "--admin-token-file=/etc/plaudit/admin",
+    ]);
     let config = Config::from_sources(None, &[], &tokened).unwrap();
     assert_eq!(config.admin_token_file, Some(PathBuf::from("/etc/plaudit/admin")));
 }
@@ -77,11 +87,13 @@ fn every_field_can_be_set_from_the_environment() {
     // each field back as PLAUDIT_<FIELD>, and expect the same config.
     let wanted = Config {
         node_id: 9,
+        node_id_from_hostname: false,
         data_dir: PathBuf::from("/d"),
         listen: "10.0.0.1:1".parse().unwrap(),
         admin: "10.0.0.1:2".parse().unwrap(),
         peer_listen: "10.0.0.1:3".parse().unwrap(),
-        join: vec!["10.0.0.2:3".parse().unwrap(), "10.0.0.3:3".parse().unwrap()],
+        join: vec!["10.0.0.2:3".into(), "plaudit-1.plaudit.ns.svc:3".into()],
+        advertise: Some("plaudit-9.plaudit.ns.svc".into()),
         bootstrap_expect: 2,
         replication_factor: 2,
         zone: Some("rack-7".into()),
@@ -180,6 +192,39 @@ fn cluster_flags_parse_and_bootstrap_expect_defaults_by_join() {
 }
 
 #[test]
+fn a_pod_takes_its_node_id_from_its_ordinal() {
+    let flags = args(&["--node-id-from-hostname", "--node-id=40"]);
+    let host = |h: &str| vec![("HOSTNAME".to_string(), h.to_string())];
+    let c = Config::from_sources(None, &host("plaudit-2"), &flags).unwrap();
+    assert_eq!(c.node_id, 3, "pod plaudit-2 is node 3, whatever --node-id says");
+    let fqdn = Config::from_sources(None, &host("my-db-0.plaudit.ns.svc"), &flags).unwrap();
+    assert_eq!(fqdn.node_id, 1);
+    let err = Config::from_sources(None, &host("plaudit"), &flags).unwrap_err();
+    assert!(error_text(err).contains("does not end in"));
+}
+
+#[test]
+fn seeds_and_the_advertised_host_are_names_or_ips() {
+    let with = |extra: &str| {
+        format!("join = [\"127.0.0.1:7403\"]\ncluster_secret = \"0123456789abcdef-x\"\n{extra}")
+    };
+    let names = "join = [\"plaudit-0.plaudit.default.svc:7403\", \"[::1]:7403\"]\n\
+                 cluster_secret = \"0123456789abcdef-x\"";
+    assert!(Config::from_sources(Some(names), &[], &Args::default()).is_ok());
+    for bad in ["join = [\"no-port\"]", "join = [\"host:0\"]", "join = [\"bad_host:1\"]"] {
+        let text = invalid(&format!("{bad}\ncluster_secret = \"0123456789abcdef-x\""));
+        assert!(text.contains("join"), "{bad}: {text}");
+    }
+    assert!(invalid(&with("advertise = \"-bad\"")).contains("advertise"));
+    // Every address: the others must be told one they can reach.
+    let any = with("peer_listen = \"0.0.0.0:7403\"");
+    assert!(invalid(&any).contains("set advertise"), "{}", invalid(&any));
+    let told = with("peer_listen = \"0.0.0.0:7403\"\nadvertise = \"fd00::7\"");
+    let c = Config::from_sources(Some(&told), &[], &Args::default()).unwrap();
+    assert_eq!(c.advertised().1, "[fd00::7]:7403");
+}
+
+#[test]
 fn a_cluster_needs_a_secret_that_is_never_printed() {
     let text = invalid("join = [\"127.0.0.1:7403\"]");
     assert!(text.contains("cluster_secret_file"), "{text}");
@@ -195,7 +240,7 @@ fn a_cluster_needs_a_secret_that_is_never_printed() {
 
 #[test]
 fn a_node_off_loopback_needs_an_admin_token_or_insecure() {
-    let open = "listen = \"0.0.0.0:7401\"";
+    let open = "listen = \"0.0.0.0:7401\"\nadvertise = \"10.1.2.3\"";
     let text = invalid(open);
     assert!(text.contains("admin_token_file") && text.contains("--insecure"), "{text}");
     let admin_only = "admin = \"10.1.2.3:7402\"";

@@ -49,6 +49,21 @@ impl Config {
                 "zone must be 1..=64 printable characters, got {z:?}"
             );
         }
+        for seed in &self.join {
+            check_host_port(seed).with_context(|| format!("join: {seed:?}"))?;
+        }
+        match &self.advertise {
+            Some(host) => check_host(host).with_context(|| format!("advertise: {host:?}"))?,
+            None => {
+                for (name, addr) in [("listen", self.listen), ("peer_listen", self.peer_listen)] {
+                    ensure!(
+                        !addr.ip().is_unspecified(),
+                        "{name} {addr} listens on every address: set advertise to the host \
+                         other nodes and clients reach this node at"
+                    );
+                }
+            }
+        }
         if !self.join.is_empty() || self.bootstrap_expect > 1 {
             ensure!(
                 !self.cluster_secret.is_empty() || self.cluster_secret_file.is_some(),
@@ -172,4 +187,34 @@ pub(super) fn check_admin_token(token: &str, what: &str) -> anyhow::Result<()> {
     );
     ensure!(!token.starts_with(TOKEN_PREFIX), "{what} must not start with {TOKEN_PREFIX:?}");
     Ok(())
+}
+
+/// A host name (RFC 1123 labels) or an IP address.
+fn check_host(host: &str) -> anyhow::Result<()> {
+    if host.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    ensure!(!host.is_empty() && host.len() <= 253, "a host name is 1..=253 characters");
+    for label in host.trim_end_matches('.').split('.') {
+        ensure!(
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-'),
+            "{label:?} is not a host name label (letters, digits and inner hyphens, 1..=63)"
+        );
+    }
+    Ok(())
+}
+
+/// `host:port` (`[v6]:port` for an IPv6 address), port not 0.
+fn check_host_port(seed: &str) -> anyhow::Result<()> {
+    if seed.parse::<SocketAddr>().is_ok_and(|a| a.port() != 0) {
+        return Ok(());
+    }
+    let (host, port) = seed.rsplit_once(':').context("expected host:port")?;
+    let port: u16 = port.parse().context("the port is not a number in 1..=65535")?;
+    ensure!(port != 0, "the port must not be 0");
+    check_host(host)
 }
