@@ -7,7 +7,11 @@
 # Needs the Rust toolchain (cargo, rustfmt, clippy) and, for the tests that
 # partition nodes with the kernel's packet filter (tests/src/partition.rs),
 # root and iptables, which this script installs from Debian if missing. The
-# tests start their own plaudit-node processes on 127.0.0.1.
+# tests start their own plaudit-node processes on 127.0.0.1 (the Kubernetes
+# manifest test, t83, on 127.0.83.x under names it adds to /etc/hosts: root).
+# The manifests in deploy/kubernetes are validated offline with
+# kubernetes-validate (PyPI), installed into a virtualenv beside the target
+# directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,12 +25,15 @@ for comp in rustfmt clippy; do
   fi
 done
 
-if ! command -v iptables >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-  echo "== installing iptables (for the partition tests)"
-  sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo=sudo
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo=sudo
+missing=()
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing ${missing[*]} (partition tests, manifest validation)"
   $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # Build outside the clone so repeated runs (and CI on the same machine) reuse it.
@@ -40,6 +47,17 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== kubernetes-validate --strict deploy/kubernetes"
+venv="$CARGO_TARGET_DIR/../plaudit-venv"
+if [ ! -x "$venv/bin/kubernetes-validate" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check kubernetes-validate==1.37.0
+fi
+# Every resource the kustomization lists (the Secret is generated from files
+# a user makes; kustomization.yaml itself is no Kubernetes resource).
+resources=$(sed -n '/^resources:/,/^[a-zA-Z]/s/^  - //p' deploy/kubernetes/kustomization.yaml)
+(cd deploy/kubernetes && "$venv/bin/kubernetes-validate" --strict --quiet $resources)
+echo "manifests valid: $(echo $resources | wc -w) resources"
 echo "== cargo build --bins"
 cargo build --workspace --bins --locked
 echo "== cargo test"

@@ -397,7 +397,14 @@ impl Config {
     /// applies `PLAUDIT_*` variables from the process environment and then the
     /// flags, and validates the result.
     pub fn load(args: &Args) -> anyhow::Result<Config> {
-        let env = sources::process_env()?;
+        let mut env = sources::process_env()?;
+        if !env.iter().any(|(k, _)| k == "HOSTNAME") {
+            // A shell exports HOSTNAME, a container runtime sets it; a
+            // service manager may not.
+            if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+                env.push(("HOSTNAME".to_string(), host.trim().to_string()));
+            }
+        }
         let path = args.config.clone().or_else(|| {
             env.iter().find(|(k, _)| k == ENV_CONFIG_FILE).map(|(_, v)| PathBuf::from(v))
         });
@@ -440,12 +447,7 @@ impl Config {
         }
         config.apply_args(args);
         if config.node_id_from_hostname {
-            let host = env
-                .iter()
-                .find(|(k, _)| k == "HOSTNAME")
-                .map(|(_, v)| v.trim().to_string())
-                .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
-                .unwrap_or_default();
+            let host = env.iter().find(|(k, _)| k == "HOSTNAME").map_or("", |(_, v)| v.as_str());
             config.node_id = node_id_of_host(host.trim())
                 .with_context(|| format!("node_id_from_hostname: host name {host:?}"))?;
         }

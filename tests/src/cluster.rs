@@ -40,6 +40,8 @@ pub struct Cluster {
     shards: u32,
     /// Every node's environment (a node added later gets the same).
     env: Vec<(String, String)>,
+    /// The admin token SDK clients present (nodes started with one).
+    token: Option<String>,
 }
 
 /// The cluster secret's file name inside `Cluster::secret_dir`.
@@ -136,7 +138,7 @@ impl ClusterBuilder {
                 )
             })
             .collect();
-        let mut cluster = Cluster { nodes, secret_dir, shards: self.shards, env };
+        let mut cluster = Cluster { nodes, secret_dir, shards: self.shards, env, token: None };
         for id in self.isolatable {
             let secret = cluster.secret_dir.path().to_path_buf();
             let n = cluster.node_mut(id);
@@ -237,6 +239,54 @@ impl Cluster {
             .collect()
     }
 
+    /// A cluster of nodes made elsewhere (`pods`): node `i` has id `i + 1`;
+    /// `token` is presented by every SDK client.
+    pub(crate) fn of_nodes(
+        nodes: Vec<Node>,
+        secret_dir: tempfile::TempDir,
+        shards: u32,
+        token: Option<String>,
+    ) -> Cluster {
+        for (i, n) in nodes.iter().enumerate() {
+            assert_eq!(n.id(), i as u64 + 1, "nodes in id order");
+        }
+        Cluster { nodes, secret_dir, shards, env: Vec::new(), token }
+    }
+
+    /// Adds a node made elsewhere, the next id.
+    pub(crate) fn push(&mut self, node: Node) {
+        assert_eq!(node.id(), self.nodes.len() as u64 + 1, "nodes in id order");
+        self.nodes.push(node);
+    }
+
+    /// Whether `ids` hold `shards * rf / n` replicas each and lead
+    /// `shards / n` each (both ±1), with no move under way, as node `via`
+    /// sees it.
+    pub fn balanced(&self, via: u64, ids: &[u64], shards: u64, rf: u64) -> bool {
+        let rows = self.nodes(via);
+        let n = ids.len() as u64;
+        let (rep_lo, rep_hi) = ((shards * rf) / n, (shards * rf).div_ceil(n));
+        let (lead_lo, lead_hi) = (shards / n, shards.div_ceil(n));
+        let status = self.status_via(via).unwrap_or_default();
+        let moving = status["moves"].as_array().is_some_and(|m| !m.is_empty());
+        let within = |v: &serde_json::Value, lo: u64, hi: u64| {
+            v.as_u64().is_some_and(|v| v + 1 >= lo && v <= hi + 1)
+        };
+        !moving
+            && ids.iter().all(|id| {
+                rows.get(id).is_some_and(|r| {
+                    within(&r["replicas"], rep_lo, rep_hi)
+                        && within(&r["leaders"], lead_lo, lead_hi)
+                })
+            })
+    }
+
+    /// The node leading the metadata group, as node `via` sees it.
+    pub fn meta_leader(&self, via: u64) -> u64 {
+        let leader = self.status_via(via).and_then(|s| s["meta"]["leader"].as_u64());
+        leader.unwrap_or_else(|| self.node(via).fail("no metadata leader"))
+    }
+
     /// The file holding the cluster's secret, for a node started beside it.
     pub fn secret_file(&self) -> std::path::PathBuf {
         self.secret_dir.path().join(SECRET_FILE)
@@ -275,7 +325,8 @@ impl Cluster {
 
     /// An SDK client seeded with every node.
     pub async fn client(&self) -> Client {
-        match Client::connect_with(&self.seeds(), ClientOptions::default()).await {
+        let opts = ClientOptions { token: self.token.clone(), ..ClientOptions::default() };
+        match Client::connect_with(&self.seeds(), opts).await {
             Ok(c) => c,
             Err(e) => self.nodes[0].fail(&format!("connecting a cluster client: {e}")),
         }

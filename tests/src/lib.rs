@@ -31,6 +31,7 @@ pub use plaudit_client::proto;
 pub mod cluster;
 pub mod history;
 pub mod partition;
+pub mod pods;
 pub mod raw;
 pub mod util;
 
@@ -233,6 +234,11 @@ pub struct Node {
     env: Vec<(String, String)>,
     /// Flags beyond the common ones (a cluster node's id, peers, secret).
     extra_args: Vec<String>,
+    /// Whether `extra_args` are the whole command line (a pod's), with none
+    /// of the common flags (data dir, listeners, shards, log) added.
+    exact_args: bool,
+    /// Given to the CLI and to SDK clients made without a token of their own.
+    token: Option<String>,
     id: u64,
     /// The peer listener of a cluster member.
     peer: Option<SocketAddr>,
@@ -296,6 +302,8 @@ impl Node {
             shards,
             env,
             extra_args,
+            exact_args: false,
+            token: None,
             id,
             peer: Some(peer),
             run_as: None,
@@ -316,6 +324,24 @@ impl Node {
                 Ok(())
             }
         })
+    }
+
+    /// Makes `args` the node's whole command line: nothing is added to
+    /// them (a pod's container arguments, already naming every address).
+    pub(crate) fn set_exact_args(&mut self, args: Vec<String>) {
+        self.extra_args = args;
+        self.exact_args = true;
+    }
+
+    /// The environment the node is started with (beyond the test's own,
+    /// which it inherits without `PLAUDIT_` variables).
+    pub fn env(&self) -> &[(String, String)] {
+        &self.env
+    }
+
+    /// The admin token the CLI and SDK clients of this node present.
+    pub fn set_token(&mut self, token: &str) {
+        self.token = Some(token.to_string());
     }
 
     /// The peer address of a cluster member (`127.0.0.1:PORT`).
@@ -344,7 +370,10 @@ impl Node {
         self.client_with(ClientOptions::default()).await
     }
 
-    pub async fn client_with(&self, opts: ClientOptions) -> Client {
+    pub async fn client_with(&self, mut opts: ClientOptions) -> Client {
+        if opts.token.is_none() {
+            opts.token = self.token.clone();
+        }
         match Client::connect_with(&self.addr(), opts).await {
             Ok(c) => c,
             Err(e) => self.fail(&format!("connecting a client to {}: {e}", self.addr())),
@@ -370,20 +399,32 @@ impl Node {
     /// Runs `plaudit --json ARGS` against this node and parses its one
     /// JSON object (errors included: they are objects too).
     pub fn cli_json(&self, args: &[&str]) -> serde_json::Value {
-        let out = std::process::Command::new(cli_bin())
-            .arg("--addr")
-            .arg(self.addr())
-            .arg("--json")
-            .args(args)
-            .output()
-            .expect("run the plaudit CLI");
+        let (_, mut lines) = self.cli_lines(args);
+        if lines.len() != 1 {
+            self.fail(&format!("plaudit {args:?} printed {} JSON lines: {lines:?}", lines.len()));
+        }
+        lines.remove(0)
+    }
+
+    /// Runs `plaudit --json ARGS` against this node: its exit status and
+    /// every line of its output as JSON (`--wait` prints progress lines).
+    pub fn cli_lines(&self, args: &[&str]) -> (i32, Vec<serde_json::Value>) {
+        let mut cmd = std::process::Command::new(cli_bin());
+        cmd.arg("--addr").arg(self.addr()).arg("--json").args(args).env_remove("PLAUDIT_TOKEN");
+        if let Some(token) = &self.token {
+            cmd.env("PLAUDIT_TOKEN", token);
+        }
+        let out = cmd.output().expect("run the plaudit CLI");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-            self.fail(&format!(
-                "plaudit {args:?} printed no JSON ({e}): stdout {stdout:?}, stderr {:?}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        })
+        let lines = stdout.lines().filter(|l| !l.trim().is_empty()).map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| {
+                self.fail(&format!(
+                    "plaudit {args:?} printed a line that is not JSON ({e}): {l:?}, stderr {:?}",
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            })
+        });
+        (out.status.code().unwrap_or(-1), lines.collect())
     }
 
     /// Whether `/readyz` answers 200 now.
@@ -415,6 +456,13 @@ impl Node {
             }
             let _ = child.wait();
         }
+    }
+
+    /// How the process ended, if it was started and has exited since.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())?;
+        self.child = None;
+        Some(status)
     }
 
     /// Whether the process runs (it may be paused).
@@ -459,12 +507,17 @@ impl Node {
 
     /// SIGTERM and wait for a clean exit (status 0) within 20 s.
     pub fn terminate(&mut self) {
+        self.terminate_within(Duration::from_secs(20));
+    }
+
+    /// SIGTERM and wait for a clean exit (status 0) within `grace`.
+    pub fn terminate_within(&mut self, grace: Duration) {
         let Some(mut child) = self.child.take() else { return };
         // SAFETY: as in `kill9`.
         unsafe {
             libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + grace;
         loop {
             match child.try_wait() {
                 Ok(Some(status)) if status.success() => return,
@@ -475,7 +528,7 @@ impl Node {
                 Ok(None) => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    self.fail("node did not exit within 20 s of SIGTERM");
+                    self.fail(&format!("node did not exit within {grace:?} of SIGTERM"));
                 }
                 Err(e) => self.fail(&format!("waiting for the node: {e}")),
             }
@@ -539,20 +592,19 @@ impl Node {
             }
             None => Command::new(&self.bin),
         };
-        cmd.arg("--data-dir")
-            .arg(&self.data_dir)
-            .arg("--listen")
-            .arg(self.listen.to_string())
-            .arg("--admin")
-            .arg(self.admin.to_string())
-            .arg("--shards")
-            .arg(self.shards.to_string())
-            .arg("--log")
-            .arg(LOG_FILTER)
-            .args(&self.extra_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
+        if !self.exact_args {
+            cmd.arg("--data-dir")
+                .arg(&self.data_dir)
+                .arg("--listen")
+                .arg(self.listen.to_string())
+                .arg("--admin")
+                .arg(self.admin.to_string())
+                .arg("--shards")
+                .arg(self.shards.to_string())
+                .arg("--log")
+                .arg(LOG_FILTER);
+        }
+        cmd.args(&self.extra_args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
         // Only the variables this test sets reach the node.
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("PLAUDIT_") {

@@ -9,24 +9,6 @@ use plaudit_tests::{wait_until, Cluster};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// Whether `ids` hold `shards * rf / n` replicas each and lead `shards / n`
-/// each (both ±1), with no move under way.
-fn balanced(cluster: &Cluster, via: u64, ids: &[u64], shards: u64, rf: u64) -> bool {
-    let rows = cluster.nodes(via);
-    let n = ids.len() as u64;
-    let (rep_lo, rep_hi) = ((shards * rf) / n, (shards * rf).div_ceil(n));
-    let (lead_lo, lead_hi) = (shards / n, shards.div_ceil(n));
-    let status = cluster.status_via(via).unwrap_or_default();
-    let moving = status["moves"].as_array().is_some_and(|m| !m.is_empty());
-    !moving
-        && ids.iter().all(|id| {
-            rows.get(id).is_some_and(|r| {
-                let (rep, lead) = (r["replicas"].as_u64().unwrap(), r["leaders"].as_u64().unwrap());
-                rep + 1 >= rep_lo && rep <= rep_hi + 1 && lead + 1 >= lead_lo && lead <= lead_hi + 1
-            })
-        })
-}
-
 fn failed(w: &Workload) -> u64 {
     w.hist.unknown.load(Ordering::Relaxed)
 }
@@ -40,7 +22,7 @@ async fn growing_from_three_to_five_nodes_balances_and_fails_no_request() {
     assert_eq!((four, five), (4, 5));
     let all = cluster.ids();
     wait_until(Duration::from_secs(240), "replicas and leaders balanced on five nodes", || async {
-        balanced(&cluster, 1, &all, 10, 3)
+        cluster.balanced(1, &all, 10, 3)
     })
     .await;
     let rows = cluster.nodes(5);
@@ -55,36 +37,16 @@ async fn growing_from_three_to_five_nodes_balances_and_fails_no_request() {
     w.check(&admin).await;
 }
 
-/// Runs the CLI against node `via` with `args` (after `--json`): exit
-/// status and stdout lines as JSON.
-fn cli(cluster: &Cluster, via: u64, args: &[&str]) -> (i32, Vec<serde_json::Value>) {
-    let out = std::process::Command::new(plaudit_tests::cli_bin())
-        .args(["--addr", &cluster.node(via).addr(), "--json"])
-        .args(args)
-        .output()
-        .expect("run the CLI");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let lines = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    (out.status.code().unwrap_or(-1), lines)
-}
-
-/// The node leading the metadata group, as node `via` sees it.
-fn meta_leader(cluster: &Cluster, via: u64) -> u64 {
-    cluster.status_via(via).and_then(|s| s["meta"]["leader"].as_u64()).expect("a metadata leader")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decommissioning_a_node_of_four_moves_its_replicas_and_fails_no_request() {
     let mut cluster = Cluster::builder(4).shards(8).start();
     let (admin, mut w) = cluster.start_load(822).await;
     // The hardest one to take away: it leads the metadata group, which
     // records the change and then must hand itself over.
-    let gone = meta_leader(&cluster, 1);
+    let gone = cluster.meta_leader(1);
     let via = cluster.ids().into_iter().find(|&i| i != gone).unwrap();
-    let (code, lines) = cli(&cluster, via, &["admin", "decommission", &gone.to_string(), "--wait"]);
+    let (code, lines) =
+        cluster.node(via).cli_lines(&["admin", "decommission", &gone.to_string(), "--wait"]);
     assert_eq!(code, 0, "{lines:?}");
     let last = lines.last().unwrap();
     assert_eq!(last["decommission"]["node"], gone, "{lines:?}");
@@ -97,10 +59,11 @@ async fn decommissioning_a_node_of_four_moves_its_replicas_and_fails_no_request(
     for id in &stay {
         assert_eq!(rows[id]["replicas"], 8, "eight shards, three replicas, three nodes: {rows:?}");
     }
-    assert_ne!(meta_leader(&cluster, via), gone);
+    assert_ne!(cluster.meta_leader(via), gone);
 
     // A second one would leave two active members for three replicas.
-    let (code, lines) = cli(&cluster, via, &["admin", "decommission", &stay[0].to_string()]);
+    let (code, lines) =
+        cluster.node(via).cli_lines(&["admin", "decommission", &stay[0].to_string()]);
     assert_eq!(code, 1, "{lines:?}");
     assert_eq!(lines[0]["error"]["code"], "Refused", "{lines:?}");
 
@@ -148,7 +111,7 @@ async fn a_dead_node_is_replaced_and_comes_back_empty_as_a_new_incarnation() {
     .await;
     let all = cluster.ids();
     wait_until(Duration::from_secs(120), "balanced again", || async {
-        balanced(&cluster, 1, &all, 8, 3)
+        cluster.balanced(1, &all, 8, 3)
     })
     .await;
     w.stop().await;

@@ -168,12 +168,14 @@ where
     value.trim().parse().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// The process's `PLAUDIT_*` variables. A non-UTF-8 value of one of them is an
-/// error; other variables are not looked at.
+/// The process's `PLAUDIT_*` variables and `HOSTNAME` (for
+/// `node_id_from_hostname`). A non-UTF-8 value of one of them is an error;
+/// other variables are not looked at.
 pub(super) fn process_env() -> anyhow::Result<Vec<(String, String)>> {
     let mut vars = Vec::new();
     for (key, value) in std::env::vars_os() {
-        let Some(key) = key.to_str().filter(|k| k.starts_with(ENV_PREFIX)) else { continue };
+        let wanted = |k: &&str| k.starts_with(ENV_PREFIX) || *k == "HOSTNAME";
+        let Some(key) = key.to_str().filter(wanted) else { continue };
         let Ok(value) = value.into_string() else {
             bail!("environment variable {key} is not valid UTF-8");
         };
