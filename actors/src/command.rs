@@ -13,7 +13,9 @@ use plaudit_proto::auth::{TokenId, TokenInfo};
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::ClusterMap;
 use plaudit_proto::likes::{LikeReply, LikeRequest};
-use plaudit_proto::rankings::{Aggregation, ItemId, RankDef, RankId, TieMode, UpdateRank};
+use plaudit_proto::rankings::{
+    Aggregation, ItemId, RankDef, RankId, RankInfo, TieMode, UpdateRank,
+};
 use plaudit_proto::scoring::Outcome;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId, WireError};
 use serde::{Deserialize, Serialize};
@@ -135,6 +137,9 @@ pub enum Command {
     /// change of members and placement proposes since members existed;
     /// `SetCluster` (a map alone) is how older entries made the first map.
     SetClusterState(Box<plaudit_proto::membership::ClusterState>),
+    /// Registers a ranking with its owner (metadata group only): the
+    /// owner's business must exist; `owner` None is `CreateRank`.
+    CreateRankInfo(Box<RankInfo>),
 }
 
 impl Command {

@@ -5,9 +5,11 @@
 //!
 //! Registry keys: a business is its 4-byte big-endian id; a ranking is
 //! `b'r'` + its 4-byte id; the cluster map is `b"cluster"`; at-most-once
-//! request records (`shard/once.rs`) are 8 or 9 bytes; tokens
-//! (`directory/tokens.rs`) are 11. Lengths differ, so no two kinds collide.
+//! request records (`shard/once.rs`) are 8 or 9 bytes; ranking owners
+//! (`directory/owners.rs`) are 6; tokens (`directory/tokens.rs`) are 11.
+//! Lengths differ, so no two kinds collide.
 
+mod owners;
 mod tokens;
 
 pub use tokens::{hash_secret, same_hash, TokenRecord};
@@ -29,6 +31,8 @@ use tokio::sync::watch;
 pub struct Directory {
     inner: Arc<RwLock<BTreeMap<BizId, Business>>>,
     ranks: Arc<RwLock<BTreeMap<RankId, Arc<RankDef>>>>,
+    /// Rankings that belong to a business (`owners.rs`).
+    owners: Arc<RwLock<BTreeMap<RankId, BizId>>>,
     tokens: Arc<tokens::Tokens>,
     /// The cluster map, watched by the node (it starts the groups the map
     /// places on it).
@@ -42,6 +46,7 @@ impl Default for Directory {
         Directory {
             inner: Arc::default(),
             ranks: Arc::default(),
+            owners: Arc::default(),
             tokens: Arc::default(),
             cluster: Arc::new(watch::channel(None).0),
             state: Arc::new(watch::channel(None).0),
@@ -76,9 +81,13 @@ impl Directory {
         let mut cluster = None;
         let mut state = None;
         let mut tokens = Vec::new();
+        let mut owners = BTreeMap::new();
         for (k, v) in store.registry_entries()? {
             if tokens::is_token_key(&k) {
                 tokens.push(tokens::decode_record(&v)?);
+            } else if owners::is_owner_key(&k) {
+                let (rank, biz) = owners::decode_owner(&k, &v)?;
+                owners.insert(rank, biz);
             } else if k == STATE_KEY {
                 let StateRecord::V1(s) = decode::<StateRecord>(&v)?;
                 state = Some(s);
@@ -98,6 +107,7 @@ impl Directory {
         Ok(Directory {
             inner: Arc::new(RwLock::new(map)),
             ranks: Arc::new(RwLock::new(ranks)),
+            owners: Arc::new(RwLock::new(owners)),
             tokens: Arc::new(tokens::Tokens::from_records(tokens)),
             cluster: Arc::new(watch::channel(cluster).0),
             state: Arc::new(watch::channel(state).0),
@@ -112,6 +122,8 @@ impl Directory {
         let ranks = std::mem::take(&mut *fresh.ranks.write().unwrap_or_else(|e| e.into_inner()));
         *self.inner.write().unwrap_or_else(|e| e.into_inner()) = bizs;
         *self.ranks.write().unwrap_or_else(|e| e.into_inner()) = ranks;
+        let owners = std::mem::take(&mut *fresh.owners.write().unwrap_or_else(|e| e.into_inner()));
+        *self.owners.write().unwrap_or_else(|e| e.into_inner()) = owners;
         // `fresh` was built just above: its tokens have no other owner.
         let tokens = Arc::into_inner(fresh.tokens).unwrap_or_default();
         self.tokens.replace(tokens);

@@ -465,6 +465,7 @@ fn variant(r: &Response) -> &'static str {
         Response::Received(_) => "Received",
         Response::Error(_) => "Error",
         Response::Rank(_) => "Rank",
+        Response::RankInfo(_) => "RankInfo",
         Response::RankList(_) => "RankList",
         Response::Score(_) => "Score",
         Response::Query(_) => "Query",

@@ -70,6 +70,8 @@ pub enum Output {
     Rank {
         verb: BizVerb,
         def: RankDef,
+        /// Its business; `None`: shared.
+        owner: Option<plaudit_proto::BizId>,
     },
     RankList(Vec<RankDef>),
     Score(ScoreReply),
@@ -373,16 +375,23 @@ async fn execute_rank(client: &Client, cmd: &rank::RankCommand) -> Result<Output
             // `definition` is Some for every Create: it only destructures it.
             let def = rank::definition(cmd)
                 .ok_or_else(|| ClientError::Protocol("rank create without a definition".into()))?;
-            Output::Rank { verb: BizVerb::Created, def: client.create_rank(def).await? }
+            let owner = match cmd {
+                RankCommand::Create { biz, .. } => *biz,
+                _ => None,
+            };
+            let info = client.create_rank_for(def, owner).await?;
+            Output::Rank { verb: BizVerb::Created, def: info.def, owner: info.owner }
         }
         RankCommand::Get { id } => {
-            Output::Rank { verb: BizVerb::Shown, def: client.get_rank(*id).await? }
+            let info = client.get_rank_info(*id).await?;
+            Output::Rank { verb: BizVerb::Shown, def: info.def, owner: info.owner }
         }
         RankCommand::List => Output::RankList(client.list_ranks().await?),
         RankCommand::Update { id, .. } => {
-            let current = client.get_rank(*id).await?;
-            let settings = rank::updated_settings(current.settings, cmd);
-            Output::Rank { verb: BizVerb::Updated, def: client.update_rank(*id, settings).await? }
+            let current = client.get_rank_info(*id).await?;
+            let settings = rank::updated_settings(current.def.settings, cmd);
+            let def = client.update_rank(*id, settings).await?;
+            Output::Rank { verb: BizVerb::Updated, def, owner: current.owner }
         }
     })
 }

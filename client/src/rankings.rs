@@ -4,11 +4,12 @@
 use crate::api::{next_cursor, unexpected, Client};
 use crate::error::ClientError;
 use plaudit_proto::listing::{ListPage, RankPage, MAX_LIST_PAGE};
-use plaudit_proto::rankings::{ItemId, RankDef, RankId, RankSettings, UpdateRank};
+use plaudit_proto::rankings::{ItemId, RankDef, RankId, RankInfo, RankSettings, UpdateRank};
 use plaudit_proto::scoring::{
     BoardQuery, BoardRef, BoardsPage, BoardsRequest, QueryReply, QueryRequest, RankedItem,
     ScoreReply, ScoreRequest,
 };
+use plaudit_proto::BizId;
 use plaudit_proto::{Request, Response};
 
 impl Client {
@@ -16,6 +17,30 @@ impl Client {
     /// Applied at most once, however often the SDK has to send it.
     pub async fn create_rank(&self, def: RankDef) -> Result<RankDef, ClientError> {
         self.expect_rank("rank_create", Request::CreateRank(Box::new(def))).await
+    }
+
+    /// Registers a ranking that belongs to business `owner`: only that
+    /// business's tokens may name it (`None`: shared, as `create_rank`).
+    /// Applied at most once, however often the SDK has to send it.
+    pub async fn create_rank_for(
+        &self,
+        def: RankDef,
+        owner: Option<BizId>,
+    ) -> Result<RankInfo, ClientError> {
+        let req = Request::CreateRankInfo(Box::new(RankInfo { def, owner }));
+        self.expect_rank_info("rank_create", req).await
+    }
+
+    /// A ranking's definition and owner.
+    pub async fn get_rank_info(&self, id: RankId) -> Result<RankInfo, ClientError> {
+        self.expect_rank_info("rank_get", Request::GetRankInfo(id)).await
+    }
+
+    async fn expect_rank_info(&self, op: &str, req: Request) -> Result<RankInfo, ClientError> {
+        match self.request(req).await? {
+            Response::RankInfo(info) => Ok(*info),
+            other => Err(unexpected(op, &other)),
+        }
     }
 
     pub async fn get_rank(&self, id: RankId) -> Result<RankDef, ClientError> {

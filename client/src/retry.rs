@@ -94,6 +94,7 @@ fn is_registry_change(req: &Request) -> bool {
         Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)
+            | Request::CreateRankInfo(_)
             | Request::UpdateRank(_)
             | Request::CreateToken(_)
             | Request::RevokeToken(_)

@@ -75,7 +75,9 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::ListBiz
         | Request::UpdateBiz(_)
         | Request::CreateRank(_)
+        | Request::CreateRankInfo(_)
         | Request::GetRank(_)
+        | Request::GetRankInfo(_)
         | Request::ListRanks
         | Request::ListBizPage(_)
         | Request::ListRanksPage(_)

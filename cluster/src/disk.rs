@@ -107,6 +107,7 @@ pub fn adds_state(cmd: &Command) -> bool {
         | Command::CreateBizV2(_)
         | Command::UpdateBiz(_)
         | Command::CreateRank(_)
+        | Command::CreateRankInfo(_)
         | Command::UpdateRank(_)
         | Command::CreateToken(_) => true,
         Command::Once { cmd, .. } => adds_state(cmd),

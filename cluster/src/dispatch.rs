@@ -19,6 +19,7 @@ use crate::router::Hop;
 use plaudit_actors::{CmdResult, Command, ShardError};
 use plaudit_proto::cluster::Routing;
 use plaudit_proto::likes::{CountsRequest, EntityCounts, Page, PageCursor, ReceivedReply};
+use plaudit_proto::rankings::RankInfo;
 use plaudit_proto::routing::shard_of;
 use plaudit_proto::{BizId, Request, Response, WireError};
 use std::collections::BTreeMap;
@@ -61,10 +62,12 @@ impl Engine {
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)
+            | Request::CreateRankInfo(_)
             | Request::UpdateRank(_)
             | Request::GetBiz(_)
             | Request::ListBiz
             | Request::GetRank(_)
+            | Request::GetRankInfo(_)
             | Request::ListRanks
             | Request::ListBizPage(_)
             | Request::ListRanksPage(_)
@@ -280,6 +283,11 @@ impl Engine {
                 Request::UpdateRank(u) => {
                     rank_result(write(once(id, Command::UpdateRank(u))).await?)
                 }
+                Request::CreateRankInfo(i) => {
+                    let owner = i.owner;
+                    let r = write(once(id, Command::CreateRankInfo(i))).await?;
+                    rank_info_result(r, owner)
+                }
                 Request::CreateToken(c) => {
                     token_result(write(once(id, Command::CreateToken(new_token(c)))).await?)
                 }
@@ -295,6 +303,10 @@ impl Engine {
             Request::UpdateBiz(u) => biz_result(write(Command::UpdateBiz(u)).await?),
             Request::CreateRank(d) => rank_result(write(Command::CreateRank(d)).await?),
             Request::UpdateRank(u) => rank_result(write(Command::UpdateRank(u)).await?),
+            Request::CreateRankInfo(i) => {
+                let owner = i.owner;
+                rank_info_result(write(Command::CreateRankInfo(i)).await?, owner)
+            }
             Request::CreateToken(c) => {
                 token_result(write(Command::CreateToken(new_token(c))).await?)
             }
@@ -365,6 +377,15 @@ pub(crate) fn unknown_business(biz: BizId) -> WireError {
 
 pub(crate) fn unknown_rank(id: plaudit_proto::rankings::RankId) -> WireError {
     WireError::not_found(format!("ranking {id} does not exist"))
+}
+
+/// A ranking created with `owner`, as `CreateRankInfo` answers.
+fn rank_info_result(r: CmdResult, owner: Option<BizId>) -> Result<Response, WireError> {
+    match r {
+        CmdResult::Rank(d) => Ok(Response::RankInfo(Box::new(RankInfo { def: *d, owner }))),
+        CmdResult::Failed(e) => Err(e),
+        other => Err(internal(format!("unexpected result {other:?}"))),
+    }
 }
 
 fn rank_result(r: CmdResult) -> Result<Response, WireError> {
@@ -444,6 +465,7 @@ impl Engine {
             Request::GetBiz(_)
             | Request::ListBiz
             | Request::GetRank(_)
+            | Request::GetRankInfo(_)
             | Request::ListRanks
             | Request::ListBizPage(_)
             | Request::ListRanksPage(_) => match self.read_registry(&req) {

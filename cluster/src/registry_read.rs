@@ -30,6 +30,10 @@ impl Engine {
                 .rank(*id)
                 .map(|r| Response::Rank(Box::new((*r).clone())))
                 .ok_or_else(|| unknown_rank(*id)),
+            Request::GetRankInfo(id) => d
+                .rank_info(*id)
+                .map(|i| Response::RankInfo(Box::new(i)))
+                .ok_or_else(|| unknown_rank(*id)),
             Request::ListBiz => whole(d.list(), "ListBizPage").map(Response::BizList),
             Request::ListRanks => whole(d.ranks(), "ListRanksPage").map(Response::RankList),
             Request::ListBizPage(p) => biz_page(self, p).map(Response::BizPage),

@@ -13,7 +13,7 @@ use crate::likes::{
     ReceivedReply, ReceivedRequest, StatusRequest, UserLikesRequest,
 };
 use crate::listing::{BizPage, ListPage, RankPage};
-use crate::rankings::{RankDef, RankId, UpdateRank};
+use crate::rankings::{RankDef, RankId, RankInfo, UpdateRank};
 use crate::scoring::{
     BoardsPage, BoardsRequest, QueryReply, QueryRequest, ScoreReply, ScoreRequest,
 };
@@ -91,6 +91,11 @@ pub enum Request {
     /// only); answered `Done` once the cluster state records it, or
     /// `Refused`. The moves that follow are watched in the status.
     Members(crate::membership::MemberOp),
+    /// Creates a ranking owned by a business (or shared: `owner` None), admin
+    /// only; answered `RankInfo`.
+    CreateRankInfo(Box<RankInfo>),
+    /// A ranking with its owner; answered `RankInfo`.
+    GetRankInfo(RankId),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
@@ -150,8 +155,8 @@ impl Request {
             Request::UserLikes(_) => "user_likes",
             Request::Likers(_) => "likers",
             Request::Received(_) => "received",
-            Request::CreateRank(_) => "rank_create",
-            Request::GetRank(_) => "rank_get",
+            Request::CreateRank(_) | Request::CreateRankInfo(_) => "rank_create",
+            Request::GetRank(_) | Request::GetRankInfo(_) => "rank_get",
             Request::ListRanks | Request::ListRanksPage(_) => "rank_list",
             Request::UpdateRank(_) => "rank_update",
             Request::Score(_) => "score",
@@ -188,6 +193,7 @@ impl Request {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
                 | Request::CreateRank(_)
+                | Request::CreateRankInfo(_)
                 | Request::UpdateRank(_)
                 | Request::CreateToken(_)
                 | Request::RevokeToken(_) => req.validate(),
@@ -211,13 +217,16 @@ impl Request {
                 | Request::GetBiz(_)
                 | Request::ListBiz
                 | Request::GetRank(_)
+                | Request::GetRankInfo(_)
                 | Request::ListRanks
                 | Request::ListBizPage(_)
                 | Request::ListRanksPage(_) => req.validate(),
                 _ => Err(WireError::bad_request(format!("{} cannot be read stale", req.op()))),
             },
             Request::CreateRank(d) => d.validate(),
+            Request::CreateRankInfo(i) => i.def.validate(),
             Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
+            Request::GetRankInfo(_) => Ok(()),
             Request::ListBizPage(p) | Request::ListRanksPage(p) => p.validate(),
             Request::Score(r) => r.validate(),
             Request::Query(r) => r.validate(),
@@ -241,9 +250,11 @@ impl Request {
             Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => None,
             Request::DrainNode(_) | Request::Nodes | Request::Members(_) => None,
             Request::CreateToken(c) => Some(c.biz),
+            Request::CreateRankInfo(i) => i.owner,
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
             Request::CreateRank(_)
             | Request::GetRank(_)
+            | Request::GetRankInfo(_)
             | Request::ListRanks
             | Request::UpdateRank(_)
             | Request::Score(_)
@@ -303,6 +314,8 @@ pub enum Response {
     Done,
     /// The reply to `Nodes`.
     Nodes(Vec<crate::membership::NodeRow>),
+    /// The reply to `CreateRankInfo` and `GetRankInfo`.
+    RankInfo(Box<RankInfo>),
 }
 
 #[cfg(test)]
@@ -372,6 +385,7 @@ mod tests {
             }),
             Request::ListTokens,
             Request::RevokeToken(1),
+            Request::GetRankInfo(1),
         ]
     }
 

@@ -153,6 +153,17 @@ pub struct RankDef {
     pub settings: RankSettings,
 }
 
+/// A ranking with its owner: what `rank create --biz` sends and `rank get`
+/// answers. The owner rides beside the definition, not in it: `RankDef`'s
+/// encoding is fixed (Raft logs, registries and older clients hold it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankInfo {
+    pub def: RankDef,
+    /// The business whose tokens alone may name the ranking; `None`: shared,
+    /// given to any business's token at the admin's choice.
+    pub owner: Option<crate::ids::BizId>,
+}
+
 impl RankDef {
     pub fn validate(&self) -> Result<(), WireError> {
         if self.id == 0 {

@@ -149,8 +149,9 @@ impl Directory {
         self.tokens.read().values().map(TokenRecord::info).collect()
     }
 
-    /// Registers a token: its business and rankings must exist. The id is
-    /// one above the highest (deterministic on every replica).
+    /// Registers a token: its business and rankings must exist, and each
+    /// ranking must be shared or its business's own. The id is one above the
+    /// highest (deterministic on every replica).
     pub fn apply_create_token(
         &self,
         t: &NewToken,
@@ -162,6 +163,9 @@ impl Directory {
         }
         if let Some(r) = t.ranks.iter().find(|&&r| self.rank(r).is_none()) {
             return Err(WireError::not_found(format!("ranking {r} does not exist")));
+        }
+        for &r in &t.ranks {
+            self.check_rank_for(r, t.biz)?;
         }
         let mut map = self.tokens.write();
         let id = map.keys().next_back().map_or(1, |&h| h + 1);
@@ -262,6 +266,54 @@ mod tests {
         assert!(d.apply_create_token(&t, 1, &mut ws).is_err());
         assert_eq!(d.apply_create_token(&new_token(7), 1, &mut ws).unwrap().id, 1);
         assert_eq!(d.apply_create_token(&new_token(7), 1, &mut ws).unwrap().id, 2);
+    }
+
+    fn ranking(id: plaudit_proto::rankings::RankId) -> plaudit_proto::rankings::RankDef {
+        use plaudit_proto::rankings::{Aggregation, RankDef, TieMode};
+        use plaudit_proto::window::{Granularity, UtcOffset};
+        RankDef {
+            id,
+            name: format!("r{id}"),
+            dims: vec![],
+            granularities: vec![Granularity::Total],
+            utc_offset: UtcOffset::UTC,
+            aggregation: Aggregation::Incr,
+            ties: TieMode::EarlierFirst,
+            settings: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_token_names_only_its_own_business_rankings_or_shared_ones() {
+        use plaudit_proto::rankings::RankInfo;
+        let (_dir, _db, store, d) = directory_with_biz();
+        let mut ws = WriteSet::new(16);
+        let c = CreateBiz { id: Some(8), name: "w".into(), config: Default::default() };
+        d.apply_create(&c, super::super::IdRule::AfterHighestOrLowestFree, &mut ws).unwrap();
+        let owned = RankInfo { def: ranking(1), owner: Some(7) };
+        d.apply_create_rank_info(&owned, &mut ws).unwrap();
+        d.apply_create_rank_info(&RankInfo { def: ranking(2), owner: None }, &mut ws).unwrap();
+        let unknown = RankInfo { def: ranking(3), owner: Some(99) };
+        let e = d.apply_create_rank_info(&unknown, &mut ws).unwrap_err();
+        assert_eq!(e.code, plaudit_proto::ErrorCode::NotFound, "{e}");
+        assert!(d.rank(3).is_none(), "nothing created for an unknown owner");
+        store.stage(ws);
+
+        let token = |biz, ranks: Vec<u32>| NewToken { ranks, ..new_token(biz) };
+        let mut ws = WriteSet::new(16);
+        let e = d.apply_create_token(&token(8, vec![2, 1]), 1, &mut ws).unwrap_err();
+        assert_eq!(e.code, plaudit_proto::ErrorCode::Refused, "{e}");
+        assert!(e.message.contains("belongs to business 7"), "{e}");
+        assert!(d.apply_create_token(&token(8, vec![2]), 1, &mut ws).is_ok(), "shared");
+        assert!(d.apply_create_token(&token(7, vec![1, 2]), 1, &mut ws).is_ok(), "its own");
+
+        // The owner is stored: a reload (a restart, a snapshot) keeps it.
+        let loaded = Directory::load(&store).unwrap();
+        assert_eq!((loaded.rank_owner(1), loaded.rank_owner(2)), (Some(7), None));
+        assert_eq!(loaded.rank_info(1).unwrap().owner, Some(7));
+        assert!(loaded.apply_create_token(&token(8, vec![1]), 1, &mut ws).is_err());
+        d.reload(&store).unwrap();
+        assert_eq!(d.rank_owner(1), Some(7));
     }
 
     #[test]

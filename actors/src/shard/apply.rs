@@ -177,6 +177,7 @@ impl ShardActor {
                     | Command::CreateBizV2(_)
                     | Command::UpdateBiz(_)
                     | Command::CreateRank(_)
+                    | Command::CreateRankInfo(_)
                     | Command::UpdateRank(_)
                     | Command::SetCluster(_)
                     | Command::SetClusterState(_)

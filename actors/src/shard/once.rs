@@ -87,6 +87,7 @@ impl ShardActor {
             | Command::CreateBizV2(_)
             | Command::UpdateBiz(_)
             | Command::CreateRank(_)
+            | Command::CreateRankInfo(_)
             | Command::UpdateRank(_)
             | Command::CreateToken(_)
             | Command::RevokeToken { .. } => {

@@ -32,6 +32,9 @@ pub(super) fn apply(
         Command::CreateRank(d) => {
             directory.apply_create_rank(d, ws).map(|d| CmdResult::Rank(Box::new(d)))
         }
+        Command::CreateRankInfo(i) => {
+            directory.apply_create_rank_info(i, ws).map(|d| CmdResult::Rank(Box::new(d)))
+        }
         Command::UpdateRank(u) => {
             directory.apply_update_rank(u, ws).map(|d| CmdResult::Rank(Box::new(d)))
         }

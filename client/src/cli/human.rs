@@ -113,13 +113,17 @@ pub fn output(o: &Output) -> String {
         Output::Pong { addr, rtt } => {
             format!("pong from {addr} in {:.1} ms\n", rtt.as_secs_f64() * 1000.0)
         }
-        Output::Rank { verb, def } => {
+        Output::Rank { verb, def, owner } => {
             let head = match verb {
                 BizVerb::Created => format!("created ranking {}\n", def.id),
                 BizVerb::Updated => format!("updated ranking {}\n", def.id),
                 BizVerb::Shown => String::new(),
             };
-            head + &super::rank::table(std::slice::from_ref(def))
+            let whose = match owner {
+                Some(biz) => format!("belongs to business {biz}\n"),
+                None => "shared (any business's token may be given it)\n".to_string(),
+            };
+            head + &super::rank::table(std::slice::from_ref(def)) + &whose
         }
         Output::RankList(list) if list.is_empty() => "no rankings\n".to_string(),
         Output::RankList(list) => super::rank::table(list),

@@ -119,7 +119,7 @@ pub fn output(o: &Output) -> String {
         }
         Output::Received(r) => to_string(&Received { user: r.user, likes: r.likes }),
         Output::Pong { .. } => to_string(&Pong { ok: true }),
-        Output::Rank { def, .. } => to_string(&super::rank::to_json(def)),
+        Output::Rank { def, owner, .. } => to_string(&super::rank::info_json(def, *owner)),
         Output::RankList(list) => super::rank::list_json(list),
         Output::Score(r) => super::board::score_json(r),
         Output::Items { type_id, items } => super::board::items_json(type_id, items),

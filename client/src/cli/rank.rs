@@ -44,6 +44,10 @@ pub enum RankCommand {
         /// Shedding class 0..=9: under overload the lowest are refused first.
         #[arg(long, value_name = "P", default_value_t = RankSettings::default().priority)]
         priority: u8,
+        /// The business the ranking belongs to: only its tokens may name it.
+        /// Without it the ranking is shared (any business's token may be given it).
+        #[arg(long, value_name = "BIZ")]
+        biz: Option<plaudit_proto::BizId>,
     },
     /// Show one ranking.
     Get {
@@ -137,6 +141,7 @@ pub fn definition(cmd: &RankCommand) -> Option<RankDef> {
         cap,
         retention,
         priority,
+        biz: _,
     } = cmd
     else {
         return None;
@@ -216,6 +221,9 @@ pub struct RankJson<'a> {
     retention: u32,
     priority: u8,
     filters: FiltersJson,
+    /// Absent where not known (lists), `null` for a shared ranking.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<Option<plaudit_proto::BizId>>,
 }
 
 #[derive(Serialize)]
@@ -225,6 +233,11 @@ struct FiltersJson {
     allow_items: Option<Vec<u64>>,
     deny_items: Option<Vec<u64>>,
     score_range: Option<(i64, i64)>,
+}
+
+/// One ranking with its owner, as `rank create` and `rank get` print it.
+pub fn info_json(d: &RankDef, owner: Option<plaudit_proto::BizId>) -> RankJson<'_> {
+    RankJson { owner: Some(owner), ..to_json(d) }
 }
 
 pub fn to_json(d: &RankDef) -> RankJson<'_> {
@@ -264,6 +277,7 @@ pub fn to_json(d: &RankDef) -> RankJson<'_> {
             deny_items: items(false),
             score_range: f.score_range,
         },
+        owner: None,
     }
 }
 
