@@ -14,6 +14,13 @@
 //! asks every server to support; and `POST` for `/fault/links`) is `405`, an
 //! unparsable request is `400`.
 //!
+//! **Who may ask.** Off loopback, a node with an admin token answers
+//! everything but `/healthz` and `/readyz` only to a request that carries
+//! it (`Authorization: Bearer <token>`, what Prometheus's `bearer_token`
+//! sends); others get `401`. The probes stay open: a kubelet sends no token,
+//! and they say nothing a port scan would not. On loopback the port is
+//! open: whoever can reach it already runs on the node's host.
+//!
 //! Three fixed endpoints read by probes and a scraper do not justify an HTTP
 //! framework, so this is a deliberately small HTTP/1.1 server over tokio TCP:
 //! one request per connection (`Connection: close`), the request head capped
@@ -88,17 +95,22 @@ const DEFAULT_LIMITS: Limits = Limits { read_timeout: READ_TIMEOUT, write_timeou
 /// Errors from `accept` are logged and retried after a short pause rather than
 /// returned: running out of file descriptors is exactly when the metrics
 /// endpoint must stay up.
+///
+/// `bearer`: the SHA-256 of the token every request but the probes must
+/// carry, or `None` for an open port (see the module's "who may ask").
 pub async fn serve(
     listener: TcpListener,
     source: Arc<dyn AdminSource>,
+    bearer: Option<[u8; 32]>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
-    serve_with(listener, source, shutdown, DEFAULT_LIMITS).await
+    serve_with(listener, source, bearer, shutdown, DEFAULT_LIMITS).await
 }
 
 async fn serve_with(
     listener: TcpListener,
     source: Arc<dyn AdminSource>,
+    bearer: Option<[u8; 32]>,
     shutdown: impl Future<Output = ()> + Send,
     limits: Limits,
 ) -> io::Result<()> {
@@ -127,7 +139,7 @@ async fn serve_with(
                     };
                     let (id, entry) = table.insert();
                     tokio::select! {
-                        r = handle(stream, source.as_ref(), limits, &entry) => {
+                        r = handle(stream, source.as_ref(), bearer.as_ref(), limits, &entry) => {
                             if let Err(e) = r {
                                 debug!(%peer, error = %e, "admin connection failed");
                             }
@@ -193,6 +205,7 @@ fn is_per_connection(e: &io::Error) -> bool {
 async fn handle(
     mut stream: TcpStream,
     source: &dyn AdminSource,
+    bearer: Option<&[u8; 32]>,
     limits: Limits,
     entry: &Entry,
 ) -> io::Result<()> {
@@ -214,7 +227,14 @@ async fn handle(
         Ok(head) => match parse_request(&head) {
             Some(request) => {
                 debug!(method = request.method, path = request.path, "admin request");
-                (route(&request, source).await, request.method == "HEAD")
+                let head_only = request.method == "HEAD";
+                if allowed(&request, bearer) {
+                    (route(&request, source).await, head_only)
+                } else {
+                    let mut response = Response::text(401, "Unauthorized", "admin token needed\n");
+                    response.challenge = true;
+                    (response, head_only)
+                }
             }
             None => (Response::text(400, "Bad Request", "bad request\n"), false),
         },
@@ -305,6 +325,25 @@ struct Request<'a> {
     path: &'a str,
     /// The query string, without the `?`.
     query: &'a str,
+    /// The `Authorization` header's value, if sent.
+    authorization: Option<&'a str>,
+}
+
+/// Whether `request` may be answered: the probes always, the rest with the
+/// bearer token when one is required (compared as SHA-256 hashes, in
+/// constant time).
+fn allowed(request: &Request<'_>, bearer: Option<&[u8; 32]>) -> bool {
+    let Some(want) = bearer else { return true };
+    if matches!(request.path, "/healthz" | "/readyz") {
+        return true;
+    }
+    let presented = request.authorization.and_then(|v| {
+        let (scheme, token) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    });
+    presented.is_some_and(|token| {
+        plaudit_actors::directory::same_hash(&plaudit_actors::directory::hash_secret(token), want)
+    })
 }
 
 /// Parses the request line and checks the header lines are well formed.
@@ -324,14 +363,18 @@ fn parse_request(head: &[u8]) -> Option<Request<'_>> {
     if !well_formed {
         return None;
     }
+    let mut authorization = None;
     for line in lines.filter(|line| !line.is_empty()) {
-        let (name, _value) = line.split_once(':')?;
+        let (name, value) = line.split_once(':')?;
         if name.is_empty() || name.bytes().any(|b| b.is_ascii_whitespace()) {
             return None;
         }
+        if name.eq_ignore_ascii_case("authorization") {
+            authorization = Some(value.trim());
+        }
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    Some(Request { method, path, query })
+    Some(Request { method, path, query, authorization })
 }
 
 async fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
@@ -373,6 +416,7 @@ async fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             body: source.metrics_text(),
             allow: false,
+            challenge: false,
         },
         "/debug/digest" => match source.digests_json().await {
             Some(body) => Response {
@@ -381,6 +425,7 @@ async fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
                 content_type: "application/json",
                 body,
                 allow: false,
+                challenge: false,
             },
             None => Response::text(404, "Not Found", "not found\n"),
         },
@@ -390,6 +435,7 @@ async fn route(request: &Request<'_>, source: &dyn AdminSource) -> Response {
             content_type: "application/json",
             body: source.status_json().await,
             allow: false,
+            challenge: false,
         },
         _ => Response::text(404, "Not Found", "not found\n"),
     }
@@ -402,20 +448,24 @@ struct Response {
     body: String,
     /// Whether to send `Allow` (with a `405`).
     allow: bool,
+    /// Whether to send `WWW-Authenticate: Bearer` (with a `401`).
+    challenge: bool,
 }
 
 impl Response {
     fn text(status: u16, reason: &'static str, body: &str) -> Response {
         let content_type = "text/plain; charset=utf-8";
-        Response { status, reason, content_type, body: body.to_string(), allow: false }
+        let body = body.to_string();
+        Response { status, reason, content_type, body, allow: false, challenge: false }
     }
 
     /// The response's bytes; for `HEAD` the headers only, with the length the
     /// body would have.
     fn encode(&self, head_only: bool) -> Vec<u8> {
         let allow = if self.allow { "Allow: GET, HEAD\r\n" } else { "" };
+        let challenge = if self.challenge { "WWW-Authenticate: Bearer\r\n" } else { "" };
         let head = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}\
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}{challenge}\
              Cache-Control: no-store\r\nConnection: close\r\n\r\n",
             self.status,
             self.reason,

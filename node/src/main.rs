@@ -137,9 +137,19 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         fault_injection: cfg.fault_injection,
     });
     let (admin_stop_tx, admin_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let admin_task = tokio::spawn(plaudit_node::admin::serve(admin, status.clone(), async move {
+    // Off loopback, metrics and status are the admin token's (the probes
+    // stay open): see admin.rs.
+    let bearer = match &admin_token {
+        Some(token) if !cfg.admin.ip().is_loopback() => {
+            Some(plaudit_actors::directory::hash_secret(token))
+        }
+        _ => None,
+    };
+    let admin_stop = async move {
         let _ = admin_stop_rx.await;
-    }));
+    };
+    let admin_task =
+        tokio::spawn(plaudit_node::admin::serve(admin, status.clone(), bearer, admin_stop));
     info!(
         node_id = cfg.node_id, listen = %cfg.listen, admin = %cfg.admin,
         peer_listen = %cfg.peer_listen, shards = cfg.shards, data_dir = %cfg.data_dir.display(),

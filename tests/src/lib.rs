@@ -37,7 +37,7 @@ pub mod util;
 
 pub use cluster::Cluster;
 pub(crate) use util::http_request;
-pub use util::{http_get, metric_sum, total_ranking, wait_converged, wait_until};
+pub use util::{http_get, http_get_bearer, metric_sum, total_ranking, wait_converged, wait_until};
 
 /// How long a node may take to become ready (start or restart).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -152,11 +152,12 @@ pub struct NodeBuilder {
     shards: u32,
     env: Vec<(String, String)>,
     data_dir: Option<PathBuf>,
+    admin_ip: Option<std::net::IpAddr>,
 }
 
 impl Default for NodeBuilder {
     fn default() -> Self {
-        NodeBuilder { shards: 4, env: Vec::new(), data_dir: None }
+        NodeBuilder { shards: 4, env: Vec::new(), data_dir: None, admin_ip: None }
     }
 }
 
@@ -179,6 +180,13 @@ impl NodeBuilder {
         self
     }
 
+    /// Binds the admin port on `ip` (e.g. 0.0.0.0, every address) instead of
+    /// 127.0.0.1; the node is still reached through loopback.
+    pub fn admin_ip(mut self, ip: std::net::IpAddr) -> Self {
+        self.admin_ip = Some(ip);
+        self
+    }
+
     /// Spawns the node without waiting for it to be ready (it may never be:
     /// a node meant to join a cluster that refuses it).
     pub fn spawn_only(self) -> Node {
@@ -194,13 +202,9 @@ impl NodeBuilder {
 
     /// Spawns the node and waits until `/readyz` answers 200.
     pub fn start(self) -> Node {
-        let mut node = Node::new(
-            1,
-            self.shards,
-            (localhost(0), localhost(0), localhost(0)),
-            Vec::new(),
-            self.env,
-        );
+        let admin = SocketAddr::new(self.admin_ip.unwrap_or(localhost(0).ip()), 0);
+        let mut node =
+            Node::new(1, self.shards, (localhost(0), admin, localhost(0)), Vec::new(), self.env);
         node.peer = None;
         if let Some(dir) = self.data_dir {
             node.data_dir = dir;
@@ -502,7 +506,7 @@ impl Node {
 
     /// `POST path` on the admin port: `(status, body)`.
     pub fn admin_post(&self, path: &str) -> std::io::Result<(u16, String)> {
-        http_request(self.admin, "POST", path)
+        http_request(self.admin, "POST", path, "")
     }
 
     /// SIGTERM and wait for a clean exit (status 0) within 20 s.

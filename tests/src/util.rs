@@ -26,20 +26,31 @@ pub fn total_ranking(id: u32, name: &str) -> plaudit_client::proto::rankings::Ra
 
 /// A minimal HTTP/1.1 GET (the admin server closes after each reply).
 pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    http_request(addr, "GET", path)
+    http_request(addr, "GET", path, "")
+}
+
+/// `http_get` with `Authorization: Bearer <token>`.
+pub fn http_get_bearer(
+    addr: SocketAddr,
+    path: &str,
+    token: &str,
+) -> std::io::Result<(u16, String)> {
+    http_request(addr, "GET", path, &format!("Authorization: Bearer {token}\r\n"))
 }
 
 pub(crate) fn http_request(
     addr: SocketAddr,
     method: &str,
     path: &str,
+    headers: &str,
 ) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Content-Length: 0\r\n\
+         Connection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;

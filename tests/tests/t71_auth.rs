@@ -5,7 +5,8 @@
 //! reads; a revoked token stops working at once, also on connections
 //! already authenticated with it. Tokens are stored hashed (the data
 //! directory never holds a secret) and never logged. A node refuses to
-//! listen off loopback without an admin token.
+//! listen off loopback without an admin token, and its admin port off
+//! loopback serves metrics and status to the admin token only.
 
 use plaudit_client::proto::auth::{AuthRequest, Role, TokenSecret};
 use plaudit_client::proto::likes::{LikeAction, LikeRequest, StatusRequest};
@@ -15,7 +16,9 @@ use plaudit_client::proto::window::Granularity;
 use plaudit_client::proto::{BizConfig, ErrorCode, Request, Response};
 use plaudit_client::{Client, ClientError, ClientOptions};
 use plaudit_tests::raw::RawConn;
-use plaudit_tests::{metric_sum, refused_start, total_ranking, wait_until, Cluster, Node};
+use plaudit_tests::{
+    http_get_bearer, metric_sum, refused_start, total_ranking, wait_until, Cluster, Node,
+};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const ADMIN: &str = "t71-admin-token-0123456789";
@@ -371,6 +374,31 @@ fn a_node_off_loopback_refuses_to_start_without_an_admin_token() {
     let err = start_expecting_exit(&off, &[("PLAUDIT_ADMIN_TOKEN", ADMIN)]);
     assert!(err.contains("binding client listener"), "{err}");
     assert!(!err.contains(ADMIN), "the error shows no token: {err}");
+}
+
+#[test]
+fn the_admin_port_off_loopback_serves_metrics_and_status_to_the_admin_token_only() {
+    // 0.0.0.0 is every address (loopback included, which the test uses):
+    // not loopback only, so the port asks for the token. Binding every
+    // address, the node must be told what to advertise.
+    let node = Node::builder()
+        .admin_ip(std::net::Ipv4Addr::UNSPECIFIED.into())
+        .env("PLAUDIT_ADMIN_TOKEN", ADMIN)
+        .env("PLAUDIT_ADVERTISE", "127.0.0.1")
+        .start();
+    let admin = node.admin_addr();
+    assert!(node.is_ready(), "the probes need no token");
+    assert_eq!(node.admin_get("/healthz").unwrap().0, 200);
+    for path in ["/metrics", "/status"] {
+        let (status, body) = node.admin_get(path).unwrap();
+        assert_eq!(status, 401, "{path} without the token: {body}");
+        let (status, _) = http_get_bearer(admin, path, "not-the-admin-token-at-all").unwrap();
+        assert_eq!(status, 401, "{path} with a wrong token");
+        let (status, body) = http_get_bearer(admin, path, ADMIN).unwrap();
+        assert_eq!(status, 200, "{path} with the admin token: {body}");
+    }
+    assert!(http_get_bearer(admin, "/metrics", ADMIN).unwrap().1.contains("plaudit_"));
+    assert!(!node.log_tail(200).contains(ADMIN), "the token is never logged");
 }
 
 #[test]

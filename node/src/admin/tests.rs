@@ -39,6 +39,10 @@ struct Server {
 }
 
 async fn start_with(limits: Limits) -> Server {
+    start_guarded(limits, None).await
+}
+
+async fn start_guarded(limits: Limits, bearer: Option<[u8; 32]>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let source = Arc::new(TestSource { ready: AtomicBool::new(false) });
@@ -46,7 +50,7 @@ async fn start_with(limits: Limits) -> Server {
     let shutdown = async move {
         let _ = stopped.await;
     };
-    let task = tokio::spawn(serve_with(listener, source.clone(), shutdown, limits));
+    let task = tokio::spawn(serve_with(listener, source.clone(), bearer, shutdown, limits));
     Server { addr, source, stop: Some(stop), task }
 }
 
@@ -259,10 +263,43 @@ async fn shutdown_stops_accepting() {
     assert!(TcpStream::connect(server.addr).await.is_err());
 }
 
+#[tokio::test]
+async fn with_a_token_required_only_the_probes_answer_without_it() {
+    const TOKEN: &str = "an-admin-token-0123456789";
+    let hash = plaudit_actors::directory::hash_secret(TOKEN);
+    let server = start_guarded(DEFAULT_LIMITS, Some(hash)).await;
+    server.source.ready.store(true, Ordering::SeqCst);
+    assert_eq!(get(server.addr, "/healthz").await.status, 200);
+    assert_eq!(get(server.addr, "/readyz").await.status, 200);
+    let with = |auth: &str, path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\n\r\n")
+    };
+    for path in ["/metrics", "/status", "/debug/digest", "/nope"] {
+        let refused = get(server.addr, path).await;
+        assert_eq!(refused.status, 401, "{path}: {refused:?}");
+        assert_eq!(refused.header("WWW-Authenticate"), Some("Bearer"));
+        assert!(!refused.body.contains("up 1"));
+        for wrong in ["Bearer not-the-token-at-all", "Basic YTpi", TOKEN, "Bearer"] {
+            let r = exchange(server.addr, with(wrong, path).as_bytes()).await;
+            assert_eq!(r.status, 401, "{path} with {wrong:?}");
+        }
+    }
+    let r = exchange(server.addr, with(&format!("Bearer {TOKEN}"), "/metrics").as_bytes()).await;
+    assert_eq!((r.status, r.body.contains("up 1")), (200, true), "{r:?}");
+    let r = exchange(server.addr, with(&format!("bearer {TOKEN}"), "/status").as_bytes()).await;
+    assert_eq!(r.status, 200, "the scheme is case-insensitive: {r:?}");
+    // A POST is checked before anything runs.
+    let post = b"POST /fault/links?cut=2 HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_eq!(exchange(server.addr, post).await.status, 401);
+}
+
 #[test]
 fn request_line_parsing() {
     let parsed = parse_request(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n");
-    assert_eq!(parsed, Some(Request { method: "GET", path: "/metrics", query: "x=1" }));
+    let want = Request { method: "GET", path: "/metrics", query: "x=1", authorization: None };
+    assert_eq!(parsed, Some(want));
+    let with = parse_request(b"GET /status HTTP/1.1\r\nauthorization:  Bearer t \r\n\r\n");
+    assert_eq!(with.unwrap().authorization, Some("Bearer t"));
     assert_eq!(parse_request(b"GET  /metrics HTTP/1.1\r\n\r\n"), None);
     assert_eq!(parse_request(b"get /metrics HTTP/1.1\r\n\r\n"), None);
     assert_eq!(parse_request(b"GET /metrics HTTP/2\r\n\r\n"), None);

@@ -55,7 +55,12 @@ impl Config {
         match &self.advertise {
             Some(host) => check_host(host).with_context(|| format!("advertise: {host:?}"))?,
             None => {
-                for (name, addr) in [("listen", self.listen), ("peer_listen", self.peer_listen)] {
+                let addrs = [
+                    ("listen", self.listen),
+                    ("peer_listen", self.peer_listen),
+                    ("admin", self.admin),
+                ];
+                for (name, addr) in addrs {
                     ensure!(
                         !addr.ip().is_unspecified(),
                         "{name} {addr} listens on every address: set advertise to the host \
