@@ -40,6 +40,9 @@ pub struct ClientOptions {
     /// `ErrorCode::Unauthorized`, which is not retried. Default `None`: for
     /// an open node (no admin token configured, loopback only).
     pub token: Option<String>,
+    /// Speak TLS to the nodes, verifying them with this (`Tls::from_ca_file`).
+    /// Default `None`: plaintext, for nodes without `tls_cert_file`.
+    pub tls: Option<crate::Tls>,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -48,6 +51,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("pool_size", &self.pool_size)
             .field("timeout", &self.timeout)
             .field("token", &self.token.as_ref().map(|_| "(redacted)"))
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -63,6 +67,7 @@ impl Default for ClientOptions {
             pool_size: Self::DEFAULT_POOL_SIZE,
             timeout: Self::DEFAULT_TIMEOUT,
             token: None,
+            tls: None,
         }
     }
 }
@@ -86,10 +91,19 @@ impl std::fmt::Debug for Client {
 /// token, and no routing table. Returns the address that answered and the
 /// round trip. `timeout` bounds each seed's dial and answer.
 pub async fn ping(seeds: &str, timeout: Duration) -> Result<(String, Duration), ClientError> {
+    ping_with(seeds, timeout, None).await
+}
+
+/// `ping` over TLS when `tls` is given.
+pub async fn ping_with(
+    seeds: &str,
+    timeout: Duration,
+    tls: Option<&crate::Tls>,
+) -> Result<(String, Duration), ClientError> {
     let mut failed = Vec::new();
     for seed in cluster::seeds(&[seeds]) {
         let attempt = async {
-            let conn = crate::connection::Connection::dial(&seed, timeout).await?;
+            let conn = crate::connection::Connection::dial(&seed, timeout, tls).await?;
             let start = std::time::Instant::now();
             match tokio::time::timeout(timeout, conn.call(&Request::Ping)).await {
                 Ok(Ok(Response::Pong)) => Ok(start.elapsed()),
@@ -132,8 +146,8 @@ impl Client {
         opts: ClientOptions,
     ) -> Result<Client, ClientError> {
         let token = opts.token.map(TokenSecret);
-        let inner =
-            Cluster::connect(cluster::seeds(seeds), opts.pool_size, opts.timeout, token).await?;
+        let seeds = cluster::seeds(seeds);
+        let inner = Cluster::connect(seeds, opts.pool_size, opts.timeout, token, opts.tls).await?;
         Ok(Client { inner })
     }
 

@@ -215,10 +215,16 @@ pub fn render(json: bool, result: &Result<Output, Failure>) -> Rendered {
 
 /// Connects through the seeds of `cli.addr` and runs the command.
 pub async fn run(cli: &Cli) -> Result<Output, Failure> {
+    let tls = match &cli.tls_ca {
+        Some(path) => Some(
+            crate::Tls::from_ca_file(path).map_err(|e| Failure::cannot_connect(&cli.addr, &e))?,
+        ),
+        None => None,
+    };
     if let Command::Ping = cli.command {
         // A ping needs no token and no routing table (`crate::ping`).
         let timeout = ClientOptions::default().timeout;
-        return match crate::ping(&cli.addr, timeout).await {
+        return match crate::ping_with(&cli.addr, timeout, tls.as_ref()).await {
             Ok((addr, rtt)) => Ok(Output::Pong { addr, rtt }),
             Err(e @ (ClientError::Io(_) | ClientError::Closed)) => {
                 Err(Failure::cannot_connect(&cli.addr, &e))
@@ -229,7 +235,7 @@ pub async fn run(cli: &Cli) -> Result<Output, Failure> {
     // One command is at most two sequential requests: one connection is plenty.
     // An empty token (`PLAUDIT_TOKEN=`) counts as none.
     let token = cli.token.as_ref().map(|t| t.0.clone()).filter(|t| !t.is_empty());
-    let opts = ClientOptions { pool_size: 1, token, ..ClientOptions::default() };
+    let opts = ClientOptions { pool_size: 1, token, tls, ..ClientOptions::default() };
     let client = Client::connect_with(&cli.addr, opts)
         .await
         .map_err(|e| Failure::cannot_connect(&cli.addr, &e))?;

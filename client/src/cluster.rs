@@ -88,6 +88,7 @@ impl Cluster {
         pool_size: usize,
         timeout: Duration,
         token: Option<TokenSecret>,
+        tls: Option<crate::Tls>,
     ) -> Result<Arc<Cluster>, ClientError> {
         if seeds.is_empty() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "no node address given");
@@ -98,7 +99,7 @@ impl Cluster {
             seeds: seeds.clone(),
             pool_size,
             timeout,
-            dialer: Dialer { timeout: timeout.min(MAX_DIAL), token },
+            dialer: Dialer { timeout: timeout.min(MAX_DIAL), token, tls },
             view: Mutex::new(View::new(seeds.clone())),
             pools: Mutex::new(HashMap::new()),
             refreshed: tokio::sync::Mutex::new(None),

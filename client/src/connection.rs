@@ -30,8 +30,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -133,7 +132,13 @@ enum Death {
 impl Connection {
     /// Dials `addr`, giving up after `timeout`. Every failure is `Io`, with
     /// the address in the message.
-    pub(crate) async fn dial(addr: &str, timeout: Duration) -> Result<Connection, ClientError> {
+    /// With `tls`, the TLS handshake is part of the dial (and of `timeout`).
+    pub(crate) async fn dial(
+        addr: &str,
+        timeout: Duration,
+        tls: Option<&crate::Tls>,
+    ) -> Result<Connection, ClientError> {
+        let started = tokio::time::Instant::now();
         let cannot = |e: io::Error| {
             ClientError::Io(io::Error::new(e.kind(), format!("cannot connect to {addr}: {e}")))
         };
@@ -149,11 +154,27 @@ impl Connection {
         // Requests are small and latency-bound; batching happens in the writer.
         stream.set_nodelay(true).map_err(cannot)?;
         tracing::debug!(addr, "connected");
-        Ok(Connection::start(addr.to_string(), stream))
+        let Some(tls) = tls else {
+            let (rd, wr) = stream.into_split();
+            return Ok(Connection::start(addr.to_string(), rd, wr));
+        };
+        let left = timeout.saturating_sub(started.elapsed());
+        let session = match tokio::time::timeout(left, tls.connect(addr, stream)).await {
+            Ok(session) => session.map_err(cannot)?,
+            Err(_) => {
+                let e = io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out");
+                return Err(cannot(e));
+            }
+        };
+        let (rd, wr) = tokio::io::split(session);
+        Ok(Connection::start(addr.to_string(), rd, wr))
     }
 
-    fn start(addr: String, stream: TcpStream) -> Connection {
-        let (rd, wr) = stream.into_split();
+    fn start<R, W>(addr: String, rd: R, wr: W) -> Connection
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let shared = Arc::new(Shared {
             addr: addr.clone(),
             state: Mutex::new(State { pending: HashMap::default(), dead: None }),
@@ -359,7 +380,7 @@ impl Death {
     }
 }
 
-async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {
+async fn read_loop<R: AsyncRead + Unpin>(rd: R, shared: Arc<Shared>) {
     let mut rd = BufReader::new(rd);
     let mut buf = Vec::new();
     let death = loop {
@@ -392,8 +413,8 @@ async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {
     shared.kill(death);
 }
 
-async fn write_loop(
-    mut wr: OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut wr: W,
     mut queue: mpsc::Receiver<Vec<u8>>,
     shared: Arc<Shared>,
 ) {

@@ -63,9 +63,11 @@ mod pool;
 mod rankings;
 mod retry;
 mod route;
+mod tls;
 mod tokens;
 
-pub use api::{ping, Client, ClientOptions};
+pub use api::{ping, ping_with, Client, ClientOptions};
 pub use error::ClientError;
 /// The wire types, so users need only this crate as a dependency.
 pub use plaudit_proto as proto;
+pub use tls::Tls;

@@ -37,6 +37,8 @@ pub(crate) struct Dialer {
     pub timeout: Duration,
     /// Sent as `Auth` on each new connection; `None` for an open node.
     pub token: Option<TokenSecret>,
+    /// TLS to every node; `None`: plaintext.
+    pub tls: Option<crate::Tls>,
 }
 
 pub(crate) struct Pool {
@@ -120,7 +122,7 @@ async fn dial(addr: &str, dialer: &Dialer) -> Result<Connection, ClientError> {
     let timeout = dialer.timeout;
     let hello = Request::Hello(ClientHello { routing: Routing::Redirect });
     let open = async {
-        let c = Connection::dial(addr, timeout).await?;
+        let c = Connection::dial(addr, timeout, dialer.tls.as_ref()).await?;
         match c.call(&hello).await {
             Ok(Response::Hello) => {}
             Ok(other) => tracing::debug!(addr, ?other, "the node did not take the hello"),

@@ -208,7 +208,14 @@ pub struct Config {
     pub admin_token: Secret,
     /// A file holding the admin token (surrounding whitespace ignored).
     pub admin_token_file: Option<PathBuf>,
-    /// Lets a node without an admin token listen on a non-loopback address.
+    /// The client listener's certificate chain (PEM): with `tls_key_file`,
+    /// clients must speak TLS. Required off loopback on a node with an
+    /// admin token (else `insecure`).
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of `tls_cert_file`'s certificate.
+    pub tls_key_file: Option<PathBuf>,
+    /// Lets a node listen on a non-loopback address without an admin token,
+    /// or with one but without TLS.
     pub insecure: bool,
     /// Lets the admin endpoint cut and heal links to chosen peers
     /// (`POST /fault/links`): for tests only.
@@ -346,6 +353,8 @@ impl Default for Config {
             cluster_secret_file: None,
             admin_token: Secret::default(),
             admin_token_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             insecure: false,
             fault_injection: false,
             shards: DEFAULT_SHARDS,

@@ -65,6 +65,10 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         .with_context(|| format!("binding admin listener {}", cfg.admin))?;
     let secret = cfg.secret()?;
     let admin_token = cfg.admin_token()?;
+    let tls = match (&cfg.tls_cert_file, &cfg.tls_key_file) {
+        (Some(cert), Some(key)) => Some(plaudit_node::server::tls::acceptor(cert, key)?),
+        _ => None,
+    };
     if admin_token.is_none() {
         // Config validation allowed this only on loopback or with --insecure.
         warn!(
@@ -159,7 +163,8 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
 
     let server = Arc::new(
         Server::new(engine.clone(), metrics, cfg.client_limits())
-            .with_admin_token(admin_token.as_deref()),
+            .with_admin_token(admin_token.as_deref())
+            .with_tls(tls),
     );
     let grace = cfg.shutdown_grace();
     let draining = engine.clone();

@@ -24,7 +24,9 @@ mod done;
 mod hold;
 mod inbuf;
 mod seen;
+mod socket;
 pub(crate) mod table;
+pub mod tls;
 
 pub use conn::{Close, OUT_LIMIT};
 pub use inbuf::{FREE_ROOM, MAX_ROOM};
@@ -91,6 +93,8 @@ pub struct Server {
     /// SHA-256 of the admin token; `None`: the node is open (every
     /// connection may do anything).
     admin_hash: Option<[u8; 32]>,
+    /// Clients speak TLS (`tls.rs`); `None`: plaintext.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Server {
@@ -99,7 +103,8 @@ impl Server {
         metrics.watch_frame_budget(frame_budget.clone(), limits.frame_budget);
         let requests = Arc::new(Semaphore::new(limits.max_requests_in_flight));
         let admission = admission::Admission::open(limits.max_connections);
-        Server { engine, metrics, limits, frame_budget, requests, admission, admin_hash: None }
+        let (admin_hash, tls) = (None, None);
+        Server { engine, metrics, limits, frame_budget, requests, admission, admin_hash, tls }
     }
 
     /// Requires connections to authenticate: with `admin_token`, or with a
@@ -110,6 +115,12 @@ impl Server {
         if self.admin_hash.is_some() {
             self.admission = admission::Admission::secured(self.limits.shares);
         }
+        self
+    }
+
+    /// Makes every client connection a TLS session with `acceptor`.
+    pub fn with_tls(mut self, acceptor: Option<tokio_rustls::TlsAcceptor>) -> Server {
+        self.tls = acceptor;
         self
     }
 
@@ -165,14 +176,22 @@ impl Server {
     }
 
     async fn serve(self: Arc<Self>, stream: TcpStream, seat: Seat, stop: watch::Receiver<bool>) {
+        if let Some(acceptor) = self.tls.clone() {
+            return self.serve_tls(stream, acceptor, seat, stop).await;
+        }
         self.metrics.conn_opened();
         let why = conn::Conn::new(self.clone(), stream, seat).run(stop).await;
         self.metrics.conn_closed(why.label());
     }
 
-    /// Answers a connection over the cap with one `Overloaded` frame.
+    /// Answers a connection over the cap with one `Overloaded` frame (over
+    /// TLS: closes it, as a handshake per refusal would cost what the cap
+    /// protects).
     async fn refuse(self: Arc<Self>, mut stream: TcpStream, why: Refusal) {
         self.metrics.conn_refused();
+        if self.tls.is_some() {
+            return;
+        }
         let mut buf = Vec::new();
         let err = WireError::overloaded(why.message());
         if frame::encode_frame(&Envelope { req_id: 0, body: Response::Error(err) }, &mut buf)

@@ -371,8 +371,13 @@ fn a_node_off_loopback_refuses_to_start_without_an_admin_token() {
     let insecure = [&off[..], &["--insecure"]].concat();
     let err = start_expecting_exit(&insecure, &[]);
     assert!(err.contains("binding client listener"), "{err}");
-    let err = start_expecting_exit(&off, &[("PLAUDIT_ADMIN_TOKEN", ADMIN)]);
+    let err = start_expecting_exit(&insecure, &[("PLAUDIT_ADMIN_TOKEN", ADMIN)]);
     assert!(err.contains("binding client listener"), "{err}");
+    assert!(!err.contains(ADMIN), "the error shows no token: {err}");
+    // A token off loopback needs TLS (or --insecure): it would cross the
+    // network in clear.
+    let err = start_expecting_exit(&off, &[("PLAUDIT_ADMIN_TOKEN", ADMIN)]);
+    assert!(err.contains("tls_cert_file") && err.contains("--insecure"), "{err}");
     assert!(!err.contains(ADMIN), "the error shows no token: {err}");
 }
 

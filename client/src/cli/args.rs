@@ -36,6 +36,10 @@ pub struct Cli {
     // `hide_env_values`: `--help` must not print the token it found.
     #[arg(long, global = true, env = "PLAUDIT_TOKEN", hide_env_values = true, value_name = "TOKEN", value_parser = parse_token)]
     pub token: Option<TokenSecret>,
+    /// Speak TLS to the nodes and trust the CA certificates in this PEM
+    /// file (for nodes with tls_cert_file).
+    #[arg(long, global = true, env = "PLAUDIT_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -48,8 +48,15 @@ pub struct Args {
     /// File holding the admin token.
     #[arg(long, value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
-    /// Run without an admin token on a non-loopback address (anyone who can
-    /// connect may do anything).
+    /// The client listener's certificate chain (PEM): clients must use TLS.
+    #[arg(long, value_name = "PATH")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(long, value_name = "PATH")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Run on a non-loopback address without an admin token (anyone who can
+    /// connect may do anything), or with one but without TLS (tokens cross
+    /// the network in clear).
     #[arg(long)]
     pub insecure: bool,
     /// Number of shards.

@@ -39,6 +39,8 @@ impl Config {
             "admin_token_file" => {
                 self.admin_token_file = (!value.is_empty()).then(|| PathBuf::from(value))
             }
+            "tls_cert_file" => self.tls_cert_file = (!value.is_empty()).then(|| value.into()),
+            "tls_key_file" => self.tls_key_file = (!value.is_empty()).then(|| value.into()),
             "insecure" => self.insecure = parse(value)?,
             "snapshot_logs_to_keep" => self.snapshot_logs_to_keep = parse(value)?,
             "shards" => self.shards = parse(value)?,
@@ -105,6 +107,8 @@ impl Config {
             zone,
             cluster_secret_file,
             admin_token_file,
+            tls_cert_file,
+            tls_key_file,
             insecure,
             shards,
             score_future_horizon_secs,
@@ -136,6 +140,12 @@ impl Config {
         }
         if let Some(v) = admin_token_file {
             self.admin_token_file = Some(v.clone());
+        }
+        if let Some(v) = tls_cert_file {
+            self.tls_cert_file = Some(v.clone());
+        }
+        if let Some(v) = tls_key_file {
+            self.tls_key_file = Some(v.clone());
         }
         if *insecure {
             self.insecure = true;

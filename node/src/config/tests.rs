@@ -76,9 +76,12 @@ fn every_flag_overrides_its_field() {
         "--listen=0.0.0.0:9000",
         "--advertise=10.0.0.9",
         "--admin-token-file=/etc/plaudit/admin",
+        "--tls-cert-file=/etc/plaudit/tls.crt",
+        "--tls-key-file=/etc/plaudit/tls.key",
     ]);
     let config = Config::from_sources(None, &[], &tokened).unwrap();
     assert_eq!(config.admin_token_file, Some(PathBuf::from("/etc/plaudit/admin")));
+    assert_eq!(config.tls_cert_file, Some(PathBuf::from("/etc/plaudit/tls.crt")));
 }
 
 #[test]
@@ -101,6 +104,8 @@ fn every_field_can_be_set_from_the_environment() {
         cluster_secret_file: Some(PathBuf::from("/etc/plaudit/secret")),
         admin_token: Secret("an-admin-token-of-some-length".into()),
         admin_token_file: Some(PathBuf::from("/etc/plaudit/admin")),
+        tls_cert_file: Some(PathBuf::from("/etc/plaudit/tls.crt")),
+        tls_key_file: Some(PathBuf::from("/etc/plaudit/tls.key")),
         insecure: true,
         fault_injection: true,
         shards: 3,
@@ -239,6 +244,25 @@ fn a_cluster_needs_a_secret_that_is_never_printed() {
 }
 
 #[test]
+fn tokens_off_loopback_need_tls_or_insecure() {
+    let open = "listen = \"10.1.2.3:7401\"\nadmin_token = \"an-admin-token-long-enough\"";
+    let text = invalid(open);
+    assert!(text.contains("tls_cert_file") && text.contains("--insecure"), "{text}");
+    let tls = format!("{open}\ntls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"");
+    assert!(Config::from_sources(Some(&tls), &[], &Args::default()).is_ok());
+    assert!(Config::from_sources(Some(&format!("{open}\ninsecure = true")), &[], &Args::default())
+        .is_ok());
+    let half = "tls_cert_file = \"/c.pem\"";
+    assert!(invalid(half).contains("go together"), "{}", invalid(half));
+    // On loopback, plaintext is fine: nothing crosses a network.
+    let local = "admin_token = \"an-admin-token-long-enough\"";
+    assert!(Config::from_sources(Some(local), &[], &Args::default()).is_ok());
+    let flags = args(&["--tls-cert-file=/a.pem", "--tls-key-file=/b.pem"]);
+    let c = Config::from_sources(None, &[], &flags).unwrap();
+    assert_eq!(c.tls_key_file, Some(PathBuf::from("/b.pem")));
+}
+
+#[test]
 fn a_node_off_loopback_needs_an_admin_token_or_insecure() {
     let open = "listen = \"0.0.0.0:7401\"\nadvertise = \"10.1.2.3\"";
     let text = invalid(open);
@@ -247,7 +271,8 @@ fn a_node_off_loopback_needs_an_admin_token_or_insecure() {
     assert!(invalid(admin_only).contains("admin_token_file"));
     let insecure = format!("{open}\ninsecure = true");
     assert!(Config::from_sources(Some(&insecure), &[], &Args::default()).is_ok());
-    let tokened = format!("{open}\nadmin_token = \"an-admin-token-long-enough\"");
+    let tls = "tls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"";
+    let tokened = format!("{open}\nadmin_token = \"an-admin-token-long-enough\"\n{tls}");
     let c = Config::from_sources(Some(&tokened), &[], &Args::default()).unwrap();
     assert!(c.has_admin_token());
     assert_eq!(c.admin_token().unwrap().as_deref(), Some("an-admin-token-long-enough"));

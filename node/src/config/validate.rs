@@ -96,6 +96,18 @@ impl Config {
                 self.max_connections
             );
         }
+        ensure!(
+            self.tls_cert_file.is_some() == self.tls_key_file.is_some(),
+            "tls_cert_file and tls_key_file go together: set both, or neither"
+        );
+        if self.has_admin_token() && self.tls_cert_file.is_none() && !self.insecure {
+            ensure!(
+                self.listen.ip().is_loopback(),
+                "listen {} is not a loopback address and clients would send their tokens in \
+                 clear: set tls_cert_file and tls_key_file, or pass --insecure",
+                self.listen
+            );
+        }
         if !self.has_admin_token() && !self.insecure {
             for (name, addr) in [("listen", self.listen), ("admin", self.admin)] {
                 ensure!(

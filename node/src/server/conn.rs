@@ -44,8 +44,9 @@ use super::batch::WriteBatch;
 pub use super::close::Close;
 use super::done::{error_code, Done, Ended, Granted};
 use super::hold::PassHold;
-use super::inbuf::{acquire, permits, read_draining, InBuf, FREE_ROOM};
+use super::inbuf::{acquire, permits, InBuf, FREE_ROOM};
 use super::seen::PassSeen;
+use super::socket::Socket;
 use super::Server;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
@@ -58,7 +59,6 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 /// Reply bytes a connection holds unwritten before it stops reading
@@ -73,9 +73,9 @@ const KEEP_BUFFERS: Duration = Duration::from_secs(2);
 
 type InFlight = Pin<Box<dyn Future<Output = Ended> + Send>>;
 
-pub(super) struct Conn {
+pub(super) struct Conn<S> {
     server: Arc<Server>,
-    stream: TcpStream,
+    stream: S,
     /// Its slot of the connection cap, and its entry in that share's table.
     seat: Seat,
     inbuf: InBuf,
@@ -121,8 +121,8 @@ pub(super) struct Conn {
 
 mod dispatch;
 
-impl Conn {
-    pub(super) fn new(server: Arc<Server>, stream: TcpStream, seat: Seat) -> Conn {
+impl<S: Socket> Conn<S> {
+    pub(super) fn new(server: Arc<Server>, stream: S, seat: Seat) -> Conn<S> {
         let now = Instant::now();
         Conn {
             access: Access::initial(server.admin_hash.is_none()),
@@ -267,7 +267,7 @@ impl Conn {
             }
         }
         self.inbuf.make_room();
-        match read_draining(&self.stream, self.inbuf.vec()) {
+        match self.stream.read_draining(self.inbuf.vec()) {
             // The client sent all it will; what it asked is still answered.
             Ok(0) => self.eof = true,
             Ok(_) => {}

@@ -16,10 +16,7 @@
 
 use plaudit_proto::frame::FrameError;
 use plaudit_proto::limits::MAX_FRAME_LEN;
-use std::io;
 use std::sync::Arc;
-use tokio::io::Interest;
-use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Bytes one read asks the socket for (and the room an idle buffer keeps).
@@ -149,31 +146,6 @@ pub(super) async fn acquire(budget: Arc<Semaphore>, n: usize) -> OwnedSemaphoreP
 
 pub(super) fn permits(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// Reads what the socket has into `buf`'s spare room. A read that leaves
-/// room unused drained the socket, so it also clears the socket's read
-/// readiness: the next pass waits for new bytes instead of making a
-/// `recv` that can only say `EAGAIN` (one such call per pass before: half
-/// of a loaded node's `recvfrom`s). Tokio's own `poll_read` does the same
-/// (tokio#5866); it is sound with epoll, which reports bytes that arrive
-/// after this read as a new edge with a newer readiness tick, which this
-/// clear leaves alone.
-pub(super) fn read_draining(stream: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
-    let room = buf.capacity() - buf.len();
-    let mut got = 0;
-    let r = stream.try_io(Interest::READABLE, || {
-        got = stream.try_read_buf(buf)?;
-        if got > 0 && got < room {
-            // Not an error: the one way to have tokio clear readiness.
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        Ok(got)
-    });
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => Ok(got),
-        r => r,
-    }
 }
 
 #[cfg(test)]

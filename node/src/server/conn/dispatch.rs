@@ -14,7 +14,7 @@ use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-impl Conn {
+impl<S: super::Socket> Conn<S> {
     pub(super) fn request(&mut self, env: Result<Envelope<Request>, FrameError>, now: Instant) {
         let env = match env {
             Ok(env) => env,
