@@ -121,9 +121,10 @@ impl Directory {
         let bizs = std::mem::take(&mut *fresh.inner.write().unwrap_or_else(|e| e.into_inner()));
         let ranks = std::mem::take(&mut *fresh.ranks.write().unwrap_or_else(|e| e.into_inner()));
         *self.inner.write().unwrap_or_else(|e| e.into_inner()) = bizs;
-        *self.ranks.write().unwrap_or_else(|e| e.into_inner()) = ranks;
+        // Owners before rankings: a reader never sees an owned ranking as shared.
         let owners = std::mem::take(&mut *fresh.owners.write().unwrap_or_else(|e| e.into_inner()));
         *self.owners.write().unwrap_or_else(|e| e.into_inner()) = owners;
+        *self.ranks.write().unwrap_or_else(|e| e.into_inner()) = ranks;
         // `fresh` was built just above: its tokens have no other owner.
         let tokens = Arc::into_inner(fresh.tokens).unwrap_or_default();
         self.tokens.replace(tokens);

@@ -385,7 +385,14 @@ async fn execute_rank(client: &Client, cmd: &rank::RankCommand) -> Result<Output
                 RankCommand::Create { biz, .. } => *biz,
                 _ => None,
             };
-            let info = client.create_rank_for(def, owner).await?;
+            // Without an owner, the request every node build knows.
+            let info = match owner {
+                Some(_) => client.create_rank_for(def, owner).await?,
+                None => plaudit_proto::rankings::RankInfo {
+                    def: client.create_rank(def).await?,
+                    owner: None,
+                },
+            };
             Output::Rank { verb: BizVerb::Created, def: info.def, owner: info.owner }
         }
         RankCommand::Get { id } => {

@@ -425,7 +425,13 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 Err(_) => break,
             }
         }
-        if let Err(e) = wr.write_all(&batch).await {
+        // A TLS stream may keep the last record inside rustls until it is
+        // flushed (a no-op on plain TCP).
+        let sent = async {
+            wr.write_all(&batch).await?;
+            wr.flush().await
+        };
+        if let Err(e) = sent.await {
             shared.kill(Death::Io(e.kind(), e.to_string()));
             return;
         }

@@ -267,8 +267,9 @@ impl Cluster {
         let n = ids.len() as u64;
         let (rep_lo, rep_hi) = ((shards * rf) / n, (shards * rf).div_ceil(n));
         let (lead_lo, lead_hi) = (shards / n, shards.div_ceil(n));
-        let status = self.status_via(via).unwrap_or_default();
-        let moving = status["moves"].as_array().is_some_and(|m| !m.is_empty());
+        // No status read is not "no moves".
+        let Some(status) = self.status_via(via) else { return false };
+        let moving = status["moves"].as_array().is_none_or(|m| !m.is_empty());
         let within = |v: &serde_json::Value, lo: u64, hi: u64| {
             v.as_u64().is_some_and(|v| v + 1 >= lo && v <= hi + 1)
         };

@@ -229,39 +229,60 @@ pub fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
     out
 }
 
-/// Names added to `/etc/hosts`, each line marked; removed on drop.
+/// Names added to `/etc/hosts`, each line marked with this process's id;
+/// removed on drop, and by the next run if this one was killed.
 struct HostNames {
     mark: String,
 }
 
+const HOSTS_MARK: &str = "# plaudit-test-pods ";
+
 impl HostNames {
     fn new() -> HostNames {
-        HostNames { mark: format!("# plaudit-test-pods {}", std::process::id()) }
+        // Lines of runs whose process is gone (killed before their drop).
+        let stale = |line: &str| {
+            line.rsplit_once(HOSTS_MARK)
+                .and_then(|(_, pid)| pid.trim().parse::<u32>().ok())
+                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        };
+        rewrite_hosts(|line| !stale(line));
+        HostNames { mark: format!("{HOSTS_MARK}{}", std::process::id()) }
     }
 
+    /// Appends one line: a resolver reading the file meanwhile sees it
+    /// whole or not at all, never an emptied file.
     fn add(&self, ip: Ipv4Addr, name: &str) {
-        let mut text = std::fs::read_to_string(HOSTS).unwrap_or_default();
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&format!("{ip} {name} {}\n", self.mark));
-        // Written in place: /etc/hosts may be a bind mount (containers).
-        std::fs::write(HOSTS, text).unwrap_or_else(|e| {
-            panic!("the pods' DNS names go in {HOSTS}, which cannot be written ({e}): run as root")
-        });
+        use std::io::Write;
+        let text = std::fs::read(HOSTS).unwrap_or_else(|e| panic!("reading {HOSTS}: {e}"));
+        let newline = if text.is_empty() || text.ends_with(b"\n") { "" } else { "\n" };
+        let line = format!("{newline}{ip} {name} {}\n", self.mark);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(HOSTS)
+            .and_then(|mut f| f.write_all(line.as_bytes()))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "the pods' DNS names go in {HOSTS}, which cannot be written ({e}): run as root"
+                )
+            });
+    }
+}
+
+/// Rewrites `/etc/hosts` keeping the lines `keep` accepts; leaves it alone
+/// if it cannot be read whole or nothing would change. In place: it may be
+/// a bind mount (containers), which cannot be renamed over.
+fn rewrite_hosts(keep: impl Fn(&str) -> bool) {
+    let Ok(bytes) = std::fs::read(HOSTS) else { return };
+    let Ok(text) = String::from_utf8(bytes) else { return };
+    let kept: String = text.lines().filter(|l| keep(l)).map(|l| format!("{l}\n")).collect();
+    if kept.lines().count() != text.lines().count() {
+        let _ = std::fs::write(HOSTS, kept);
     }
 }
 
 impl Drop for HostNames {
     fn drop(&mut self) {
-        if let Ok(text) = std::fs::read_to_string(HOSTS) {
-            let kept: String = text
-                .lines()
-                .filter(|l| !l.ends_with(&self.mark))
-                .map(|l| format!("{l}\n"))
-                .collect();
-            let _ = std::fs::write(HOSTS, kept);
-        }
+        rewrite_hosts(|line| !line.ends_with(&self.mark));
     }
 }
 

@@ -4,7 +4,9 @@
 //! pod on its own IP under its DNS name (`pods.rs`). Under a like and
 //! scoring load through the SDK, the cluster forms, is scaled from 3 to 5,
 //! restarted pod by pod, decommissioned to 4 and then to 3, with no failed
-//! request, and the history check holds at the end.
+//! request, and the history check holds at the end. The pods' IPs are
+//! loopback addresses, so what a node does differently off loopback (the
+//! admin port's bearer token) is tested elsewhere (t71).
 
 use plaudit_tests::pods::Pods;
 use plaudit_tests::wait_until;

@@ -1,7 +1,7 @@
 //! TLS on the client listener: a node with a certificate speaks only TLS;
 //! the SDK and the CLI given the cluster's CA reach it and work as over
 //! plaintext, while a plaintext client and a client that trusts another CA
-//! are turned away (and neither learns or sends a token in clear).
+//! are turned away.
 
 use plaudit_client::proto::BizConfig;
 use plaudit_client::{Client, ClientOptions, Tls};

@@ -58,12 +58,29 @@ impl Directory {
                 return Err(WireError::not_found(format!("business {biz} does not exist")));
             }
         }
-        let def = self.apply_create_rank(&info.def, ws)?;
+        // The owner first: a reader never sees an owned ranking as shared.
+        let id = info.def.id;
         if let Some(biz) = info.owner {
-            ws.put_registry(&owner_key(def.id), &encode(&biz)?);
-            self.owners.write().unwrap_or_else(|e| e.into_inner()).insert(def.id, biz);
+            if self.rank(id).is_none() {
+                self.owners.write().unwrap_or_else(|e| e.into_inner()).insert(id, biz);
+            }
         }
-        Ok(def)
+        match self.apply_create_rank(&info.def, ws) {
+            Ok(def) => {
+                if let Some(biz) = info.owner {
+                    ws.put_registry(&owner_key(id), &encode(&biz)?);
+                }
+                Ok(def)
+            }
+            Err(e) => {
+                // Refused (it exists, or is malformed): an existing
+                // ranking's owner, if any, was left as it was above.
+                if info.owner.is_some() && self.rank(id).is_none() {
+                    self.owners.write().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Refuses a token of `biz` that names ranking `rank` of another
@@ -89,10 +106,16 @@ mod tests {
         assert!(is_owner_key(&k));
         let (rank, biz) = decode_owner(&k, &encode(&7u32).unwrap()).unwrap();
         assert_eq!((rank, biz), (0x0102_0304, 7));
-        // Businesses 4, rankings 5, the cluster map 7, at-most-once records
-        // 8 or 9, tokens 11 bytes.
-        for other in [4, 5, 7, 8, 9, 11] {
-            assert_ne!(OWNER_KEY_LEN, other);
-        }
+        // Businesses 4, rankings 5, at-most-once records 8 or 9 bytes.
+        let others = [
+            4,
+            super::super::rank_key(1).len(),
+            8,
+            9,
+            super::super::CLUSTER_KEY.len(),
+            super::super::STATE_KEY.len(),
+            super::super::tokens::TOKEN_KEY_LEN,
+        ];
+        assert!(!others.contains(&OWNER_KEY_LEN), "{others:?}");
     }
 }

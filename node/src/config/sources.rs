@@ -187,6 +187,11 @@ pub(super) fn process_env() -> anyhow::Result<Vec<(String, String)>> {
         let wanted = |k: &&str| k.starts_with(ENV_PREFIX) || *k == "HOSTNAME";
         let Some(key) = key.to_str().filter(wanted) else { continue };
         let Ok(value) = value.into_string() else {
+            // HOSTNAME is read only for node_id_from_hostname, which then
+            // says it found none.
+            if key == "HOSTNAME" {
+                continue;
+            }
             bail!("environment variable {key} is not valid UTF-8");
         };
         vars.push((key.to_string(), value));

@@ -216,7 +216,13 @@ fn seeds_and_the_advertised_host_are_names_or_ips() {
     let names = "join = [\"plaudit-0.plaudit.default.svc:7403\", \"[::1]:7403\"]\n\
                  cluster_secret = \"0123456789abcdef-x\"";
     assert!(Config::from_sources(Some(names), &[], &Args::default()).is_ok());
-    for bad in ["join = [\"no-port\"]", "join = [\"host:0\"]", "join = [\"bad_host:1\"]"] {
+    let bad_seeds = [
+        "join = [\"no-port\"]",
+        "join = [\"host:0\"]",
+        "join = [\"bad_host:1\"]",
+        "join = [\"fe80::1:7403\"]",
+    ];
+    for bad in bad_seeds {
         let text = invalid(&format!("{bad}\ncluster_secret = \"0123456789abcdef-x\""));
         assert!(text.contains("join"), "{bad}: {text}");
     }

@@ -233,5 +233,6 @@ fn check_host_port(seed: &str) -> anyhow::Result<()> {
     let (host, port) = seed.rsplit_once(':').context("expected host:port")?;
     let port: u16 = port.parse().context("the port is not a number in 1..=65535")?;
     ensure!(port != 0, "the port must not be 0");
+    ensure!(!host.contains(':'), "an IPv6 address is written in brackets: [addr]:port");
     check_host(host)
 }
