@@ -56,6 +56,9 @@ pub struct Common {
     /// Per-call timeout on Plaudit.
     #[arg(long, default_value = "5s", value_parser = duration::parse_duration)]
     pub timeout: Duration,
+    /// Speak TLS to Plaudit, trusting the CA certificates in this PEM file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
     /// Random seed; 0 picks one from the clock.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -32,10 +32,13 @@ pub async fn connect(
     addr: &str,
     connections: usize,
     timeout: Duration,
+    tls_ca: Option<&std::path::Path>,
 ) -> anyhow::Result<Vec<Client>> {
+    let tls = tls_ca.map(plaudit_client::Tls::from_ca_file).transpose()?;
     let mut clients = Vec::with_capacity(connections);
     for _ in 0..connections {
-        let opts = ClientOptions { pool_size: 1, timeout, ..Default::default() };
+        let tls = tls.clone();
+        let opts = ClientOptions { pool_size: 1, timeout, tls, ..Default::default() };
         clients.push(
             Client::connect_with(addr, opts)
                 .await
