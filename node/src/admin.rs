@@ -17,7 +17,9 @@
 //! **Who may ask.** Off loopback, a node with an admin token answers
 //! everything but `/healthz` and `/readyz` only to a request that carries
 //! it (`Authorization: Bearer <token>`, what Prometheus's `bearer_token`
-//! sends); others get `401`. The probes stay open: a kubelet sends no token,
+//! sends), and `/metrics` also to one that carries the metrics token (what
+//! a scraper should be given instead of the admin credential); others get
+//! `401`. The probes stay open: a kubelet sends no token,
 //! and they say nothing a port scan would not. On loopback the port is
 //! open: whoever can reach it already runs on the node's host.
 //!
@@ -96,12 +98,12 @@ const DEFAULT_LIMITS: Limits = Limits { read_timeout: READ_TIMEOUT, write_timeou
 /// returned: running out of file descriptors is exactly when the metrics
 /// endpoint must stay up.
 ///
-/// `bearer`: the SHA-256 of the token every request but the probes must
-/// carry, or `None` for an open port (see the module's "who may ask").
+/// `bearer`: the tokens a request must carry, or `None` for an open port
+/// (see the module's "who may ask").
 pub async fn serve(
     listener: TcpListener,
     source: Arc<dyn AdminSource>,
-    bearer: Option<[u8; 32]>,
+    bearer: Option<Bearer>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     serve_with(listener, source, bearer, shutdown, DEFAULT_LIMITS).await
@@ -110,7 +112,7 @@ pub async fn serve(
 async fn serve_with(
     listener: TcpListener,
     source: Arc<dyn AdminSource>,
-    bearer: Option<[u8; 32]>,
+    bearer: Option<Bearer>,
     shutdown: impl Future<Output = ()> + Send,
     limits: Limits,
 ) -> io::Result<()> {
@@ -205,7 +207,7 @@ fn is_per_connection(e: &io::Error) -> bool {
 async fn handle(
     mut stream: TcpStream,
     source: &dyn AdminSource,
-    bearer: Option<&[u8; 32]>,
+    bearer: Option<&Bearer>,
     limits: Limits,
     entry: &Entry,
 ) -> io::Result<()> {
@@ -329,21 +331,32 @@ struct Request<'a> {
     authorization: Option<&'a str>,
 }
 
-/// Whether `request` may be answered: the probes always, the rest with the
-/// bearer token when one is required (compared as SHA-256 hashes, in
-/// constant time).
-fn allowed(request: &Request<'_>, bearer: Option<&[u8; 32]>) -> bool {
+/// The SHA-256 hashes of the tokens an admin port off loopback accepts.
+#[derive(Clone, Copy)]
+pub struct Bearer {
+    /// Everything.
+    pub admin: [u8; 32],
+    /// `/metrics` only.
+    pub metrics: Option<[u8; 32]>,
+}
+
+/// Whether `request` may be answered: the probes always, the rest with a
+/// bearer token that may ask for it when one is required (compared as
+/// SHA-256 hashes, in constant time).
+fn allowed(request: &Request<'_>, bearer: Option<&Bearer>) -> bool {
+    use plaudit_actors::directory::{hash_secret, same_hash};
     let Some(want) = bearer else { return true };
     if matches!(request.path, "/healthz" | "/readyz") {
         return true;
     }
     let presented = request.authorization.and_then(|v| {
         let (scheme, token) = v.trim().split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        scheme.eq_ignore_ascii_case("bearer").then(|| hash_secret(token.trim()))
     });
-    presented.is_some_and(|token| {
-        plaudit_actors::directory::same_hash(&plaudit_actors::directory::hash_secret(token), want)
-    })
+    let Some(presented) = presented else { return false };
+    let metrics = request.path == "/metrics" && request.method != "POST";
+    same_hash(&presented, &want.admin)
+        || (metrics && want.metrics.is_some_and(|m| same_hash(&presented, &m)))
 }
 
 /// Parses the request line and checks the header lines are well formed.

@@ -208,6 +208,10 @@ pub struct Config {
     pub admin_token: Secret,
     /// A file holding the admin token (surrounding whitespace ignored).
     pub admin_token_file: Option<PathBuf>,
+    /// A file holding a token that reads `/metrics` on the admin port and
+    /// nothing else: what a scraper is given off loopback instead of the
+    /// admin token (16 to 256 bytes, whitespace around it ignored).
+    pub metrics_token_file: Option<PathBuf>,
     /// The client listener's certificate chain (PEM): with `tls_key_file`,
     /// clients must speak TLS. Required off loopback on a node with an
     /// admin token (else `insecure`).
@@ -353,6 +357,7 @@ impl Default for Config {
             cluster_secret_file: None,
             admin_token: Secret::default(),
             admin_token_file: None,
+            metrics_token_file: None,
             tls_cert_file: None,
             tls_key_file: None,
             insecure: false,
@@ -542,6 +547,16 @@ impl Config {
     /// Whether an admin token is configured (its file is read at start).
     pub fn has_admin_token(&self) -> bool {
         !self.admin_token.is_empty() || self.admin_token_file.is_some()
+    }
+
+    /// The metrics token, read from `metrics_token_file`, if set.
+    pub fn metrics_token(&self) -> anyhow::Result<Option<String>> {
+        let Some(path) = &self.metrics_token_file else { return Ok(None) };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading metrics_token_file {}", path.display()))?;
+        let token = text.trim();
+        validate::check_admin_token(token, &format!("the metrics token in {}", path.display()))?;
+        Ok(Some(token.to_string()))
     }
 
     /// The admin token, read from `admin_token_file` if set, else

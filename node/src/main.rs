@@ -143,10 +143,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let (admin_stop_tx, admin_stop_rx) = tokio::sync::oneshot::channel::<()>();
     // Off loopback, metrics and status are the admin token's (the probes
     // stay open): see admin.rs.
+    let metrics_token = cfg.metrics_token()?;
     let bearer = match &admin_token {
-        Some(token) if !cfg.admin.ip().is_loopback() => {
-            Some(plaudit_actors::directory::hash_secret(token))
-        }
+        Some(token) if !cfg.admin.ip().is_loopback() => Some(plaudit_node::admin::Bearer {
+            admin: plaudit_actors::directory::hash_secret(token),
+            metrics: metrics_token.as_deref().map(plaudit_actors::directory::hash_secret),
+        }),
         _ => None,
     };
     let admin_stop = async move {

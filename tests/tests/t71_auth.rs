@@ -386,9 +386,14 @@ fn the_admin_port_off_loopback_serves_metrics_and_status_to_the_admin_token_only
     // 0.0.0.0 is every address (loopback included, which the test uses):
     // not loopback only, so the port asks for the token. Binding every
     // address, the node must be told what to advertise.
+    const SCRAPE: &str = "t71-metrics-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let scrape_file = dir.path().join("metrics-token");
+    std::fs::write(&scrape_file, format!("{SCRAPE}\n")).unwrap();
     let node = Node::builder()
         .admin_ip(std::net::Ipv4Addr::UNSPECIFIED.into())
         .env("PLAUDIT_ADMIN_TOKEN", ADMIN)
+        .env("PLAUDIT_METRICS_TOKEN_FILE", scrape_file.display())
         .env("PLAUDIT_ADVERTISE", "127.0.0.1")
         .start();
     let admin = node.admin_addr();
@@ -403,6 +408,10 @@ fn the_admin_port_off_loopback_serves_metrics_and_status_to_the_admin_token_only
         assert_eq!(status, 200, "{path} with the admin token: {body}");
     }
     assert!(http_get_bearer(admin, "/metrics", ADMIN).unwrap().1.contains("plaudit_"));
+    // A scraper's token reads the metrics, not the status.
+    let (status, body) = http_get_bearer(admin, "/metrics", SCRAPE).unwrap();
+    assert_eq!((status, body.contains("plaudit_")), (200, true));
+    assert_eq!(http_get_bearer(admin, "/status", SCRAPE).unwrap().0, 401);
     assert!(!node.log_tail(200).contains(ADMIN), "the token is never logged");
 }
 

@@ -19,6 +19,7 @@ fn secrets() -> BTreeMap<String, String> {
     [
         ("cluster-secret", "t83-cluster-secret-0123456789abcdef0123456789\n"),
         ("admin-token", "t83-admin-token-0123456789abcdef\n"),
+        ("metrics-token", "t83-metrics-token-0123456789abcdef\n"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -42,7 +42,7 @@ async fn start_with(limits: Limits) -> Server {
     start_guarded(limits, None).await
 }
 
-async fn start_guarded(limits: Limits, bearer: Option<[u8; 32]>) -> Server {
+async fn start_guarded(limits: Limits, bearer: Option<Bearer>) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let source = Arc::new(TestSource { ready: AtomicBool::new(false) });
@@ -266,8 +266,10 @@ async fn shutdown_stops_accepting() {
 #[tokio::test]
 async fn with_a_token_required_only_the_probes_answer_without_it() {
     const TOKEN: &str = "an-admin-token-0123456789";
-    let hash = plaudit_actors::directory::hash_secret(TOKEN);
-    let server = start_guarded(DEFAULT_LIMITS, Some(hash)).await;
+    const SCRAPE: &str = "a-metrics-token-0123456789";
+    let hash = plaudit_actors::directory::hash_secret;
+    let bearer = Bearer { admin: hash(TOKEN), metrics: Some(hash(SCRAPE)) };
+    let server = start_guarded(DEFAULT_LIMITS, Some(bearer)).await;
     server.source.ready.store(true, Ordering::SeqCst);
     assert_eq!(get(server.addr, "/healthz").await.status, 200);
     assert_eq!(get(server.addr, "/readyz").await.status, 200);
@@ -288,6 +290,13 @@ async fn with_a_token_required_only_the_probes_answer_without_it() {
     assert_eq!((r.status, r.body.contains("up 1")), (200, true), "{r:?}");
     let r = exchange(server.addr, with(&format!("bearer {TOKEN}"), "/status").as_bytes()).await;
     assert_eq!(r.status, 200, "the scheme is case-insensitive: {r:?}");
+    // The metrics token reads the metrics and nothing else.
+    let r = exchange(server.addr, with(&format!("Bearer {SCRAPE}"), "/metrics").as_bytes()).await;
+    assert_eq!((r.status, r.body.contains("up 1")), (200, true), "{r:?}");
+    for path in ["/status", "/debug/digest"] {
+        let r = exchange(server.addr, with(&format!("Bearer {SCRAPE}"), path).as_bytes()).await;
+        assert_eq!(r.status, 401, "{path} with the metrics token");
+    }
     // A POST is checked before anything runs.
     let post = b"POST /fault/links?cut=2 HTTP/1.1\r\nHost: t\r\n\r\n";
     assert_eq!(exchange(server.addr, post).await.status, 401);

@@ -48,6 +48,10 @@ pub struct Args {
     /// File holding the admin token.
     #[arg(long, value_name = "PATH")]
     pub admin_token_file: Option<PathBuf>,
+    /// File holding the token that reads /metrics on the admin port (for a
+    /// scraper, off loopback).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_token_file: Option<PathBuf>,
     /// The client listener's certificate chain (PEM): clients must use TLS.
     #[arg(long, value_name = "PATH")]
     pub tls_cert_file: Option<PathBuf>,

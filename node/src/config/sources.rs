@@ -41,6 +41,9 @@ impl Config {
             }
             "tls_cert_file" => self.tls_cert_file = (!value.is_empty()).then(|| value.into()),
             "tls_key_file" => self.tls_key_file = (!value.is_empty()).then(|| value.into()),
+            "metrics_token_file" => {
+                self.metrics_token_file = (!value.is_empty()).then(|| PathBuf::from(value))
+            }
             "insecure" => self.insecure = parse(value)?,
             "snapshot_logs_to_keep" => self.snapshot_logs_to_keep = parse(value)?,
             "shards" => self.shards = parse(value)?,
@@ -107,6 +110,7 @@ impl Config {
             zone,
             cluster_secret_file,
             admin_token_file,
+            metrics_token_file,
             tls_cert_file,
             tls_key_file,
             insecure,
@@ -140,6 +144,9 @@ impl Config {
         }
         if let Some(v) = admin_token_file {
             self.admin_token_file = Some(v.clone());
+        }
+        if let Some(v) = metrics_token_file {
+            self.metrics_token_file = Some(v.clone());
         }
         if let Some(v) = tls_cert_file {
             self.tls_cert_file = Some(v.clone());

@@ -104,6 +104,7 @@ fn every_field_can_be_set_from_the_environment() {
         cluster_secret_file: Some(PathBuf::from("/etc/plaudit/secret")),
         admin_token: Secret("an-admin-token-of-some-length".into()),
         admin_token_file: Some(PathBuf::from("/etc/plaudit/admin")),
+        metrics_token_file: Some(PathBuf::from("/etc/plaudit/metrics")),
         tls_cert_file: Some(PathBuf::from("/etc/plaudit/tls.crt")),
         tls_key_file: Some(PathBuf::from("/etc/plaudit/tls.key")),
         insecure: true,
@@ -258,6 +259,8 @@ fn tokens_off_loopback_need_tls_or_insecure() {
     assert!(Config::from_sources(Some(&tls), &[], &Args::default()).is_ok());
     assert!(Config::from_sources(Some(&format!("{open}\ninsecure = true")), &[], &Args::default())
         .is_ok());
+    let scrape_only = "metrics_token_file = \"/m\"";
+    assert!(invalid(scrape_only).contains("needs an admin token"), "{}", invalid(scrape_only));
     let half = "tls_cert_file = \"/c.pem\"";
     assert!(invalid(half).contains("go together"), "{}", invalid(half));
     // On loopback, plaintext is fine: nothing crosses a network.

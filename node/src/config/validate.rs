@@ -108,6 +108,10 @@ impl Config {
                 self.listen
             );
         }
+        ensure!(
+            self.metrics_token_file.is_none() || self.has_admin_token(),
+            "metrics_token_file needs an admin token: without one the admin port asks for none"
+        );
         if !self.has_admin_token() && !self.insecure {
             for (name, addr) in [("listen", self.listen), ("admin", self.admin)] {
                 ensure!(
