@@ -20,22 +20,25 @@
 //! a cluster's final state against it.
 
 use plaudit_client::{Client, ClientOptions};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub use plaudit_client::proto;
 
+mod builder;
 pub mod cluster;
 pub mod history;
 pub mod partition;
 pub mod pods;
+mod ports;
 pub mod raw;
 pub mod util;
 
+pub use builder::NodeBuilder;
 pub use cluster::Cluster;
+pub use ports::{free_port, free_ports, localhost};
 pub(crate) use util::http_request;
 pub use util::{http_get, http_get_bearer, metric_sum, total_ranking, wait_converged, wait_until};
 
@@ -107,123 +110,6 @@ fn bin(name: &str, env: &str) -> PathBuf {
             "{name} not found next to the test executable nor in ${env}; \
              run `cargo build --bins` first"
         ),
-    }
-}
-
-/// `127.0.0.1:port`.
-pub fn localhost(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// Ports handed to nodes come from here, below Linux's ephemeral range
-/// (32768 and up by default). A port bound at `:0` and released is an
-/// ephemeral port: before the node binds it, the OS may give it to any
-/// outgoing connection, or hand it to a concurrent test, and a node that
-/// cannot bind its port never joins its cluster (a flaky start seen once,
-/// `docs/notes.md`).
-const PORT_LOW: u32 = 10_000;
-const PORT_SPAN: u32 = 20_000;
-/// Ports handed out by this process, counted; each test process starts
-/// at a place of its own in the span.
-static PORTS_GIVEN: AtomicU32 = AtomicU32::new(0);
-
-/// `n` distinct free ports on 127.0.0.1.
-pub fn free_ports(n: usize) -> Vec<u16> {
-    (0..n).map(|_| free_port()).collect()
-}
-
-/// A port on 127.0.0.1 that no other caller in this process has been
-/// given and that is free now (it binds).
-pub fn free_port() -> u16 {
-    let start = std::process::id().wrapping_mul(7919) % PORT_SPAN;
-    loop {
-        let n = PORTS_GIVEN.fetch_add(1, Ordering::Relaxed);
-        assert!(n < PORT_SPAN, "this test process has used every port of its span");
-        let port = (PORT_LOW + (start + n) % PORT_SPAN) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
-/// How to start a node.
-#[derive(Debug, Clone)]
-pub struct NodeBuilder {
-    shards: u32,
-    env: Vec<(String, String)>,
-    data_dir: Option<PathBuf>,
-    admin_ip: Option<std::net::IpAddr>,
-}
-
-impl Default for NodeBuilder {
-    fn default() -> Self {
-        NodeBuilder { shards: 4, env: Vec::new(), data_dir: None, admin_ip: None }
-    }
-}
-
-impl NodeBuilder {
-    pub fn shards(mut self, n: u32) -> Self {
-        self.shards = n;
-        self
-    }
-
-    /// Sets an environment variable for the node, e.g. `PLAUDIT_MAX_CONNECTIONS`.
-    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
-        self.env.push((key.to_string(), value.to_string()));
-        self
-    }
-
-    /// Keeps the node's data in `dir` (e.g. on a small file system a test
-    /// fills) instead of the node's own temporary directory.
-    pub fn data_dir(mut self, dir: &Path) -> Self {
-        self.data_dir = Some(dir.to_path_buf());
-        self
-    }
-
-    /// Binds the admin port on `ip` (e.g. 0.0.0.0, every address) instead of
-    /// 127.0.0.1; the node is still reached through loopback.
-    pub fn admin_ip(mut self, ip: std::net::IpAddr) -> Self {
-        self.admin_ip = Some(ip);
-        self
-    }
-
-    /// Spawns the node without waiting for it to be ready (it may never be:
-    /// a node meant to join a cluster that refuses it).
-    pub fn spawn_only(self) -> Node {
-        let ports = free_ports(2);
-        let addrs = (localhost(ports[0]), localhost(ports[1]), localhost(0));
-        let mut node = Node::new(0, self.shards, addrs, Vec::new(), self.env);
-        node.peer = None;
-        if let Err(e) = node.spawn() {
-            node.fail(&e);
-        }
-        node
-    }
-
-    /// Spawns the node and waits until `/readyz` answers 200.
-    pub fn start(self) -> Node {
-        let admin = SocketAddr::new(self.admin_ip.unwrap_or(localhost(0).ip()), 0);
-        let mut node =
-            Node::new(1, self.shards, (localhost(0), admin, localhost(0)), Vec::new(), self.env);
-        node.peer = None;
-        if let Some(dir) = self.data_dir {
-            node.data_dir = dir;
-        }
-        // Another process may take a port between our probe and the node's
-        // bind; on a fresh start (nothing stored yet) just try other ports.
-        for attempt in 1..=3 {
-            node.listen.set_port(free_port());
-            node.admin.set_port(free_port());
-            if node.admin == node.listen {
-                continue;
-            }
-            match node.spawn_and_wait_ready() {
-                Ok(()) => return node,
-                Err(e) if attempt < 3 && e.contains("binding") => continue,
-                Err(e) => node.fail(&e),
-            }
-        }
-        node.fail("could not find free ports")
     }
 }
 
