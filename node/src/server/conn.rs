@@ -156,7 +156,20 @@ impl<S: Socket> Conn<S> {
     }
 
     /// Serves the connection until it ends, and says why it ended.
-    pub(super) async fn run(mut self, mut stop: watch::Receiver<bool>) -> Close {
+    pub(super) async fn run(mut self, stop: watch::Receiver<bool>) -> Close {
+        self.serve(stop).await
+    }
+
+    /// `run`, keeping the connection's seat: a TLS connection's proxy
+    /// outlives the connection, and still counts against the cap until it
+    /// ends (`tls.rs`).
+    pub(super) async fn run_keeping_seat(mut self, stop: watch::Receiver<bool>) -> (Close, Seat) {
+        let why = self.serve(stop).await;
+        // Everything else, the socket included, closes here.
+        (why, self.seat)
+    }
+
+    async fn serve(&mut self, mut stop: watch::Receiver<bool>) -> Close {
         let limits = self.server.limits.clone();
         let mut tick = tokio::time::interval(limits.tick());
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -8,9 +8,11 @@
 //! client ══TLS══ [handshake ≤ auth_timeout] ── proxy task ══ socket pair ══ Conn
 //! ```
 //!
-//! The proxy holds two 8 KiB buffers (`copy_bidirectional`); it ends when
+//! The proxy holds two 8 KiB buffers (`copy_bidirectional`), the pair's
+//! socket buffers are asked to be 64 KiB (`PAIR_BUFFER`); it ends when
 //! either side closes, and at most `write_timeout` after the connection has
-//! ended (a client that never closes its side cannot keep it).
+//! ended (a client that never closes its side cannot keep it), holding the
+//! connection's seat until then.
 
 use super::admission::Seat;
 use super::{conn, Server};
@@ -24,6 +26,10 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 use tracing::debug;
+
+/// Socket buffer size asked for on each end of a TLS connection's pair (the
+/// kernel doubles it): about `conn::OUT_LIMIT`.
+const PAIR_BUFFER: usize = 64 * 1024;
 
 /// The acceptor for the certificate chain and private key in the PEM files
 /// `cert` and `key`.
@@ -63,18 +69,28 @@ impl Server {
             Ok(pair) => pair,
             Err(e) => return debug!(error = %e, "no socket pair for a TLS connection"),
         };
+        // The pair holds what one side wrote and the other has not read:
+        // bound it near the connection's own reply bound, not the kernel's
+        // default (~200 KiB each way).
+        for end in [&inner, &outer] {
+            let sock = socket2::SockRef::from(end);
+            let _ = sock.set_send_buffer_size(PAIR_BUFFER);
+            let _ = sock.set_recv_buffer_size(PAIR_BUFFER);
+        }
         let proxy = tokio::spawn(async move {
             let _ = tokio::io::copy_bidirectional(&mut tls, &mut outer).await;
         });
         self.metrics.conn_opened();
-        let why = conn::Conn::new(self.clone(), inner, seat).run(stop).await;
+        let (why, seat) = conn::Conn::new(self.clone(), inner, seat).run_keeping_seat(stop).await;
         self.metrics.conn_closed(why.label());
         // The connection closed its end: the proxy flushes what it wrote and
-        // stops once the client closes too, or after `write_timeout`.
+        // stops once the client closes too, or after `write_timeout`; its
+        // seat counts against the cap until then.
         let abort = proxy.abort_handle();
         if tokio::time::timeout(self.limits.write_timeout, proxy).await.is_err() {
             abort.abort();
         }
+        drop(seat);
     }
 }
 
