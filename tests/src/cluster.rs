@@ -282,10 +282,18 @@ impl Cluster {
             })
     }
 
-    /// The node leading the metadata group, as node `via` sees it.
+    /// The node leading the metadata group, as node `via` sees it; waits up
+    /// to 10 s for one (the leader balancer may be moving it just then).
     pub fn meta_leader(&self, via: u64) -> u64 {
-        let leader = self.status_via(via).and_then(|s| s["meta"]["leader"].as_u64());
-        leader.unwrap_or_else(|| self.node(via).fail("no metadata leader"))
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let leader = self.status_via(via).and_then(|s| s["meta"]["leader"].as_u64());
+            match leader {
+                Some(id) => return id,
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                None => self.node(via).fail("no metadata leader within 10 s"),
+            }
+        }
     }
 
     /// The file holding the cluster's secret, for a node started beside it.
