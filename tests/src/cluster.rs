@@ -228,6 +228,16 @@ impl Cluster {
         (admin, w)
     }
 
+    /// Ends a load that no request may have failed: stops it, asserts none
+    /// failed, waits until every replica converged, and runs the history
+    /// check through `admin`.
+    pub async fn finish_load(&self, admin: &Client, mut w: crate::history::Workload) {
+        w.stop().await;
+        assert_eq!(w.failed(), 0, "no request failed");
+        self.wait_converged().await;
+        w.check(admin).await;
+    }
+
     /// `plaudit admin nodes --json` through node `via`: id -> row.
     pub fn nodes(&self, via: u64) -> BTreeMap<u64, serde_json::Value> {
         let out = self.node(via).cli("admin nodes");

@@ -409,6 +409,11 @@ impl Workload {
         }
     }
 
+    /// Operations whose outcome the client never learned (failed calls).
+    pub fn failed(&self) -> u64 {
+        self.hist.unknown.load(Ordering::Relaxed)
+    }
+
     /// Acknowledged operations so far.
     pub fn acked(&self) -> u64 {
         self.hist.acked.load(Ordering::Relaxed)

@@ -5,20 +5,14 @@
 //! failovers the balancer hands every shard back to the node placed to lead
 //! it, so one node does not end up leading them all.
 
-use plaudit_tests::history::Workload;
 use plaudit_tests::{wait_until, Cluster};
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-fn failed(w: &Workload) -> u64 {
-    w.hist.unknown.load(Ordering::Relaxed)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_leads_nothing_and_no_request_fails() {
     let cluster = Cluster::builder(3).shards(6).start();
-    let (admin, mut w) = cluster.start_load(801).await;
+    let (admin, w) = cluster.start_load(801).await;
     let node = cluster.most_leading();
     assert!(!cluster.shards_led_by(node).is_empty());
 
@@ -43,28 +37,22 @@ async fn a_drained_node_leads_nothing_and_no_request_fails() {
         "node {node} still leads: {s}"
     );
     w.wait_acks(200, Duration::from_secs(30), "writes go on after the drain").await;
-    w.stop().await;
-    assert_eq!(failed(&w), 0, "no request failed");
-    cluster.wait_converged().await;
-    w.check(&admin).await;
+    cluster.finish_load(&admin, w).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_with_sigterm_fails_no_request() {
     let mut cluster = Cluster::builder(3).shards(6).start();
-    let (admin, mut w) = cluster.start_load(802).await;
+    let (admin, w) = cluster.start_load(802).await;
     for id in cluster.ids() {
         let before = w.acked();
         cluster.node_mut(id).terminate();
         cluster.restart(id);
         w.wait_acks(100, Duration::from_secs(30), &format!("writes go on after node {id}")).await;
         assert!(w.acked() > before);
-        assert_eq!(failed(&w), 0, "a request failed around node {id}'s restart");
+        assert_eq!(w.failed(), 0, "a request failed around node {id}'s restart");
     }
-    w.stop().await;
-    assert_eq!(failed(&w), 0, "no request failed");
-    cluster.wait_converged().await;
-    w.check(&admin).await;
+    cluster.finish_load(&admin, w).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

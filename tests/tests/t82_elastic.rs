@@ -4,19 +4,13 @@
 //! history check holds at the end (every acknowledged write present,
 //! nothing applied twice, every replica equal).
 
-use plaudit_tests::history::Workload;
 use plaudit_tests::{wait_until, Cluster};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-fn failed(w: &Workload) -> u64 {
-    w.hist.unknown.load(Ordering::Relaxed)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn growing_from_three_to_five_nodes_balances_and_fails_no_request() {
     let mut cluster = Cluster::builder(3).shards(10).start();
-    let (admin, mut w) = cluster.start_load(821).await;
+    let (admin, w) = cluster.start_load(821).await;
     let four = cluster.add_node();
     let five = cluster.add_node();
     assert_eq!((four, five), (4, 5));
@@ -31,16 +25,13 @@ async fn growing_from_three_to_five_nodes_balances_and_fails_no_request() {
         assert!(rows[id]["replicas"].as_u64().unwrap() >= 5, "{:?}", rows[id]);
     }
     w.wait_acks(200, Duration::from_secs(30), "writes go on after the growth").await;
-    w.stop().await;
-    assert_eq!(failed(&w), 0, "no request failed");
-    cluster.wait_converged().await;
-    w.check(&admin).await;
+    cluster.finish_load(&admin, w).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decommissioning_a_node_of_four_moves_its_replicas_and_fails_no_request() {
     let mut cluster = Cluster::builder(4).shards(8).start();
-    let (admin, mut w) = cluster.start_load(822).await;
+    let (admin, w) = cluster.start_load(822).await;
     // The hardest one to take away: it leads the metadata group, which
     // records the change and then must hand itself over.
     let gone = cluster.meta_leader(1);
@@ -70,10 +61,7 @@ async fn decommissioning_a_node_of_four_moves_its_replicas_and_fails_no_request(
     // Stopped for good: the others serve on.
     cluster.node_mut(gone).terminate();
     w.wait_acks(200, Duration::from_secs(30), "writes go on without the node").await;
-    w.stop().await;
-    assert_eq!(failed(&w), 0, "no request failed");
-    cluster.wait_converged().await;
-    w.check(&admin).await;
+    cluster.finish_load(&admin, w).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

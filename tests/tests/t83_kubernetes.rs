@@ -12,7 +12,6 @@ use plaudit_tests::pods::Pods;
 use plaudit_tests::wait_until;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 fn secrets() -> BTreeMap<String, String> {
@@ -58,7 +57,7 @@ async fn the_statefulset_forms_scales_restarts_and_shrinks_under_load() {
         assert_eq!(row["addr"], format!("{name}:7401"), "{row}");
     }
 
-    let (admin, mut w) = pods.cluster.start_load(831).await;
+    let (admin, w) = pods.cluster.start_load(831).await;
     let started = std::time::Instant::now();
     let phase = |what: &str| eprintln!("t83: {what} at {:.1} s", started.elapsed().as_secs_f64());
 
@@ -86,8 +85,5 @@ async fn the_statefulset_forms_scales_restarts_and_shrinks_under_load() {
     .await;
     w.wait_acks(200, Duration::from_secs(30), "writes on three pods").await;
 
-    w.stop().await;
-    assert_eq!(w.hist.unknown.load(Ordering::Relaxed), 0, "no request failed");
-    pods.cluster.wait_converged().await;
-    w.check(&admin).await;
+    pods.cluster.finish_load(&admin, w).await;
 }
