@@ -17,7 +17,7 @@
 
 use crate::actor_budget::shard_share;
 use crate::control::{Control, ControlConfig};
-use crate::group::{Group, GroupConfig, StateMachineContext};
+use crate::group::{Group, StateMachineContext};
 use crate::outbox::Delivery;
 use crate::peer::auth::Credentials;
 use crate::peer::links::Links;
@@ -29,106 +29,18 @@ use crate::router::Router;
 use crate::types::NodeId;
 use plaudit_actors::active::Budget;
 use plaudit_actors::{Directory, OutboxSignal, ShardActor, ShardConfig, ShardHandle};
-use plaudit_proto::cluster::NodeInfo;
 use plaudit_proto::WireError;
 use plaudit_storage::group_commit::GroupCommit;
 use plaudit_storage::wal::Wal;
 use plaudit_storage::StateStore;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Where this node sits in a cluster.
-#[derive(Clone)]
-pub struct ClusterConfig {
-    /// This node: id and the addresses others use to reach it.
-    pub me: NodeInfo,
-    /// Peer addresses of seed nodes.
-    pub seeds: Vec<String>,
-    /// Nodes that must find each other before a new cluster forms; 0 never
-    /// forms one (join only), 1 forms a one-node cluster at once.
-    pub bootstrap_expect: u32,
-    pub replication_factor: u32,
-    /// The cluster secret; `None` for a node that has no peers.
-    pub secret: Option<Vec<u8>>,
-    /// A peer not heard from this long is down (`liveness.rs`).
-    pub peer_timeout: Duration,
-    /// This node's failure domain (`--zone`), if any.
-    pub zone: Option<String>,
-    /// A member down this long is dead: its replicas are rebuilt elsewhere.
-    pub dead_node_timeout: Duration,
-    /// Replica moves in flight per node, as source or target.
-    pub moves_per_node: usize,
-    /// Bytes a second this node sends snapshots at, all groups together
-    /// (0: unpaced).
-    pub snapshot_send_rate: u64,
-}
+mod config;
 
-impl std::fmt::Debug for ClusterConfig {
-    // By hand: the secret must never reach a log line.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterConfig")
-            .field("me", &self.me)
-            .field("seeds", &self.seeds)
-            .field("bootstrap_expect", &self.bootstrap_expect)
-            .field("replication_factor", &self.replication_factor)
-            .field("peer_timeout", &self.peer_timeout)
-            .field("zone", &self.zone)
-            .field("dead_node_timeout", &self.dead_node_timeout)
-            .field("moves_per_node", &self.moves_per_node)
-            .field("snapshot_send_rate", &self.snapshot_send_rate)
-            .field("secret", &self.secret.as_ref().map(|_| "(redacted)"))
-            .finish()
-    }
-}
-
-impl ClusterConfig {
-    /// A one-node cluster on the given node id (tests, the demo).
-    pub fn single(id: NodeId) -> ClusterConfig {
-        ClusterConfig {
-            me: NodeInfo { id, client: String::new(), peer: String::new(), admin: String::new() },
-            seeds: Vec::new(),
-            bootstrap_expect: 1,
-            replication_factor: 1,
-            secret: None,
-            peer_timeout: Duration::from_secs(1),
-            zone: None,
-            dead_node_timeout: Duration::from_secs(300),
-            moves_per_node: 2,
-            snapshot_send_rate: 32 << 20,
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    pub data_dir: PathBuf,
-    pub shards: u32,
-    pub group: GroupConfig,
-    /// Active actors per kind on this node, shared among the data groups
-    /// it holds a replica of (`shard_share`).
-    pub actor_budget: usize,
-    /// Each shard's share instead, when set.
-    pub actor_budget_per_shard: Option<usize>,
-    pub actor_idle: Duration,
-    /// How often expired sub-boards are looked for and deleted.
-    pub retention_sweep: Duration,
-    /// How far past this node's clock a scoring event may be stamped; a
-    /// later one is filtered (`actors::rankings::route`).
-    pub score_future_horizon: Duration,
-    /// How long a sub-board remembers an event id, and how many it holds
-    /// (stamped into every score command this node proposes).
-    pub event_ids: plaudit_actors::command::Dedup,
-    /// When staged applied state is written to sled.
-    pub checkpoint: plaudit_storage::CheckpointPolicy,
-    pub outbox_batch: usize,
-    pub sled_cache_bytes: u64,
-    pub cluster: ClusterConfig,
-    /// How long a request may spend finding its shard's leader.
-    pub request_timeout: Duration,
-}
+pub use config::{ClusterConfig, EngineConfig};
 
 pub struct Engine {
     pub(crate) cfg: EngineConfig,
