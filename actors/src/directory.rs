@@ -217,12 +217,28 @@ impl Directory {
         def: &RankDef,
         ws: &mut WriteSet,
     ) -> Result<RankDef, WireError> {
+        self.create_rank(def, None, ws)
+    }
+
+    /// A ranking create, with the business it belongs to (`owners.rs`).
+    /// The owner is published before the ranking, so no reader sees an
+    /// owned ranking as shared.
+    fn create_rank(
+        &self,
+        def: &RankDef,
+        owner: Option<BizId>,
+        ws: &mut WriteSet,
+    ) -> Result<RankDef, WireError> {
         def.validate()?;
         let mut map = self.ranks.write().unwrap_or_else(|e| e.into_inner());
         if map.contains_key(&def.id) {
             return Err(WireError::bad_request(format!("ranking {} already exists", def.id)));
         }
-        ws.put_registry(&rank_key(def.id), &encode(def)?);
+        let value = encode(def)?;
+        if let Some(biz) = owner {
+            self.record_owner(def.id, biz, ws)?;
+        }
+        ws.put_registry(&rank_key(def.id), &value);
         map.insert(def.id, Arc::new(def.clone()));
         Ok(def.clone())
     }

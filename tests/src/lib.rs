@@ -223,12 +223,6 @@ impl Node {
         self.exact_args = true;
     }
 
-    /// The environment the node is started with (beyond the test's own,
-    /// which it inherits without `PLAUDIT_` variables).
-    pub fn env(&self) -> &[(String, String)] {
-        &self.env
-    }
-
     /// The admin token the CLI and SDK clients of this node present.
     pub fn set_token(&mut self, token: &str) {
         self.token = Some(token.to_string());

@@ -430,27 +430,25 @@ impl Pods {
             let p = *m.ports.get(name).unwrap_or_else(|| panic!("no container port {name}"));
             SocketAddr::from((ip, p))
         };
-        let mut node =
-            Node::new(ordinal + 1, 0, (port("client"), port("admin"), port("peer")), Vec::new(), {
-                let mut env: Vec<(String, String)> = Vec::new();
-                for (name, source) in &m.env {
-                    let value = match source {
-                        EnvSource::Value(v) => v.clone(),
-                        EnvSource::Field(f) if f == "metadata.name" => pod.clone(),
-                        EnvSource::Field(f) if f == "metadata.namespace" => self.namespace.clone(),
-                        EnvSource::Field(f) => panic!("fieldRef {f} is not run here"),
-                    };
-                    env.push((name.clone(), value));
-                }
-                env.push(("HOSTNAME".into(), pod.clone()));
-                // The test's one addition: the replica digests it compares.
-                env.push(("PLAUDIT_FAULT_INJECTION".into(), "true".into()));
-                env
-            });
-        let vars: BTreeMap<String, String> = node_env(&node);
+        let mut env: Vec<(String, String)> = Vec::new();
+        for (name, source) in &m.env {
+            let value = match source {
+                EnvSource::Value(v) => v.clone(),
+                EnvSource::Field(f) if f == "metadata.name" => pod.clone(),
+                EnvSource::Field(f) if f == "metadata.namespace" => self.namespace.clone(),
+                EnvSource::Field(f) => panic!("fieldRef {f} is not run here"),
+            };
+            env.push((name.clone(), value));
+        }
+        env.push(("HOSTNAME".into(), pod.clone()));
+        // The test's one addition: the replica digests it compares.
+        env.push(("PLAUDIT_FAULT_INJECTION".into(), "true".into()));
+        let vars: BTreeMap<String, String> = env.iter().cloned().collect();
+        let addrs = (port("client"), port("admin"), port("peer"));
+        let mut node = Node::new(ordinal + 1, 0, addrs, Vec::new(), env);
         // Longest mount path first, so that /etc/plaudit-secrets is not
         // taken for /etc/plaudit.
-        let mut mounts: Vec<(usize, &String, PathBuf)> = m
+        let mut mounts: Vec<(&String, PathBuf)> = m
             .mounts
             .iter()
             .enumerate()
@@ -459,16 +457,16 @@ impl Pods {
                     Volume::Claim => node.data_dir().to_path_buf(),
                     Volume::Files(..) => self.files.path().join(format!("volume-{i}")),
                 };
-                (i, path, local)
+                (path, local)
             })
             .collect();
-        mounts.sort_by_key(|(_, path, _)| std::cmp::Reverse(path.len()));
+        mounts.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
         let args = m
             .args
             .iter()
             .map(|a| {
                 let mut a = expand(a, &vars).replace("0.0.0.0:", &format!("{ip}:"));
-                for (_, path, local) in &mounts {
+                for (path, local) in &mounts {
                     a = replace_path(&a, path, local);
                 }
                 a
@@ -478,11 +476,6 @@ impl Pods {
         node.set_token(&self.admin_token);
         node
     }
-}
-
-/// The environment a node is started with, as a map.
-fn node_env(node: &Node) -> BTreeMap<String, String> {
-    node.env().iter().cloned().collect()
 }
 
 /// `arg` with `path` (a whole path prefix: followed by `/` or the end)

@@ -58,29 +58,20 @@ impl Directory {
                 return Err(WireError::not_found(format!("business {biz} does not exist")));
             }
         }
-        // The owner first: a reader never sees an owned ranking as shared.
-        let id = info.def.id;
-        if let Some(biz) = info.owner {
-            if self.rank(id).is_none() {
-                self.owners.write().unwrap_or_else(|e| e.into_inner()).insert(id, biz);
-            }
-        }
-        match self.apply_create_rank(&info.def, ws) {
-            Ok(def) => {
-                if let Some(biz) = info.owner {
-                    ws.put_registry(&owner_key(id), &encode(&biz)?);
-                }
-                Ok(def)
-            }
-            Err(e) => {
-                // Refused (it exists, or is malformed): an existing
-                // ranking's owner, if any, was left as it was above.
-                if info.owner.is_some() && self.rank(id).is_none() {
-                    self.owners.write().unwrap_or_else(|e| e.into_inner()).remove(&id);
-                }
-                Err(e)
-            }
-        }
+        self.create_rank(&info.def, info.owner, ws)
+    }
+
+    /// Stores and publishes that ranking `rank` (about to be created)
+    /// belongs to `biz`.
+    pub(super) fn record_owner(
+        &self,
+        rank: RankId,
+        biz: BizId,
+        ws: &mut WriteSet,
+    ) -> Result<(), WireError> {
+        ws.put_registry(&owner_key(rank), &encode(&biz)?);
+        self.owners.write().unwrap_or_else(|e| e.into_inner()).insert(rank, biz);
+        Ok(())
     }
 
     /// Refuses a token of `biz` that names ranking `rank` of another
