@@ -26,6 +26,7 @@ mod pipeline;
 use crate::api::unexpected;
 use crate::error::ClientError;
 use crate::pool::{Dialer, Pool};
+use crate::retry;
 use crate::route::View;
 use plaudit_proto::auth::TokenSecret;
 use plaudit_proto::cluster::RoutingTable;
@@ -48,6 +49,10 @@ pub(crate) const FETCH_PATIENCE: Duration = Duration::from_secs(1);
 /// Dials (connect, hello and auth) take at most this long, or the call's timeout
 /// if shorter: a dead host must not eat a whole call's budget.
 pub(crate) const MAX_DIAL: Duration = Duration::from_secs(2);
+/// Rounds over the seeds when one answered `Overloaded` (at its connection
+/// limit), backing off between them (20, 40, 80... ms, jittered), within
+/// the connect's timeout.
+const CONNECT_BUSY_ROUNDS: u32 = 8;
 
 /// Splits `a:1, b:2` into seed addresses, dropping blanks and repeats.
 pub(crate) fn seeds<S: AsRef<str>>(list: &[S]) -> Vec<String> {
@@ -82,7 +87,9 @@ impl Cluster {
     /// Dials the seeds in order until one gives a routing table (or, an
     /// older node, answers without one), then starts the refresher. A seed
     /// that refuses the token (or wants one) ends the search: every node
-    /// shares one token registry, so the next would say the same.
+    /// shares one token registry, so the next would say the same. When no
+    /// seed answered and one was at its connection limit, the seeds are
+    /// tried again, backing off, for up to `CONNECT_BUSY_ROUNDS` rounds.
     pub(crate) async fn connect(
         seeds: Vec<String>,
         pool_size: usize,
@@ -107,23 +114,37 @@ impl Cluster {
             spin: AtomicUsize::new(0),
             refresher: Mutex::new(None),
         });
-        let mut failed = Vec::new();
-        for seed in &seeds {
-            match cluster.bootstrap(seed).await {
-                Ok(()) => {
-                    let task =
-                        tokio::spawn(refresher(Arc::downgrade(&cluster), cluster.wake.clone()));
-                    *lock(&cluster.refresher) = Some(task);
-                    return Ok(cluster);
-                }
-                Err(e) if e.code() == Some(ErrorCode::Unauthorized) => return Err(e),
-                Err(e) => {
-                    tracing::debug!(seed, error = %e, "seed did not answer");
-                    failed.push((seed.clone(), e));
+        let deadline = Instant::now() + timeout;
+        let mut round = 0;
+        loop {
+            let mut failed = Vec::new();
+            for seed in &seeds {
+                match cluster.bootstrap(seed).await {
+                    Ok(()) => {
+                        let task =
+                            tokio::spawn(refresher(Arc::downgrade(&cluster), cluster.wake.clone()));
+                        *lock(&cluster.refresher) = Some(task);
+                        return Ok(cluster);
+                    }
+                    Err(e) if e.code() == Some(ErrorCode::Unauthorized) => return Err(e),
+                    Err(e) => {
+                        tracing::debug!(seed, error = %e, "seed did not answer");
+                        failed.push((seed.clone(), e));
+                    }
                 }
             }
+            // A seed at its connection limit frees seats as its clients come
+            // and go (the unauthenticated ones churn under a flood), so a
+            // client that waits a little gets one; an unreachable seed does
+            // not come back within a connect.
+            let busy = failed.iter().any(|(_, e)| e.code() == Some(ErrorCode::Overloaded));
+            let pause = retry::jittered(retry::backoff(round));
+            round += 1;
+            if !busy || round >= CONNECT_BUSY_ROUNDS || Instant::now() + pause >= deadline {
+                return Err(none_answered(failed));
+            }
+            tokio::time::sleep(pause).await;
         }
-        Err(none_answered(failed))
     }
 
     /// Opens the seed's pool (every connection up front, so a bad address
