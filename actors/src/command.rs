@@ -14,7 +14,7 @@ use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::ClusterMap;
 use plaudit_proto::likes::{LikeReply, LikeRequest};
 use plaudit_proto::rankings::{
-    Aggregation, ItemId, RankDef, RankId, RankInfo, TieMode, UpdateRank,
+    Aggregation, BoardLimit, ItemId, RankDef, RankId, RankInfo, TieMode, UpdateRank,
 };
 use plaudit_proto::scoring::Outcome;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId, WireError};
@@ -140,6 +140,18 @@ pub enum Command {
     /// Registers a ranking with its owner (metadata group only): the
     /// owner's business must exist; `owner` None is `CreateRank`.
     CreateRankInfo(Box<RankInfo>),
+    /// Reserves new sub-boards of a ranking against its limit of live ones
+    /// (metadata group only), all of `type_keys` or none; a key already
+    /// reserved costs nothing. `limit` is the limit in force as the
+    /// proposer read it (0: none), so apply reads no node setting.
+    ReserveBoards {
+        rank: RankId,
+        type_keys: Vec<Vec<u8>>,
+        limit: u32,
+    },
+    /// Sets or clears a ranking's own limit of live sub-boards (metadata
+    /// group only).
+    SetBoardLimit(BoardLimit),
 }
 
 impl Command {

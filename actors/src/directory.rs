@@ -6,9 +6,11 @@
 //! Registry keys: a business is its 4-byte big-endian id; a ranking is
 //! `b'r'` + its 4-byte id; the cluster map is `b"cluster"`; at-most-once
 //! request records (`shard/once.rs`) are 8 or 9 bytes; ranking owners
-//! (`directory/owners.rs`) are 6; tokens (`directory/tokens.rs`) are 11.
-//! Lengths differ, so no two kinds collide.
+//! (`directory/owners.rs`) are 6; tokens (`directory/tokens.rs`) are 11;
+//! board limits are 10 and board reservations 15 or more
+//! (`directory/board_limits.rs`). Lengths differ, so no two kinds collide.
 
+mod board_limits;
 mod owners;
 mod tokens;
 
@@ -34,6 +36,8 @@ pub struct Directory {
     /// Rankings that belong to a business (`owners.rs`).
     owners: Arc<RwLock<BTreeMap<RankId, BizId>>>,
     tokens: Arc<tokens::Tokens>,
+    /// Limits of live sub-boards and the boards reserved under them.
+    board_limits: Arc<board_limits::BoardLimits>,
     /// The cluster map, watched by the node (it starts the groups the map
     /// places on it).
     cluster: Arc<watch::Sender<Option<Arc<ClusterMap>>>>,
@@ -48,6 +52,7 @@ impl Default for Directory {
             ranks: Arc::default(),
             owners: Arc::default(),
             tokens: Arc::default(),
+            board_limits: Arc::default(),
             cluster: Arc::new(watch::channel(None).0),
             state: Arc::new(watch::channel(None).0),
         }
@@ -82,7 +87,11 @@ impl Directory {
         let mut state = None;
         let mut tokens = Vec::new();
         let mut owners = BTreeMap::new();
+        let mut board_limits = board_limits::BoardLimits::default();
         for (k, v) in store.registry_entries()? {
+            if board_limits.load_record(&k, &v)? {
+                continue;
+            }
             if tokens::is_token_key(&k) {
                 tokens.push(tokens::decode_record(&v)?);
             } else if owners::is_owner_key(&k) {
@@ -109,6 +118,7 @@ impl Directory {
             ranks: Arc::new(RwLock::new(ranks)),
             owners: Arc::new(RwLock::new(owners)),
             tokens: Arc::new(tokens::Tokens::from_records(tokens)),
+            board_limits: Arc::new(board_limits),
             cluster: Arc::new(watch::channel(cluster).0),
             state: Arc::new(watch::channel(state).0),
         })
@@ -128,6 +138,8 @@ impl Directory {
         // `fresh` was built just above: its tokens have no other owner.
         let tokens = Arc::into_inner(fresh.tokens).unwrap_or_default();
         self.tokens.replace(tokens);
+        let limits = Arc::into_inner(fresh.board_limits).unwrap_or_default();
+        self.board_limits.replace(limits);
         let cluster = fresh.cluster.borrow().clone();
         self.cluster.send_replace(cluster);
         let state = fresh.state.borrow().clone();

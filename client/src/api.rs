@@ -480,6 +480,7 @@ fn variant(r: &Response) -> &'static str {
         Response::Error(_) => "Error",
         Response::Rank(_) => "Rank",
         Response::RankInfo(_) => "RankInfo",
+        Response::BoardUsage(_) => "BoardUsage",
         Response::RankList(_) => "RankList",
         Response::Score(_) => "Score",
         Response::Query(_) => "Query",

@@ -74,6 +74,8 @@ pub enum Output {
         owner: Option<plaudit_proto::BizId>,
     },
     RankList(Vec<RankDef>),
+    /// `rank limit` and `rank usage`.
+    BoardUsage(plaudit_proto::rankings::BoardUsage),
     Score(ScoreReply),
     /// Rows of one sub-board (`top`, `around`).
     Items {
@@ -400,6 +402,10 @@ async fn execute_rank(client: &Client, cmd: &rank::RankCommand) -> Result<Output
             Output::Rank { verb: BizVerb::Shown, def: info.def, owner: info.owner }
         }
         RankCommand::List => Output::RankList(client.list_ranks().await?),
+        RankCommand::Limit { id, max_boards, .. } => {
+            Output::BoardUsage(client.set_board_limit(*id, *max_boards).await?)
+        }
+        RankCommand::Usage { id } => Output::BoardUsage(client.board_usage(*id).await?),
         RankCommand::Update { id, .. } => {
             let current = client.get_rank_info(*id).await?;
             let settings = rank::updated_settings(current.def.settings, cmd);

@@ -4,7 +4,9 @@
 use crate::api::{next_cursor, unexpected, Client};
 use crate::error::ClientError;
 use plaudit_proto::listing::{ListPage, RankPage, MAX_LIST_PAGE};
-use plaudit_proto::rankings::{ItemId, RankDef, RankId, RankInfo, RankSettings, UpdateRank};
+use plaudit_proto::rankings::{
+    BoardLimit, BoardUsage, ItemId, RankDef, RankId, RankInfo, RankSettings, UpdateRank,
+};
 use plaudit_proto::scoring::{
     BoardQuery, BoardRef, BoardsPage, BoardsRequest, QueryReply, QueryRequest, RankedItem,
     ScoreReply, ScoreRequest,
@@ -34,6 +36,29 @@ impl Client {
     /// A ranking's definition and owner.
     pub async fn get_rank_info(&self, id: RankId) -> Result<RankInfo, ClientError> {
         self.expect_rank_info("rank_get", Request::GetRankInfo(id)).await
+    }
+
+    /// Sets ranking `id`'s limit of live sub-boards (`None`: the nodes'
+    /// default) and answers its usage. Admin only; applied at most once.
+    pub async fn set_board_limit(
+        &self,
+        id: RankId,
+        max_boards: Option<u32>,
+    ) -> Result<BoardUsage, ClientError> {
+        let req = Request::SetBoardLimit(BoardLimit { rank: id, max_boards });
+        self.expect_usage("rank_limit", req).await
+    }
+
+    /// Ranking `id`'s live sub-boards and the limit in force.
+    pub async fn board_usage(&self, id: RankId) -> Result<BoardUsage, ClientError> {
+        self.expect_usage("rank_usage", Request::BoardUsage(id)).await
+    }
+
+    async fn expect_usage(&self, op: &str, req: Request) -> Result<BoardUsage, ClientError> {
+        match self.request(req).await? {
+            Response::BoardUsage(u) => Ok(u),
+            other => Err(unexpected(op, &other)),
+        }
     }
 
     async fn expect_rank_info(&self, op: &str, req: Request) -> Result<RankInfo, ClientError> {

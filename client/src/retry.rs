@@ -95,6 +95,7 @@ fn is_registry_change(req: &Request) -> bool {
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)
             | Request::CreateRankInfo(_)
+            | Request::SetBoardLimit(_)
             | Request::UpdateRank(_)
             | Request::CreateToken(_)
             | Request::RevokeToken(_)

@@ -78,6 +78,8 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::CreateRankInfo(_)
         | Request::GetRank(_)
         | Request::GetRankInfo(_)
+        | Request::SetBoardLimit(_)
+        | Request::BoardUsage(_)
         | Request::ListRanks
         | Request::ListBizPage(_)
         | Request::ListRanksPage(_)

@@ -109,10 +109,12 @@ pub fn adds_state(cmd: &Command) -> bool {
         | Command::CreateRank(_)
         | Command::CreateRankInfo(_)
         | Command::UpdateRank(_)
-        | Command::CreateToken(_) => true,
+        | Command::CreateToken(_)
+        | Command::ReserveBoards { .. } => true,
         Command::Once { cmd, .. } => adds_state(cmd),
         // Revoking a leaked token must work during a disk incident too.
         Command::RevokeToken { .. }
+        | Command::SetBoardLimit(_)
         | Command::Deliver { .. }
         | Command::Ack { .. }
         | Command::DropBoard { .. }

@@ -68,6 +68,8 @@ impl Engine {
             | Request::ListBiz
             | Request::GetRank(_)
             | Request::GetRankInfo(_)
+            | Request::SetBoardLimit(_)
+            | Request::BoardUsage(_)
             | Request::ListRanks
             | Request::ListBizPage(_)
             | Request::ListRanksPage(_)
@@ -294,6 +296,11 @@ impl Engine {
                 Request::RevokeToken(t) => {
                     token_result(write(once(id, Command::RevokeToken { id: t })).await?)
                 }
+                Request::SetBoardLimit(l) => {
+                    let rank = l.rank;
+                    let r = write(once(id, Command::SetBoardLimit(l))).await?;
+                    self.limit_result(r, rank)
+                }
                 other => Err(WireError::bad_request(format!(
                     "{} cannot be applied at most once",
                     other.op()
@@ -311,6 +318,10 @@ impl Engine {
                 token_result(write(Command::CreateToken(new_token(c))).await?)
             }
             Request::RevokeToken(id) => token_result(write(Command::RevokeToken { id }).await?),
+            Request::SetBoardLimit(l) => {
+                let rank = l.rank;
+                self.limit_result(write(Command::SetBoardLimit(l)).await?, rank)
+            }
             read => {
                 g.read_barrier().await?;
                 self.read_registry(&read).unwrap_or_else(|| {
@@ -466,6 +477,7 @@ impl Engine {
             | Request::ListBiz
             | Request::GetRank(_)
             | Request::GetRankInfo(_)
+            | Request::BoardUsage(_)
             | Request::ListRanks
             | Request::ListBizPage(_)
             | Request::ListRanksPage(_) => match self.read_registry(&req) {

@@ -72,6 +72,8 @@ pub struct Engine {
     pub(crate) nudge: tokio::sync::Notify,
     /// The snapshots this node sends (`snapshot_send.rs`).
     pub(crate) sends: Arc<crate::snapshot_send::SnapshotSends>,
+    /// The sub-boards this node has seen reserved (`board_limit.rs`).
+    pub(crate) reserved: crate::board_limit::Reserved,
 }
 
 /// Per-shard numbers for metrics.
@@ -170,6 +172,7 @@ impl Engine {
             state_changes: Default::default(),
             nudge: Default::default(),
             sends: Arc::new(crate::snapshot_send::SnapshotSends::new(send_rate)),
+            reserved: Default::default(),
         });
         let _ = engine.this.set(Arc::downgrade(&engine));
         // The metadata group runs on every node: voters on up to three, the

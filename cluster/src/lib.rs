@@ -16,6 +16,7 @@
 
 mod actor_budget;
 mod auth;
+pub mod board_limit;
 pub mod board_memo;
 mod bootstrap;
 pub mod control;

@@ -33,7 +33,7 @@ use plaudit_proto::{Request, Response, WireError};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-fn now_secs() -> i64 {
+pub(crate) fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
@@ -100,6 +100,13 @@ impl Engine {
         if all_or_nothing::must_check(def.aggregation, r.score, live.len()) {
             // Boxed: only multi-board increments take this path.
             Box::pin(self.check_every_board(r.event_id, &live)).await?;
+        }
+        // New boards are reserved against the ranking's limit, all or
+        // none, after the checks (a refused event reserves nothing) and
+        // before anything is proposed.
+        let keys: Vec<&[u8]> = live.iter().map(|(_, _, c)| c.type_key.as_slice()).collect();
+        if !keys.iter().all(|k| self.board_reserved(r.rank, k)) {
+            Box::pin(self.reserve_boards(r.rank, &keys)).await?;
         }
         let priority = def.settings.priority;
         let per_board = |(type_id, planned): (String, Option<(u32, ScoreCmd)>)| async move {

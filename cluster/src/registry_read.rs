@@ -11,6 +11,7 @@ use crate::dispatch::{unknown_business, unknown_rank};
 use crate::engine::{internal, Engine};
 use plaudit_proto::limits::MAX_FRAME_LEN;
 use plaudit_proto::listing::{self, BizPage, ListPage, RankPage, LIST_PAGE_BYTES};
+use plaudit_proto::rankings::BoardUsage;
 use plaudit_proto::{codec, Request, Response, WireError};
 
 /// Bytes of a reply frame that are not the list itself (version, req_id,
@@ -39,8 +40,32 @@ impl Engine {
             Request::ListBizPage(p) => biz_page(self, p).map(Response::BizPage),
             Request::ListRanksPage(p) => rank_page(self, p).map(Response::RankPage),
             Request::ListTokens => Ok(Response::Tokens(d.list_tokens())),
+            Request::BoardUsage(id) => self.board_usage(*id).map(Response::BoardUsage),
             _ => return None,
         })
+    }
+}
+
+impl Engine {
+    /// Ranking `rank`'s live sub-boards and limit as this node's registry
+    /// has them, at this node's clock.
+    pub(crate) fn board_usage(&self, rank: u32) -> Result<BoardUsage, WireError> {
+        let now = crate::rankings::now_secs();
+        let default = self.cfg.max_boards_per_ranking;
+        self.directory.board_usage(rank, now, default).ok_or_else(|| unknown_rank(rank))
+    }
+
+    /// The answer to `SetBoardLimit`: the ranking's usage once it applied.
+    pub(crate) fn limit_result(
+        &self,
+        r: plaudit_actors::CmdResult,
+        rank: u32,
+    ) -> Result<Response, WireError> {
+        match r {
+            plaudit_actors::CmdResult::Done => self.board_usage(rank).map(Response::BoardUsage),
+            plaudit_actors::CmdResult::Failed(e) => Err(e),
+            other => Err(internal(format!("unexpected result {other:?}"))),
+        }
     }
 }
 

@@ -132,7 +132,9 @@ impl Engine {
                     return None;
                 }
                 let board = routes.route(&def, r, now, self.cfg.shards)?;
-                if all_or_nothing::must_check(def.aggregation, r.score, 1) {
+                if all_or_nothing::must_check(def.aggregation, r.score, 1)
+                    || !self.board_reserved(r.rank, &board.type_key)
+                {
                     return None;
                 }
                 let group = self.led_here(board.shard)?;

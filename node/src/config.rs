@@ -96,6 +96,11 @@ pub const DEFAULT_ACTOR_IDLE_SECS: u64 = 120;
 /// whose clocks run ahead, time zones mistaken for UTC); later ones are
 /// filtered, since retention would never delete the windows they create.
 pub const DEFAULT_SCORE_FUTURE_HORIZON_SECS: u64 = 86_400;
+/// Live sub-boards a ranking may hold unless it has a limit of its own
+/// (`rank limit`): enough for 3,000 rooms' total, 30 daily and a few weekly
+/// boards each, and a bound on what one scoring token can make the cluster
+/// hold (a board is a few KiB at least).
+pub const DEFAULT_MAX_BOARDS_PER_RANKING: u32 = 100_000;
 /// A sub-board remembers an event id for ten minutes: longer than every
 /// retry the SDK and the CLI make (`actors/src/rankings/dedup.rs`).
 pub const DEFAULT_EVENT_ID_WINDOW_SECS: u32 = 600;
@@ -278,6 +283,9 @@ pub struct Config {
     /// How many seconds past this node's clock a scoring event may be
     /// stamped; a later event is reported `filtered` and stored nowhere.
     pub score_future_horizon_secs: u64,
+    /// Live sub-boards a ranking without a limit of its own may hold; an
+    /// event that would start one more is refused (`Refused`). 0: no limit.
+    pub max_boards_per_ranking: u32,
     /// Seconds a sub-board remembers a scoring event's id: a retry within
     /// this time is answered `duplicate` and counted once.
     pub event_id_window_secs: u32,
@@ -382,6 +390,7 @@ impl Default for Config {
             actor_idle_secs: DEFAULT_ACTOR_IDLE_SECS,
             retention_sweep_secs: DEFAULT_RETENTION_SWEEP_SECS,
             score_future_horizon_secs: DEFAULT_SCORE_FUTURE_HORIZON_SECS,
+            max_boards_per_ranking: DEFAULT_MAX_BOARDS_PER_RANKING,
             event_id_window_secs: DEFAULT_EVENT_ID_WINDOW_SECS,
             event_ids_per_board: DEFAULT_EVENT_IDS_PER_BOARD,
             sled_cache_mb: DEFAULT_SLED_CACHE_MB,

@@ -138,7 +138,7 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         Request::Score(r) => own_rank(r.rank) && !read_only,
         Request::Query(q) => own_rank(q.rank),
         Request::Boards(b) => own_rank(b.rank),
-        Request::GetRank(r) | Request::GetRankInfo(r) => own_rank(*r),
+        Request::GetRank(r) | Request::GetRankInfo(r) | Request::BoardUsage(r) => own_rank(*r),
         Request::Stale(inner) => return authorize(role, inner),
         Request::Once { req, .. } => return authorize(role, req),
         // The registry, tokens and the cluster's inner workings are the
@@ -149,6 +149,7 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         | Request::ListBizPage(_)
         | Request::CreateRank(_)
         | Request::CreateRankInfo(_)
+        | Request::SetBoardLimit(_)
         | Request::UpdateRank(_)
         | Request::ListRanks
         | Request::ListRanksPage(_)

@@ -13,7 +13,7 @@ use crate::likes::{
     ReceivedReply, ReceivedRequest, StatusRequest, UserLikesRequest,
 };
 use crate::listing::{BizPage, ListPage, RankPage};
-use crate::rankings::{RankDef, RankId, RankInfo, UpdateRank};
+use crate::rankings::{BoardLimit, BoardUsage, RankDef, RankId, RankInfo, UpdateRank};
 use crate::scoring::{
     BoardsPage, BoardsRequest, QueryReply, QueryRequest, ScoreReply, ScoreRequest,
 };
@@ -96,10 +96,15 @@ pub enum Request {
     CreateRankInfo(Box<RankInfo>),
     /// A ranking with its owner; answered `RankInfo`.
     GetRankInfo(RankId),
+    /// Sets a ranking's limit of live sub-boards (admin only); answered
+    /// `BoardUsage`.
+    SetBoardLimit(BoardLimit),
+    /// A ranking's live sub-boards and limit; answered `BoardUsage`.
+    BoardUsage(RankId),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 33] = [
+pub const OPS: [&str; 35] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -133,6 +138,8 @@ pub const OPS: [&str; 33] = [
     "drain",
     "nodes",
     "members",
+    "rank_limit",
+    "rank_usage",
 ];
 
 impl Request {
@@ -180,6 +187,8 @@ impl Request {
             Request::DrainNode(_) => "drain",
             Request::Nodes => "nodes",
             Request::Members(_) => "members",
+            Request::SetBoardLimit(_) => "rank_limit",
+            Request::BoardUsage(_) => "rank_usage",
         }
     }
 
@@ -196,7 +205,8 @@ impl Request {
                 | Request::CreateRankInfo(_)
                 | Request::UpdateRank(_)
                 | Request::CreateToken(_)
-                | Request::RevokeToken(_) => req.validate(),
+                | Request::RevokeToken(_)
+                | Request::SetBoardLimit(_) => req.validate(),
                 _ => Err(WireError::bad_request(
                     "only registry changes (create or update a business, ranking or token) \
                      take a Once",
@@ -218,6 +228,7 @@ impl Request {
                 | Request::ListBiz
                 | Request::GetRank(_)
                 | Request::GetRankInfo(_)
+                | Request::BoardUsage(_)
                 | Request::ListRanks
                 | Request::ListBizPage(_)
                 | Request::ListRanksPage(_) => req.validate(),
@@ -226,7 +237,8 @@ impl Request {
             Request::CreateRank(d) => d.validate(),
             Request::CreateRankInfo(i) => i.def.validate(),
             Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
-            Request::GetRankInfo(_) => Ok(()),
+            Request::GetRankInfo(_) | Request::BoardUsage(_) => Ok(()),
+            Request::SetBoardLimit(l) => l.validate(),
             Request::ListBizPage(p) | Request::ListRanksPage(p) => p.validate(),
             Request::Score(r) => r.validate(),
             Request::Query(r) => r.validate(),
@@ -255,6 +267,8 @@ impl Request {
             Request::CreateRank(_)
             | Request::GetRank(_)
             | Request::GetRankInfo(_)
+            | Request::SetBoardLimit(_)
+            | Request::BoardUsage(_)
             | Request::ListRanks
             | Request::UpdateRank(_)
             | Request::Score(_)
@@ -316,6 +330,8 @@ pub enum Response {
     Nodes(Vec<crate::membership::NodeRow>),
     /// The reply to `CreateRankInfo` and `GetRankInfo`.
     RankInfo(Box<RankInfo>),
+    /// The reply to `SetBoardLimit` and `BoardUsage`.
+    BoardUsage(BoardUsage),
 }
 
 #[cfg(test)]

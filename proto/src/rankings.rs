@@ -164,6 +164,45 @@ pub struct RankInfo {
     pub owner: Option<crate::ids::BizId>,
 }
 
+/// The most live sub-boards a ranking may be given (`rank limit`).
+pub const MAX_BOARD_LIMIT: u32 = 10_000_000;
+
+/// Sets a ranking's limit of live sub-boards (admin only): past it, an
+/// event that would start a new sub-board is refused (`Refused`) until an
+/// old one's window expires or the limit is raised. `None`: the nodes'
+/// default (`max_boards_per_ranking`). Kept beside the definition, like
+/// the owner: `RankDef`'s encoding is fixed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoardLimit {
+    pub rank: RankId,
+    pub max_boards: Option<u32>,
+}
+
+impl BoardLimit {
+    pub fn validate(&self) -> Result<(), WireError> {
+        match self.max_boards {
+            Some(n) if n == 0 || n > MAX_BOARD_LIMIT => Err(WireError::bad_request(format!(
+                "a ranking's limit of live sub-boards is 1..={MAX_BOARD_LIMIT}, got {n}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A ranking's live sub-boards and its limit, as the metadata group counts
+/// them (`rank usage`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BoardUsage {
+    pub rank: RankId,
+    /// Sub-boards whose window the ranking still keeps.
+    pub live: u64,
+    /// The ranking's own limit, if it has one.
+    pub max_boards: Option<u32>,
+    /// The limit in force: its own, else the answering node's default (0:
+    /// none).
+    pub effective: u32,
+}
+
 impl RankDef {
     pub fn validate(&self) -> Result<(), WireError> {
         if self.id == 0 {

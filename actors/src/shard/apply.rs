@@ -182,7 +182,9 @@ impl ShardActor {
                     | Command::SetCluster(_)
                     | Command::SetClusterState(_)
                     | Command::CreateToken(_)
-                    | Command::RevokeToken { .. } => {
+                    | Command::RevokeToken { .. }
+                    | Command::SetBoardLimit(_)
+                    | Command::ReserveBoards { .. } => {
                         registry::apply(&self.directory, self.cfg.is_meta, cmd, now, &mut out.ws)
                     }
                     Command::Once { id, cmd } if self.cfg.is_meta => {

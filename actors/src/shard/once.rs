@@ -90,7 +90,8 @@ impl ShardActor {
             | Command::CreateRankInfo(_)
             | Command::UpdateRank(_)
             | Command::CreateToken(_)
-            | Command::RevokeToken { .. } => {
+            | Command::RevokeToken { .. }
+            | Command::SetBoardLimit(_) => {
                 registry::apply(&self.directory, self.cfg.is_meta, cmd, now, ws)
             }
             _ => CmdResult::Failed(WireError::bad_request(

@@ -46,6 +46,12 @@ pub(super) fn apply(
         Command::RevokeToken { id } => {
             directory.apply_revoke_token(*id, now, ws).map(CmdResult::Token)
         }
+        Command::SetBoardLimit(l) => {
+            directory.apply_set_board_limit(l, ws).map(|()| CmdResult::Done)
+        }
+        Command::ReserveBoards { rank, type_keys, limit } => directory
+            .apply_reserve_boards(*rank, type_keys, *limit, now, ws)
+            .map(|()| CmdResult::Done),
         other => Err(WireError::internal(format!("not a registry command: {other:?}"))),
     };
     res.unwrap_or_else(CmdResult::Failed)

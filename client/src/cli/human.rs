@@ -127,6 +127,7 @@ pub fn output(o: &Output) -> String {
         }
         Output::RankList(list) if list.is_empty() => "no rankings\n".to_string(),
         Output::RankList(list) => super::rank::table(list),
+        Output::BoardUsage(u) => super::rank::usage_human(u),
         Output::Score(r) => super::board::score_human(r),
         Output::Items { type_id, items } => super::board::items_human(type_id, items),
         Output::RankOf { item, row } => super::board::rank_of_human(*item, row),

@@ -121,6 +121,7 @@ pub fn output(o: &Output) -> String {
         Output::Pong { .. } => to_string(&Pong { ok: true }),
         Output::Rank { def, owner, .. } => to_string(&super::rank::info_json(def, *owner)),
         Output::RankList(list) => super::rank::list_json(list),
+        Output::BoardUsage(u) => super::rank::usage_json(u),
         Output::Score(r) => super::board::score_json(r),
         Output::Items { type_id, items } => super::board::items_json(type_id, items),
         Output::RankOf { item, row } => super::board::rank_of_json(*item, row),

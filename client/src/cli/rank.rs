@@ -1,11 +1,11 @@
-//! `plaudit rank create|get|list|update`: the clap definitions, how their
+//! `plaudit rank create|get|list|update|limit|usage`: the clap definitions, how their
 //! flags become a `RankDef` or new settings (pure, unit-tested), and how a
 //! definition prints.
 
 use super::json;
 use clap::{ArgGroup, Subcommand};
 use plaudit_proto::rankings::{
-    Aggregation, RankDef, RankId, RankSettings, TieMode, ValueFilter, MAX_CAP,
+    Aggregation, BoardUsage, RankDef, RankId, RankSettings, TieMode, ValueFilter, MAX_CAP,
 };
 use plaudit_proto::window::{Granularity, UtcOffset};
 use serde::Serialize;
@@ -56,6 +56,25 @@ pub enum RankCommand {
     },
     /// List all rankings (read page by page, however many there are).
     List,
+    /// Set how many live sub-boards a ranking may hold (admin only); an
+    /// event that would start one more is refused until an old window
+    /// expires or the limit is raised.
+    #[command(group(ArgGroup::new("limit").required(true).args(["max_boards", "default"])))]
+    Limit {
+        /// Ranking id.
+        id: RankId,
+        /// The ranking's own limit, 1..=10000000.
+        #[arg(long, value_name = "N")]
+        max_boards: Option<u32>,
+        /// Drop the ranking's own limit: the nodes' `max_boards_per_ranking` holds.
+        #[arg(long)]
+        default: bool,
+    },
+    /// Show how many live sub-boards a ranking holds, and its limit.
+    Usage {
+        /// Ranking id.
+        id: RankId,
+    },
     /// Change a ranking's cap, retention, priority or filters; the rest keep their values.
     #[command(group(
         ArgGroup::new("change")
@@ -281,6 +300,27 @@ pub fn to_json(d: &RankDef) -> RankJson<'_> {
     }
 }
 
+/// `{"usage":{"rank":R,"live":N,"max_boards":M|null,"effective":E}}`
+/// (`effective` 0: no limit).
+pub fn usage_json(u: &BoardUsage) -> String {
+    #[derive(Serialize)]
+    struct U<'a> {
+        usage: &'a BoardUsage,
+    }
+    json::encode(&U { usage: u })
+}
+
+/// One line: the ranking's live sub-boards against its limit.
+pub fn usage_human(u: &BoardUsage) -> String {
+    let boards = if u.live == 1 { "sub-board" } else { "sub-boards" };
+    let limit = match (u.effective, u.max_boards) {
+        (0, _) => "no limit".to_string(),
+        (n, Some(_)) => format!("a limit of {n} (its own)"),
+        (n, None) => format!("a limit of {n} (the nodes' default)"),
+    };
+    format!("ranking {} holds {} live {boards}, {limit}\n", u.rank, u.live)
+}
+
 /// `{"rankings":[...]}`.
 pub fn list_json(list: &[RankDef]) -> String {
     #[derive(Serialize)]
@@ -440,8 +480,27 @@ mod tests {
             ],
             vec!["plaudit", "rank", "update", "1", "--allow", "ruid"],
             vec!["plaudit", "rank", "update", "1", "--score-range", "5"],
+            vec!["plaudit", "rank", "limit", "1"],
+            vec!["plaudit", "rank", "limit", "1", "--max-boards", "5", "--default"],
         ] {
             assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn usage_prints_the_limit_in_force_and_whose_it_is() {
+        let u = |max_boards, effective| BoardUsage { rank: 3, live: 1, max_boards, effective };
+        assert_eq!(
+            usage_human(&u(None, 100)),
+            "ranking 3 holds 1 live sub-board, a limit of 100 (the nodes' default)\n"
+        );
+        assert!(usage_human(&u(Some(7), 7)).ends_with("a limit of 7 (its own)\n"));
+        assert!(usage_human(&u(None, 0)).ends_with("no limit\n"));
+        assert_eq!(
+            usage_json(&u(Some(7), 7)),
+            r#"{"usage":{"rank":3,"live":1,"max_boards":7,"effective":7}}"#
+        );
+        let cmd = parse(&["plaudit", "rank", "limit", "3", "--default"]);
+        assert!(matches!(cmd, RankCommand::Limit { id: 3, max_boards: None, default: true }));
     }
 }

@@ -85,6 +85,9 @@ pub struct EngineConfig {
     /// How far past this node's clock a scoring event may be stamped; a
     /// later one is filtered (`actors::rankings::route`).
     pub score_future_horizon: Duration,
+    /// The limit of live sub-boards of a ranking without one of its own
+    /// (`board_limit.rs`); 0: none.
+    pub max_boards_per_ranking: u32,
     /// How long a sub-board remembers an event id, and how many it holds
     /// (stamped into every score command this node proposes).
     pub event_ids: plaudit_actors::command::Dedup,

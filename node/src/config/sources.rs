@@ -70,6 +70,7 @@ impl Config {
             "actor_idle_secs" => self.actor_idle_secs = parse(value)?,
             "retention_sweep_secs" => self.retention_sweep_secs = parse(value)?,
             "score_future_horizon_secs" => self.score_future_horizon_secs = parse(value)?,
+            "max_boards_per_ranking" => self.max_boards_per_ranking = parse(value)?,
             "event_id_window_secs" => self.event_id_window_secs = parse(value)?,
             "event_ids_per_board" => self.event_ids_per_board = parse(value)?,
             "sled_cache_mb" => self.sled_cache_mb = parse(value)?,

@@ -129,6 +129,7 @@ fn every_field_can_be_set_from_the_environment() {
         actor_idle_secs: 10,
         retention_sweep_secs: 19,
         score_future_horizon_secs: 23,
+        max_boards_per_ranking: 38,
         event_id_window_secs: 33,
         event_ids_per_board: 34,
         sled_cache_mb: 11,

@@ -188,6 +188,11 @@ impl Config {
             "event_ids_per_board must be at least 1 (0 would make every retry count again)"
         );
         ensure!(
+            self.max_boards_per_ranking <= plaudit_proto::rankings::MAX_BOARD_LIMIT,
+            "max_boards_per_ranking must be at most {} (0: no limit)",
+            plaudit_proto::rankings::MAX_BOARD_LIMIT
+        );
+        ensure!(
             i64::try_from(self.score_future_horizon_secs).is_ok(),
             "score_future_horizon_secs must be at most {}",
             i64::MAX
