@@ -26,6 +26,7 @@ use crate::liveness::{Liveness, BEAT_EVERY};
 use crate::peer::auth::Credentials;
 use crate::peer::conn::DialFault;
 use crate::peer::links::Links;
+use crate::peer::stream::PeerStream;
 use crate::peer::wire::{GroupId, KIND_CONTROL};
 use crate::peer::Peers;
 use crate::types::NodeId;
@@ -38,7 +39,6 @@ use ractor_cluster::{ClusterBidiStream, NodeServer, NodeServerMessage};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
@@ -55,14 +55,13 @@ const DIAL_PATIENCE: Duration = Duration::from_secs(2);
 /// session whose ractor peer name claims another id is dropped: the name is
 /// only self-declared.
 struct Bidi {
-    stream: TcpStream,
+    stream: PeerStream,
     label: String,
 }
 
 impl ClusterBidiStream for Bidi {
     fn split(self: Box<Self>) -> (ractor_cluster::BoxRead, ractor_cluster::BoxWrite) {
-        let (r, w) = self.stream.into_split();
-        (Box::new(r), Box::new(w))
+        self.stream.split()
     }
     fn peer_label(&self) -> Option<String> {
         Some(self.label.clone())
@@ -208,7 +207,7 @@ impl Control {
     }
 
     /// Takes over a control connection that arrived on the peer listener.
-    pub fn accept(&self, from: NodeId, stream: TcpStream) {
+    pub fn accept(&self, from: NodeId, stream: PeerStream) {
         if self.links.is_blocked(from) {
             return;
         }

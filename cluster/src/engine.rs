@@ -140,6 +140,7 @@ impl Engine {
         let creds = Credentials {
             secret: cfg.cluster.secret.clone().unwrap_or_default().into(),
             shards: cfg.shards,
+            tls: cfg.cluster.tls.clone(),
         };
         let links = Arc::new(Links::default());
         let peers = Arc::new(Peers::new(me, creds.clone(), links.clone()));

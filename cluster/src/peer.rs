@@ -8,14 +8,17 @@
 //! ```
 //!
 //! Modules: `wire` (frames and messages), `auth` (the secret handshake),
-//! `conn` (one dialed connection), `server` (the listener side), `links`
-//! (the fault-injection seam).
+//! `conn` (one dialed connection), `server` (the listener side), `stream`
+//! and `tls` (plain TCP or mutual TLS beneath), `links` (the
+//! fault-injection seam).
 
 pub mod auth;
 pub mod conn;
 pub mod links;
 pub(crate) mod quiet;
 pub mod server;
+pub mod stream;
+pub mod tls;
 pub mod wire;
 
 use auth::Credentials;

@@ -223,6 +223,11 @@ pub struct Config {
     pub tls_cert_file: Option<PathBuf>,
     /// The private key (PEM) of `tls_cert_file`'s certificate.
     pub tls_key_file: Option<PathBuf>,
+    /// The CA (PEM) that signs every peer's certificate: with it, peers
+    /// speak mutual TLS, each presenting `tls_cert_file` (which must name
+    /// the host of the node's advertised peer address). Required when the
+    /// peer listener is off loopback (else `insecure`).
+    pub tls_ca_file: Option<PathBuf>,
     /// Lets a node listen on a non-loopback address without an admin token,
     /// or with one but without TLS.
     pub insecure: bool,
@@ -368,6 +373,7 @@ impl Default for Config {
             metrics_token_file: None,
             tls_cert_file: None,
             tls_key_file: None,
+            tls_ca_file: None,
             insecure: false,
             fault_injection: false,
             shards: DEFAULT_SHARDS,

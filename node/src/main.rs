@@ -69,6 +69,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         (Some(cert), Some(key)) => Some(plaudit_node::server::tls::acceptor(cert, key)?),
         _ => None,
     };
+    let peer_tls = match (&cfg.tls_cert_file, &cfg.tls_key_file, &cfg.tls_ca_file) {
+        (Some(cert), Some(key), Some(ca)) => {
+            Some(plaudit_cluster::peer::tls::PeerTls::from_files(cert, key, ca)?)
+        }
+        _ => None,
+    };
     if admin_token.is_none() {
         // Config validation allowed this only on loopback or with --insecure.
         warn!(
@@ -129,6 +135,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             dead_node_timeout: std::time::Duration::from_secs(cfg.dead_node_timeout_secs),
             moves_per_node: cfg.moves_per_node,
             snapshot_send_rate: cfg.snapshot_send_mib_per_sec << 20,
+            tls: peer_tls,
         },
         request_timeout: cfg.request_timeout(),
     };

@@ -32,6 +32,8 @@ pub struct ClusterBuilder {
     expect: Option<usize>,
     /// Nodes that run as `partition::USER`.
     isolatable: Vec<u64>,
+    /// The CA SDK clients trust (nodes started with certificates).
+    client_ca: Option<std::path::PathBuf>,
 }
 
 pub struct Cluster {
@@ -42,6 +44,7 @@ pub struct Cluster {
     env: Vec<(String, String)>,
     /// The admin token SDK clients present (nodes started with one).
     token: Option<String>,
+    client_ca: Option<std::path::PathBuf>,
 }
 
 /// The cluster secret's file name inside `Cluster::secret_dir`.
@@ -51,6 +54,17 @@ impl ClusterBuilder {
     pub fn shards(mut self, n: u32) -> Self {
         self.shards = n;
         self
+    }
+
+    /// Every node presents `cert` (`key`) to clients and peers and trusts
+    /// `ca` for peers; SDK clients trust `ca`.
+    pub fn tls(self, ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path) -> Self {
+        let mut b = self
+            .env("PLAUDIT_TLS_CERT_FILE", cert.display())
+            .env("PLAUDIT_TLS_KEY_FILE", key.display())
+            .env("PLAUDIT_TLS_CA_FILE", ca.display());
+        b.client_ca = Some(ca.to_path_buf());
+        b
     }
 
     /// Sets an environment variable for every node, e.g. `PLAUDIT_SNAPSHOT_EVERY_ENTRIES`.
@@ -138,7 +152,8 @@ impl ClusterBuilder {
                 )
             })
             .collect();
-        let mut cluster = Cluster { nodes, secret_dir, shards: self.shards, env, token: None };
+        let (shards, client_ca) = (self.shards, self.client_ca.clone());
+        let mut cluster = Cluster { nodes, secret_dir, shards, env, token: None, client_ca };
         for id in self.isolatable {
             let secret = cluster.secret_dir.path().to_path_buf();
             let n = cluster.node_mut(id);
@@ -260,7 +275,7 @@ impl Cluster {
         for (i, n) in nodes.iter().enumerate() {
             assert_eq!(n.id(), i as u64 + 1, "nodes in id order");
         }
-        Cluster { nodes, secret_dir, shards, env: Vec::new(), token }
+        Cluster { nodes, secret_dir, shards, env: Vec::new(), token, client_ca: None }
     }
 
     /// Adds a node made elsewhere, the next id.
@@ -312,7 +327,14 @@ impl Cluster {
     }
 
     pub fn builder(size: usize) -> ClusterBuilder {
-        ClusterBuilder { size, shards: 4, env: Vec::new(), expect: None, isolatable: Vec::new() }
+        ClusterBuilder {
+            size,
+            shards: 4,
+            env: Vec::new(),
+            expect: None,
+            isolatable: Vec::new(),
+            client_ca: None,
+        }
     }
 
     /// A cluster of `size` nodes, 4 shards, default configuration.
@@ -344,7 +366,11 @@ impl Cluster {
 
     /// An SDK client seeded with every node.
     pub async fn client(&self) -> Client {
-        let opts = ClientOptions { token: self.token.clone(), ..ClientOptions::default() };
+        let tls = self.client_ca.as_ref().map(|ca| {
+            plaudit_client::Tls::from_ca_file(ca)
+                .unwrap_or_else(|e| self.nodes[0].fail(&e.to_string()))
+        });
+        let opts = ClientOptions { token: self.token.clone(), tls, ..ClientOptions::default() };
         match Client::connect_with(&self.seeds(), opts).await {
             Ok(c) => c,
             Err(e) => self.nodes[0].fail(&format!("connecting a cluster client: {e}")),

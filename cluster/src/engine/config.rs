@@ -31,6 +31,8 @@ pub struct ClusterConfig {
     /// Bytes a second this node sends snapshots at, all groups together
     /// (0: unpaced).
     pub snapshot_send_rate: u64,
+    /// Mutual TLS with every peer (`peer/tls.rs`); `None`: plain TCP.
+    pub tls: Option<crate::peer::tls::PeerTls>,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -47,6 +49,7 @@ impl std::fmt::Debug for ClusterConfig {
             .field("moves_per_node", &self.moves_per_node)
             .field("snapshot_send_rate", &self.snapshot_send_rate)
             .field("secret", &self.secret.as_ref().map(|_| "(redacted)"))
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -65,6 +68,7 @@ impl ClusterConfig {
             dead_node_timeout: Duration::from_secs(300),
             moves_per_node: 2,
             snapshot_send_rate: 32 << 20,
+            tls: None,
         }
     }
 }

@@ -39,6 +39,9 @@ pub type Proof = [u8; 32];
 pub struct Credentials {
     pub secret: Arc<[u8]>,
     pub shards: u32,
+    /// Mutual TLS with every peer, when the node has a peer certificate
+    /// (`tls.rs`): every connection, dialed or accepted, speaks it.
+    pub tls: Option<super::tls::PeerTls>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -46,6 +49,7 @@ impl std::fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("secret", &"(redacted)")
             .field("shards", &self.shards)
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }

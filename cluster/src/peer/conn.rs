@@ -14,6 +14,7 @@
 //! and `Peers` dials a new one on next use.
 
 use super::auth;
+use super::stream::{BoxRead, BoxWrite, PeerStream};
 use super::wire::{
     self, Frame, Greeting, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict, WireFault,
     KIND_DATA, MAX_HANDSHAKE_MSG, PREAMBLE, VERSION,
@@ -24,7 +25,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -94,8 +94,8 @@ impl PeerConn {
         Ok(PeerConn::start(node, stream))
     }
 
-    fn start(node: NodeId, stream: TcpStream) -> PeerConn {
-        let (rd, wr) = stream.into_split();
+    fn start(node: NodeId, stream: PeerStream) -> PeerConn {
+        let (rd, wr) = stream.split();
         let shared =
             Arc::new(Shared { state: Mutex::new(State { pending: HashMap::new(), dead: None }) });
         let (frames, queue) = mpsc::channel(QUEUE_DEPTH);
@@ -179,9 +179,10 @@ impl std::fmt::Display for DialFault {
     }
 }
 
-/// Connects to `addr`, sends the preamble of a `kind` connection and proves
-/// the secret to node `node` (0: whichever node listens there, for a seed
-/// whose id is not known yet), which must prove it back.
+/// Connects to `addr` (under TLS, if the node has a peer certificate),
+/// sends the preamble of a `kind` connection and proves the secret to node
+/// `node` (0: whichever node listens there, for a seed whose id is not
+/// known yet), which must prove it back.
 pub(crate) async fn dial_authenticated(
     me: NodeId,
     node: NodeId,
@@ -189,7 +190,7 @@ pub(crate) async fn dial_authenticated(
     kind: u8,
     creds: &auth::Credentials,
     timeout: Duration,
-) -> Result<TcpStream, DialFault> {
+) -> Result<PeerStream, DialFault> {
     let failed = |e: &dyn std::fmt::Display| DialFault::Failed(e.to_string());
     // The other node has proved nothing yet, and what it says goes into
     // this node's log.
@@ -202,8 +203,15 @@ pub(crate) async fn dial_authenticated(
     let secret = &creds.secret;
     let bound = auth::Bound { from: me, to: node, shards: creds.shards };
     let fut = async {
-        let mut stream = TcpStream::connect(addr).await.map_err(|e| failed(&e))?;
-        stream.set_nodelay(true).map_err(|e| failed(&e))?;
+        let tcp = TcpStream::connect(addr).await.map_err(|e| failed(&e))?;
+        tcp.set_nodelay(true).map_err(|e| failed(&e))?;
+        let mut stream = match &creds.tls {
+            Some(tls) => tls
+                .connect(addr, tcp)
+                .await
+                .map_err(|e| failed(&format!("TLS with the node at {addr}: {e}")))?,
+            None => PeerStream::Plain(tcp),
+        };
         let mut pre = PREAMBLE.to_vec();
         pre.push(kind);
         pre.extend_from_slice(&me.to_be_bytes());
@@ -246,7 +254,7 @@ fn closed_or(e: WireFault, node: NodeId) -> DialFault {
     })
 }
 
-async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {
+async fn read_loop(rd: BoxRead, shared: Arc<Shared>) {
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let mut buf = Vec::new();
     loop {
@@ -265,11 +273,7 @@ async fn read_loop(rd: OwnedReadHalf, shared: Arc<Shared>) {
     }
 }
 
-async fn write_loop(
-    mut wr: OwnedWriteHalf,
-    mut queue: mpsc::Receiver<Vec<u8>>,
-    shared: Arc<Shared>,
-) {
+async fn write_loop(mut wr: BoxWrite, mut queue: mpsc::Receiver<Vec<u8>>, shared: Arc<Shared>) {
     let mut batch = Vec::with_capacity(MAX_WRITE_BATCH);
     while let Some(first) = queue.recv().await {
         batch.clear();
@@ -280,9 +284,16 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
-        if let Err(e) = wr.write_all(&batch).await {
+        // Flushed: under TLS a record may otherwise wait in the session.
+        if let Err(e) = write_flushed(&mut wr, &batch).await {
             shared.die(e.to_string());
             return;
         }
     }
+}
+
+/// Writes `bytes` and flushes (a no-op on plain TCP).
+pub(crate) async fn write_flushed(wr: &mut BoxWrite, bytes: &[u8]) -> std::io::Result<()> {
+    wr.write_all(bytes).await?;
+    wr.flush().await
 }

@@ -3,7 +3,8 @@
 //! the cluster secret and serves their requests.
 //!
 //! ```text
-//! accept ─ preamble (5 s) ─┬─ control ─> ControlSink (ractor_cluster session)
+//! accept ─ [TLS, a client certificate of the CA] ─ preamble (5 s together)
+//!        ─┬─ control ─> ControlSink (ractor_cluster session)
 //!                          └─ data ─ handshake ─ refused: logged, closed
 //!                                              └─ frames ─> handler (bounded per connection) ─> writer
 //! ```
@@ -13,6 +14,7 @@
 
 use super::auth;
 use super::links::Links;
+use super::stream::PeerStream;
 use super::wire::{
     self, Challenge, Frame, Greeting, Hello, PeerRequest, PeerResponse, ProofMsg, Verdict,
     KIND_CONTROL, KIND_DATA, MAX_HANDSHAKE_MSG, PREAMBLE, VERSION,
@@ -23,7 +25,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, warn};
@@ -57,7 +59,7 @@ const REPLY_QUEUE: usize = 1024;
 pub type Handler =
     Arc<dyn Fn(NodeId, PeerRequest) -> BoxFuture<'static, PeerResponse> + Send + Sync>;
 /// Takes over a control connection from `node` (its preamble consumed).
-pub type ControlSink = Arc<dyn Fn(NodeId, TcpStream) + Send + Sync>;
+pub type ControlSink = Arc<dyn Fn(NodeId, PeerStream) + Send + Sync>;
 
 pub struct PeerServer {
     pub me: NodeId,
@@ -90,20 +92,31 @@ impl PeerServer {
         }
     }
 
-    async fn connection(self: Arc<Self>, mut stream: TcpStream, addr: SocketAddr) {
+    async fn connection(self: Arc<Self>, tcp: TcpStream, addr: SocketAddr) {
         let Ok(handshaking) = self.handshaking.clone().try_acquire_owned() else {
             debug!(%addr, "too many peer connections in their handshake; closed");
             return;
         };
-        let _ = stream.set_nodelay(true);
+        let _ = tcp.set_nodelay(true);
         let mut pre = [0u8; 13];
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.read_exact(&mut pre)).await {
-            Ok(Ok(_)) if &pre[..4] == PREAMBLE => {}
+        let opened = async {
+            let mut stream = match &self.creds.tls {
+                Some(tls) => tls.accept(tcp).await.map_err(|e| format!("TLS: {e}"))?,
+                None => PeerStream::Plain(tcp),
+            };
+            stream.read_exact(&mut pre).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(stream)
+        };
+        let mut stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, opened).await {
+            Ok(Ok(stream)) if &pre[..4] == PREAMBLE => stream,
+            Ok(Err(why)) if why.starts_with("TLS") && super::quiet::due(&why) => {
+                return warn!(%addr, "refused a peer connection: {why}");
+            }
             _ => {
                 debug!(%addr, "a peer connection sent no valid preamble");
                 return;
             }
-        }
+        };
         let kind = pre[4];
         let from = u64::from_be_bytes(pre[5..13].try_into().unwrap_or([0; 8]));
         if self.links.is_blocked(from) {
@@ -144,7 +157,7 @@ impl PeerServer {
     /// Checks the dialer knows the secret; returns its node id. A control
     /// connection may be addressed to node 0 (a seed dialed before its id
     /// is known).
-    async fn handshake(&self, stream: &mut TcpStream, kind: u8) -> Result<NodeId, String> {
+    async fn handshake(&self, stream: &mut PeerStream, kind: u8) -> Result<NodeId, String> {
         let mut buf = Vec::new();
         wire::read_frame_max(stream, &mut buf, MAX_HANDSHAKE_MSG)
             .await
@@ -197,8 +210,8 @@ impl PeerServer {
         None
     }
 
-    async fn serve(&self, peer: NodeId, stream: TcpStream) {
-        let (rd, mut wr) = stream.into_split();
+    async fn serve(&self, peer: NodeId, stream: PeerStream) {
+        let (rd, mut wr) = stream.split();
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(REPLY_QUEUE);
         let writer = tokio::spawn(async move {
             let mut batch = Vec::with_capacity(64 * 1024);
@@ -211,7 +224,7 @@ impl PeerServer {
                         Err(_) => break,
                     }
                 }
-                if wr.write_all(&batch).await.is_err() {
+                if super::conn::write_flushed(&mut wr, &batch).await.is_err() {
                     return;
                 }
             }
@@ -293,7 +306,7 @@ mod tests {
     const SHARDS: u32 = 6;
 
     fn creds(secret: &[u8], shards: u32) -> auth::Credentials {
-        auth::Credentials { secret: secret.into(), shards }
+        auth::Credentials { secret: secret.into(), shards, tls: None }
     }
 
     fn good() -> auth::Credentials {
@@ -303,6 +316,14 @@ mod tests {
     /// A peer server on a free port whose handler answers `Ping` (after
     /// `delay`) and refuses control connections.
     async fn server(delay: Duration) -> (SocketAddr, Arc<PeerServer>) {
+        server_with(delay, good()).await
+    }
+
+    /// `server` with credentials of its own.
+    async fn server_with(
+        delay: Duration,
+        creds: auth::Credentials,
+    ) -> (SocketAddr, Arc<PeerServer>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let handler: Handler = Arc::new(move |_from, _req| {
@@ -314,7 +335,7 @@ mod tests {
         let server = Arc::new(PeerServer {
             me: 1,
             handshaking: Arc::new(Semaphore::new(MAX_UNAUTHENTICATED)),
-            creds: good(),
+            creds,
             links: Arc::default(),
             handler,
             control: Arc::new(|_, _| {}),
@@ -338,6 +359,37 @@ mod tests {
         // Dialing the right address as if it were another node fails too.
         let other = PeerConn::dial(2, 7, &addr, &good(), Duration::from_secs(2)).await;
         assert!(matches!(other, Err(DialFault::Mismatch(_))), "{:?}", other.err());
+    }
+
+    /// Under peer TLS, a dialer needs a certificate of the cluster's CA and
+    /// must find one on the listener, and still proves the secret.
+    #[tokio::test]
+    async fn with_peer_tls_only_a_peer_of_the_same_ca_with_the_secret_gets_in() {
+        use crate::peer::tls::{tests::certificates, PeerTls};
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = certificates(dir.path(), "ours");
+        let (other_ca, other_cert, other_key) = certificates(dir.path(), "theirs");
+        let ours = PeerTls::from_files(&cert, &key, &ca).unwrap();
+        let tls = |t: &PeerTls| auth::Credentials { tls: Some(t.clone()), ..good() };
+        let (addr, _s) = server_with(Duration::ZERO, tls(&ours)).await;
+        let addr = addr.to_string();
+        let dial = |c: auth::Credentials| {
+            let addr = addr.clone();
+            async move { PeerConn::dial(2, 1, &addr, &c, Duration::from_secs(2)).await }
+        };
+        let ok = dial(tls(&ours)).await.expect("a peer of the same CA");
+        let r = ok.call(PeerRequest::Client(Request::Ping)).await.unwrap();
+        assert!(matches!(r, PeerResponse::Client(Response::Pong)));
+
+        assert!(dial(good()).await.is_err(), "a plaintext peer");
+        let theirs = PeerTls::from_files(&other_cert, &other_key, &other_ca).unwrap();
+        assert!(dial(tls(&theirs)).await.is_err(), "a peer of another CA");
+        // Trusts this listener, but shows a certificate of another CA.
+        let stranger = PeerTls::from_files(&other_cert, &other_key, &ca).unwrap();
+        assert!(dial(tls(&stranger)).await.is_err(), "a client certificate of another CA");
+        let wrong_secret =
+            auth::Credentials { secret: b"not-the-secret-at-all".as_slice().into(), ..tls(&ours) };
+        assert!(dial(wrong_secret).await.is_err(), "the CA's certificate without the secret");
     }
 
     /// A node with another shard count would place keys in other groups:

@@ -310,6 +310,9 @@ pub async fn write_msg<W: AsyncWrite + Unpin, T: Serialize>(
     out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
     out.extend_from_slice(&bytes);
     w.write_all(&out).await?;
+    // Handshake messages are answered before anything else is written:
+    // under TLS they must leave the session now.
+    w.flush().await?;
     Ok(())
 }
 

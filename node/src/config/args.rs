@@ -58,6 +58,9 @@ pub struct Args {
     /// The private key (PEM) of --tls-cert-file.
     #[arg(long, value_name = "PATH")]
     pub tls_key_file: Option<PathBuf>,
+    /// The CA (PEM) of every peer's certificate: peers speak mutual TLS.
+    #[arg(long, value_name = "PATH")]
+    pub tls_ca_file: Option<PathBuf>,
     /// Run on a non-loopback address without an admin token (anyone who can
     /// connect may do anything), or with one but without TLS (tokens cross
     /// the network in clear).

@@ -41,6 +41,7 @@ impl Config {
             }
             "tls_cert_file" => self.tls_cert_file = (!value.is_empty()).then(|| value.into()),
             "tls_key_file" => self.tls_key_file = (!value.is_empty()).then(|| value.into()),
+            "tls_ca_file" => self.tls_ca_file = (!value.is_empty()).then(|| value.into()),
             "metrics_token_file" => {
                 self.metrics_token_file = (!value.is_empty()).then(|| PathBuf::from(value))
             }
@@ -114,6 +115,7 @@ impl Config {
             metrics_token_file,
             tls_cert_file,
             tls_key_file,
+            tls_ca_file,
             insecure,
             shards,
             score_future_horizon_secs,
@@ -154,6 +156,9 @@ impl Config {
         }
         if let Some(v) = tls_key_file {
             self.tls_key_file = Some(v.clone());
+        }
+        if let Some(v) = tls_ca_file {
+            self.tls_ca_file = Some(v.clone());
         }
         if *insecure {
             self.insecure = true;

@@ -107,6 +107,7 @@ fn every_field_can_be_set_from_the_environment() {
         metrics_token_file: Some(PathBuf::from("/etc/plaudit/metrics")),
         tls_cert_file: Some(PathBuf::from("/etc/plaudit/tls.crt")),
         tls_key_file: Some(PathBuf::from("/etc/plaudit/tls.key")),
+        tls_ca_file: Some(PathBuf::from("/etc/plaudit/ca.crt")),
         insecure: true,
         fault_injection: true,
         shards: 3,
@@ -232,7 +233,7 @@ fn seeds_and_the_advertised_host_are_names_or_ips() {
     // Every address: the others must be told one they can reach.
     let any = with("peer_listen = \"0.0.0.0:7403\"");
     assert!(invalid(&any).contains("set advertise"), "{}", invalid(&any));
-    let told = with("peer_listen = \"0.0.0.0:7403\"\nadvertise = \"fd00::7\"");
+    let told = with("peer_listen = \"0.0.0.0:7403\"\nadvertise = \"fd00::7\"\ninsecure = true");
     let c = Config::from_sources(Some(&told), &[], &Args::default()).unwrap();
     assert_eq!(c.advertised().1, "[fd00::7]:7403");
 }
@@ -270,6 +271,29 @@ fn tokens_off_loopback_need_tls_or_insecure() {
     let flags = args(&["--tls-cert-file=/a.pem", "--tls-key-file=/b.pem"]);
     let c = Config::from_sources(None, &[], &flags).unwrap();
     assert_eq!(c.tls_key_file, Some(PathBuf::from("/b.pem")));
+}
+
+#[test]
+fn peers_off_loopback_need_mutual_tls_or_insecure() {
+    let peers = "join = [\"10.1.2.4:7403\"]\ncluster_secret = \"0123456789abcdef-x\"\n\
+                 peer_listen = \"10.1.2.3:7403\"";
+    let text = invalid(peers);
+    assert!(text.contains("tls_ca_file") && text.contains("--insecure"), "{text}");
+    let files = "tls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\ntls_ca_file = \"/ca.pem\"";
+    let with_tls = format!("{peers}\n{files}");
+    let c = Config::from_sources(Some(&with_tls), &[], &Args::default()).unwrap();
+    assert_eq!(c.tls_ca_file, Some(PathBuf::from("/ca.pem")));
+    assert!(Config::from_sources(
+        Some(&format!("{peers}\ninsecure = true")),
+        &[],
+        &Args::default()
+    )
+    .is_ok());
+    let ca_alone = "tls_ca_file = \"/ca.pem\"";
+    assert!(invalid(ca_alone).contains("needs tls_cert_file"), "{}", invalid(ca_alone));
+    let flags = args(&["--tls-ca-file=/x.pem"]);
+    let err = Config::from_sources(None, &[], &flags).unwrap_err().to_string();
+    assert!(err.contains("needs tls_cert_file"), "{err}");
 }
 
 #[test]

@@ -109,6 +109,21 @@ impl Config {
             );
         }
         ensure!(
+            self.tls_ca_file.is_none() || self.tls_cert_file.is_some(),
+            "tls_ca_file needs tls_cert_file and tls_key_file: a node shows its peers a \
+             certificate of that CA"
+        );
+        let has_peers = !self.cluster_secret.is_empty() || self.cluster_secret_file.is_some();
+        if has_peers && self.tls_ca_file.is_none() && !self.insecure {
+            ensure!(
+                self.peer_listen.ip().is_loopback(),
+                "peer_listen {} is not a loopback address and Raft messages and forwarded \
+                 tokens would cross the network in clear: set tls_ca_file (with tls_cert_file \
+                 and tls_key_file), or pass --insecure",
+                self.peer_listen
+            );
+        }
+        ensure!(
             self.metrics_token_file.is_none() || self.has_admin_token(),
             "metrics_token_file needs an admin token: without one the admin port asks for none"
         );
