@@ -18,7 +18,7 @@
 use crate::engine::{internal, Engine};
 use crate::group::Group;
 use crate::router::Leader;
-use crate::score_route::ScoreRoutes;
+use crate::score_route::{BoardRoute, ScoreRoutes};
 use plaudit_actors::rankings::all_or_nothing;
 use plaudit_actors::rankings::route;
 use plaudit_actors::{CmdResult, Command};
@@ -131,10 +131,11 @@ impl Engine {
                 {
                     return None;
                 }
-                let board = routes.route(&def, r, now, self.cfg.shards)?;
-                if all_or_nothing::must_check(def.aggregation, r.score, 1)
-                    || !self.board_reserved(r.rank, &board.type_key)
-                {
+                let reserved = |b: &BoardRoute| self.board_reserved(r.rank, &b.type_key);
+                let (board, reserved) =
+                    routes.route_checked(&def, r, now, self.cfg.shards, reserved)?;
+                // A board not known reserved takes `handle_as`, which reserves it.
+                if all_or_nothing::must_check(def.aggregation, r.score, 1) || !reserved {
                     return None;
                 }
                 let group = self.led_here(board.shard)?;

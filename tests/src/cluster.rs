@@ -265,17 +265,18 @@ impl Cluster {
     }
 
     /// A cluster of nodes made elsewhere (`pods`): node `i` has id `i + 1`;
-    /// `token` is presented by every SDK client.
+    /// `token` is presented by every SDK client, which trusts `client_ca`.
     pub(crate) fn of_nodes(
         nodes: Vec<Node>,
         secret_dir: tempfile::TempDir,
         shards: u32,
         token: Option<String>,
+        client_ca: Option<std::path::PathBuf>,
     ) -> Cluster {
         for (i, n) in nodes.iter().enumerate() {
             assert_eq!(n.id(), i as u64 + 1, "nodes in id order");
         }
-        Cluster { nodes, secret_dir, shards, env: Vec::new(), token, client_ca: None }
+        Cluster { nodes, secret_dir, shards, env: Vec::new(), token, client_ca }
     }
 
     /// Adds a node made elsewhere, the next id.

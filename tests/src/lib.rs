@@ -129,6 +129,8 @@ pub struct Node {
     exact_args: bool,
     /// Given to the CLI and to SDK clients made without a token of their own.
     token: Option<String>,
+    /// The CA the CLI and SDK clients trust, for a node with a certificate.
+    tls_ca: Option<PathBuf>,
     id: u64,
     /// The peer listener of a cluster member.
     peer: Option<SocketAddr>,
@@ -194,6 +196,7 @@ impl Node {
             extra_args,
             exact_args: false,
             token: None,
+            tls_ca: None,
             id,
             peer: Some(peer),
             run_as: None,
@@ -228,6 +231,11 @@ impl Node {
         self.token = Some(token.to_string());
     }
 
+    /// Makes the CLI and SDK clients speak TLS to this node, trusting `ca`.
+    pub fn set_tls_ca(&mut self, ca: &Path) {
+        self.tls_ca = Some(ca.to_path_buf());
+    }
+
     /// The peer address of a cluster member (`127.0.0.1:PORT`).
     pub fn peer_addr(&self) -> String {
         self.peer.map(|p| p.to_string()).unwrap_or_default()
@@ -257,6 +265,10 @@ impl Node {
     pub async fn client_with(&self, mut opts: ClientOptions) -> Client {
         if opts.token.is_none() {
             opts.token = self.token.clone();
+        }
+        if let (None, Some(ca)) = (&opts.tls, &self.tls_ca) {
+            let tls = plaudit_client::Tls::from_ca_file(ca);
+            opts.tls = Some(tls.unwrap_or_else(|e| self.fail(&format!("the CA file: {e}"))));
         }
         match Client::connect_with(&self.addr(), opts).await {
             Ok(c) => c,
@@ -295,8 +307,12 @@ impl Node {
     pub fn cli_lines(&self, args: &[&str]) -> (i32, Vec<serde_json::Value>) {
         let mut cmd = std::process::Command::new(cli_bin());
         cmd.arg("--addr").arg(self.addr()).arg("--json").args(args).env_remove("PLAUDIT_TOKEN");
+        cmd.env_remove("PLAUDIT_TLS_CA");
         if let Some(token) = &self.token {
             cmd.env("PLAUDIT_TOKEN", token);
+        }
+        if let Some(ca) = &self.tls_ca {
+            cmd.env("PLAUDIT_TLS_CA", ca);
         }
         let out = cmd.output().expect("run the plaudit CLI");
         let stdout = String::from_utf8_lossy(&out.stdout);

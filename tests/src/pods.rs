@@ -296,6 +296,8 @@ pub struct Pods {
     /// Pods running now: ordinals `0..replicas`.
     replicas: u64,
     admin_token: String,
+    /// The CA of the pods' certificate (the Secret's `ca.crt`), if any.
+    client_ca: Option<std::path::PathBuf>,
     /// Each volume of `Files` written once, shared by every pod.
     files: tempfile::TempDir,
     hosts: HostNames,
@@ -325,9 +327,16 @@ impl Pods {
         }
         let secret_dir = tempfile::tempdir().unwrap();
         let token = Some(admin_token.clone());
+        // The cluster's CA, when the Secret has one: what clients trust.
+        let client_ca = secrets.get("ca.crt").map(|pem| {
+            let path = files.path().join("client-ca.pem");
+            std::fs::write(&path, pem).unwrap();
+            path
+        });
         let mut pods = Pods {
             namespace: namespace.to_string(),
-            cluster: Cluster::of_nodes(Vec::new(), secret_dir, 0, token),
+            client_ca: client_ca.clone(),
+            cluster: Cluster::of_nodes(Vec::new(), secret_dir, 0, token, client_ca),
             replicas: 0,
             admin_token,
             files,
@@ -474,6 +483,9 @@ impl Pods {
             .collect();
         node.set_exact_args(args);
         node.set_token(&self.admin_token);
+        if let Some(ca) = &self.client_ca {
+            node.set_tls_ca(ca);
+        }
         node
     }
 }

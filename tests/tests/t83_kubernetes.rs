@@ -4,9 +4,10 @@
 //! pod on its own IP under its DNS name (`pods.rs`). Under a like and
 //! scoring load through the SDK, the cluster forms, is scaled from 3 to 5,
 //! restarted pod by pod, decommissioned to 4 and then to 3, with no failed
-//! request, and the history check holds at the end. The pods' IPs are
-//! loopback addresses, so what a node does differently off loopback (the
-//! admin port's bearer token) is tested elsewhere (t71).
+//! request, and the history check holds at the end. Clients and peers
+//! speak TLS with the Secret's certificate, as the manifests ship. The
+//! pods' IPs are loopback addresses, so what a node does differently off
+//! loopback (the admin port's bearer token) is tested elsewhere (t71).
 
 use plaudit_tests::pods::Pods;
 use plaudit_tests::wait_until;
@@ -14,14 +15,37 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-fn secrets() -> BTreeMap<String, String> {
+/// The Secret's files, as `kustomization.yaml` says to make them: the TLS
+/// certificate names every pod by a wildcard and the client Service, as the
+/// documented `openssl` commands do, and the pods' IPs (the harness's SDK
+/// clients and CLI dial pods by IP; a real client dials names).
+fn secrets(ns: &str) -> BTreeMap<String, String> {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut names = vec![
+        format!("*.plaudit.{ns}.svc.cluster.local"),
+        format!("plaudit-client.{ns}.svc.cluster.local"),
+    ];
+    names.extend((0..8).map(|ordinal| Pods::ip(ordinal).to_string()));
+    let mut params = rcgen::CertificateParams::new(names).unwrap();
+    params.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
     [
-        ("cluster-secret", "t83-cluster-secret-0123456789abcdef0123456789\n"),
-        ("admin-token", "t83-admin-token-0123456789abcdef\n"),
-        ("metrics-token", "t83-metrics-token-0123456789abcdef\n"),
+        ("cluster-secret", "t83-cluster-secret-0123456789abcdef0123456789\n".to_string()),
+        ("admin-token", "t83-admin-token-0123456789abcdef\n".to_string()),
+        ("metrics-token", "t83-metrics-token-0123456789abcdef\n".to_string()),
+        ("tls.crt", cert.pem()),
+        ("tls.key", key.serialize_pem()),
+        ("ca.crt", ca.pem()),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .map(|(k, v)| (k.to_string(), v))
     .collect()
 }
 
@@ -43,7 +67,7 @@ fn decommission_and_scale_down(pods: &mut Pods) {
 async fn the_statefulset_forms_scales_restarts_and_shrinks_under_load() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
     let ns = format!("t83-{}", std::process::id());
-    let mut pods = Pods::apply(&dir, &ns, secrets());
+    let mut pods = Pods::apply(&dir, &ns, secrets(&ns));
     assert_eq!(pods.replicas(), 3, "the StatefulSet starts three pods");
 
     // Formed: one cluster of the three pods, known by their DNS names.
