@@ -19,6 +19,9 @@
 #   SDK [batch: each connection's PIPELINE requests as one Client::pipeline;
 #        calls: PIPELINE concurrent single calls per connection, the shape
 #        of the figures measured before this setting existed (d349a50)]
+#   NODE_ARGS [extra plaudit-node flags, every node]  BENCH_ARGS [extra plaudit-bench flags]
+#        (TLS everywhere: NODE_ARGS="--tls-cert-file C --tls-key-file K --tls-ca-file CA"
+#         BENCH_ARGS="--tls-ca CA", a certificate for 127.0.0.1)
 set -euo pipefail
 
 DURATION=${DURATION:-10s}
@@ -31,6 +34,8 @@ BASE_PORT=${BASE_PORT:-7600}
 KEEP=${KEEP:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
 SDK=${SDK:-batch}
+NODE_ARGS=${NODE_ARGS:-}
+BENCH_ARGS=${BENCH_ARGS:-}
 
 NAME=bench-cluster
 # shellcheck source=scripts/lib/bench.sh
@@ -43,6 +48,10 @@ likes=(likes --connections "$CONNECTIONS" --pipeline "$PIPELINE" --sdk "$SDK" --
     --mix like=10,status=45,counts=45 --biz 1 --json)
 rankings=(rankings --connections "$CONNECTIONS" --pipeline "$PIPELINE" --sdk "$SDK" --duration "$DURATION"
     --warmup "$WARMUP" --rank 904 --boards 1000 --members 10000 --hot-share 0.2 --json)
+# shellcheck disable=SC2206 # word splitting is the point
+bench_extra=($BENCH_ARGS)
+# shellcheck disable=SC2206
+node_extra=($NODE_ARGS)
 
 # The sum of plaudit_raft_term over every running node (elections raise it).
 terms() {
@@ -60,9 +69,10 @@ run_target() { # name, seeds, admin ports...
     local before after
     before=$(terms "$@")
     log "likes against $name"
-    "$BENCH" "${likes[@]}" --target plaudit --addr "$addr" >"$WORK/$name-likes.json"
+    "$BENCH" "${likes[@]}" "${bench_extra[@]}" --target plaudit --addr "$addr" >"$WORK/$name-likes.json"
     log "rankings mix against $name"
-    "$BENCH" "${rankings[@]}" --target plaudit --addr "$addr" >"$WORK/$name-rankings.json"
+    "$BENCH" "${rankings[@]}" "${bench_extra[@]}" --target plaudit --addr "$addr" \
+        >"$WORK/$name-rankings.json"
     after=$(terms "$@")
     echo "$((after - before))" >"$WORK/$name-elections"
 }
@@ -71,7 +81,7 @@ port() { echo $((BASE_PORT + $1)); }
 
 if [[ " $TARGETS " == *" single "* ]]; then
     require_free_ports "$(port 1)" "$(port 2)"
-    start_node "$(port 1)" "$(port 2)" --shards "$SHARDS"
+    start_node "$(port 1)" "$(port 2)" --shards "$SHARDS" "${node_extra[@]}"
     run_target single "127.0.0.1:$(port 1)" "$(port 2)"
     stop_pid "$NODE_PID"
 fi
@@ -90,7 +100,7 @@ if [[ " $TARGETS " == *" cluster "* ]]; then
         "$NODE" --node-id "$i" --data-dir "$WORK/n$i" --listen "127.0.0.1:$c" \
             --admin "127.0.0.1:$a" --peer-listen "127.0.0.1:$p" --join "$join" \
             --bootstrap-expect 3 --cluster-secret-file "$WORK/secret" --shards "$SHARDS" \
-            >"$WORK/n$i.log" 2>&1 &
+            "${node_extra[@]}" >"$WORK/n$i.log" 2>&1 &
         PIDS+=("$!")
         seeds+="${seeds:+,}127.0.0.1:$c"
         admins+=("$a")
