@@ -142,12 +142,13 @@ pub enum Command {
     CreateRankInfo(Box<RankInfo>),
     /// Reserves new sub-boards of a ranking against its limit of live ones
     /// (metadata group only), all of `type_keys` or none; a key already
-    /// reserved costs nothing. `limit` is the limit in force as the
-    /// proposer read it (0: none), so apply reads no node setting.
+    /// reserved is not counted again. The limit is the ranking's own, else
+    /// `default`: the proposer's `max_boards_per_ranking` (0: none), carried
+    /// so that apply reads no node setting.
     ReserveBoards {
         rank: RankId,
         type_keys: Vec<Vec<u8>>,
-        limit: u32,
+        default: u32,
     },
     /// Sets or clears a ranking's own limit of live sub-boards (metadata
     /// group only).

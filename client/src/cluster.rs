@@ -119,7 +119,20 @@ impl Cluster {
         loop {
             let mut failed = Vec::new();
             for seed in &seeds {
-                match cluster.bootstrap(seed).await {
+                // The first round's dials have their own timeout; a later
+                // round's must also end by the connect's deadline.
+                let tried = if round == 0 {
+                    cluster.bootstrap(seed).await
+                } else {
+                    tokio::time::timeout_at(deadline, cluster.bootstrap(seed)).await.unwrap_or_else(
+                        |_| {
+                            let why =
+                                format!("cannot connect to {seed}: no seat within {timeout:?}");
+                            Err(ClientError::Io(io::Error::new(io::ErrorKind::TimedOut, why)))
+                        },
+                    )
+                };
+                match tried {
                     Ok(()) => {
                         let task =
                             tokio::spawn(refresher(Arc::downgrade(&cluster), cluster.wake.clone()));

@@ -15,6 +15,8 @@ use plaudit_client::proto::{
     BizConfig, Business, Envelope, ErrorCode, Request, Response, WireError,
 };
 use plaudit_client::{Client, ClientError, ClientOptions};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -281,26 +283,29 @@ async fn registry_lists_are_read_page_by_page_to_the_end() {
 #[tokio::test]
 async fn a_node_at_its_connection_limit_is_reported_overloaded() {
     // What a node over its connection limit does: one `Overloaded` frame
-    // under req_id 0, then close, whatever the client sent.
+    // under req_id 0, then close, whatever the client sent. The client
+    // tries again a few times, backing off, then reports it.
     let (listener, addr) = listen().await;
+    let dials = Arc::new(AtomicUsize::new(0));
+    let seen = dials.clone();
     let server = tokio::spawn(async move {
-        for _ in 0..2 {
+        loop {
             let (mut stream, _) = listener.accept().await.expect("accept");
+            seen.fetch_add(1, Ordering::Relaxed);
             let e = WireError::overloaded("the node is at its connection limit");
             let env = Envelope { req_id: 0, body: Response::Error(e) };
             write_frame(&mut stream, &env).await.expect("write the refusal");
             drop(stream);
         }
     });
-    for _ in 0..2 {
-        let err = Client::connect_with(&addr, opts(1, 2000)).await.unwrap_err();
-        match &err {
-            ClientError::Server(e) => assert_eq!(e.code, ErrorCode::Overloaded, "{e}"),
-            other => panic!("expected the node's Overloaded, got {other:?}"),
-        }
-        assert!(err.to_string().contains("connection limit"), "{err}");
+    let err = Client::connect_with(&addr, opts(1, 5_000)).await.unwrap_err();
+    match &err {
+        ClientError::Server(e) => assert_eq!(e.code, ErrorCode::Overloaded, "{e}"),
+        other => panic!("expected the node's Overloaded, got {other:?}"),
     }
-    server.await.unwrap();
+    assert!(err.to_string().contains("connection limit"), "{err}");
+    assert!(dials.load(Ordering::Relaxed) > 1, "the client tried again");
+    server.abort();
 }
 
 #[tokio::test]

@@ -106,7 +106,7 @@ impl Engine {
         // before anything is proposed.
         let keys: Vec<&[u8]> = live.iter().map(|(_, _, c)| c.type_key.as_slice()).collect();
         if !keys.iter().all(|k| self.board_reserved(r.rank, k)) {
-            Box::pin(self.reserve_boards(r.rank, &keys)).await?;
+            Box::pin(self.reserve_boards(r.rank, &keys, def.settings.priority)).await?;
         }
         let priority = def.settings.priority;
         let per_board = |(type_id, planned): (String, Option<(u32, ScoreCmd)>)| async move {

@@ -13,6 +13,7 @@
 //! configuration.
 //!
 //! Modules:
+//! - `addr`: the host of a `host:port` address;
 //! - `ids`: the id types shared by every crate;
 //! - `keyed_hash`: the hash for maps keyed by ids clients choose;
 //! - `auth`: tokens, roles and what each role may send;
@@ -28,6 +29,7 @@
 //! - `cluster`: members, placement, leaders and status of a cluster;
 //! - `membership`: members' identities and lifecycles, and replica moves.
 
+pub mod addr;
 pub mod auth;
 pub mod business;
 mod client_codec;

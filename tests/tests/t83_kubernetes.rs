@@ -10,6 +10,7 @@
 //! loopback (the admin port's bearer token) is tested elsewhere (t71).
 
 use plaudit_tests::pods::Pods;
+use plaudit_tests::tls::issue;
 use plaudit_tests::wait_until;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,29 +21,19 @@ use std::time::Duration;
 /// documented `openssl` commands do, and the pods' IPs (the harness's SDK
 /// clients and CLI dial pods by IP; a real client dials names).
 fn secrets(ns: &str) -> BTreeMap<String, String> {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
     let mut names = vec![
         format!("*.plaudit.{ns}.svc.cluster.local"),
         format!("plaudit-client.{ns}.svc.cluster.local"),
     ];
     names.extend((0..8).map(|ordinal| Pods::ip(ordinal).to_string()));
-    let mut params = rcgen::CertificateParams::new(names).unwrap();
-    params.extended_key_usages = vec![
-        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
-        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    let issued = issue(&names);
     [
         ("cluster-secret", "t83-cluster-secret-0123456789abcdef0123456789\n".to_string()),
         ("admin-token", "t83-admin-token-0123456789abcdef\n".to_string()),
         ("metrics-token", "t83-metrics-token-0123456789abcdef\n".to_string()),
-        ("tls.crt", cert.pem()),
-        ("tls.key", key.serialize_pem()),
-        ("ca.crt", ca.pem()),
+        ("tls.crt", issued.cert),
+        ("tls.key", issued.key),
+        ("ca.crt", issued.ca),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -5,28 +5,11 @@
 
 use plaudit_client::proto::BizConfig;
 use plaudit_client::{Client, ClientOptions, Tls};
+use plaudit_tests::tls::certificates;
 use plaudit_tests::{wait_until, Node};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const ADMIN: &str = "t85-admin-token-0123456789";
-
-/// A CA and a certificate it signed for 127.0.0.1 and localhost, as PEM
-/// files in `dir`: (ca, cert, key).
-fn certificates(dir: &Path, tag: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
-    let cert = rcgen::CertificateParams::new(names).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
-    let path = |name: &str| dir.join(format!("{tag}-{name}.pem"));
-    std::fs::write(path("ca"), ca.pem()).unwrap();
-    std::fs::write(path("cert"), cert.pem()).unwrap();
-    std::fs::write(path("key"), key.serialize_pem()).unwrap();
-    (path("ca"), path("cert"), path("key"))
-}
 
 async fn connect(node: &Node, tls: Option<Tls>) -> Result<Client, plaudit_client::ClientError> {
     let timeout = Duration::from_secs(3);

@@ -127,7 +127,8 @@ async fn a_rankings_live_sub_boards_stop_at_its_limit_on_every_node() {
     assert_eq!((a.len(), f.len()), (20, 5), "two boards per room, 40 boards");
     assert_eq!(boards(&admin, 32).await.len() as u64, DEFAULT_LIMIT);
 
-    // A limit of its own, set with the CLI, takes effect on every node.
+    // A limit of its own, set with the CLI, takes effect on every node at
+    // once: the metadata group, which counts, holds it.
     let limited = cluster.node(2).cli("rank limit 31 --max-boards 45");
     assert_eq!(limited["usage"]["effective"], 45, "{limited}");
     let (a, f) = score_rooms(&cluster.node(3).client().await, 31, 1_000..1_010, 70_000).await;

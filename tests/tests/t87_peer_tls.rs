@@ -5,27 +5,10 @@
 //! nothing applied twice: the history check), and its peer port answers
 //! nobody who does not speak TLS.
 
+use plaudit_tests::tls::certificates;
 use plaudit_tests::Cluster;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// A CA, and a certificate it signed for 127.0.0.1, as PEM files in `dir`:
-/// (ca, cert, key).
-fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let names = vec!["127.0.0.1".to_string()];
-    let cert = rcgen::CertificateParams::new(names).unwrap().signed_by(&key, &ca, &ca_key).unwrap();
-    let path = |name: &str| dir.join(format!("{name}.pem"));
-    std::fs::write(path("ca"), ca.pem()).unwrap();
-    std::fs::write(path("cert"), cert.pem()).unwrap();
-    std::fs::write(path("key"), key.serialize_pem()).unwrap();
-    (path("ca"), path("cert"), path("key"))
-}
 
 /// What the peer port at `addr` answers a plaintext data connection's
 /// preamble and a made-up `Hello`: the bytes it sent before closing.
@@ -45,7 +28,7 @@ fn plaintext_probe(addr: &str) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peers_with_certificates_replicate_fail_over_and_refuse_plaintext() {
     let dir = tempfile::tempdir().unwrap();
-    let (ca, cert, key) = certificates(dir.path());
+    let (ca, cert, key) = certificates(dir.path(), "peers");
     let mut cluster = Cluster::builder(3).tls(&ca, &cert, &key).start();
     let (admin, mut load) = cluster.start_load(87).await;
 

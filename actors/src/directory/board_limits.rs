@@ -26,12 +26,22 @@
 //! ends, so between the two a ranking may hold the limit plus the boards
 //! of windows that have just expired. `total` boards never expire.
 //!
+//! A full ranking refuses every event that would start a board; looking
+//! through its reservations for expired windows is done at most once a
+//! second (`PURGE_GAP_MS`, entry time, recorded so that every replica
+//! decides alike), so such a refusal costs a lookup, not a scan.
+//!
 //! Registry keys: a ranking's own limit is `b"rlimit"` + its 4-byte id (10
-//! bytes); a reservation is `b"rb"` + the ranking's id + the board's type
-//! key (at least 15 bytes). No other registry key has those lengths.
+//! bytes); when it was last looked through, `b"rlpurged"` + the id (12); a
+//! reservation is `b"rb"` + the ranking's id + the board's type key (at
+//! least 15 bytes). No other registry key has those lengths.
 //! Memory: a reservation is its type key (9 bytes + 8 per dimension) in a
 //! `BTreeSet`, about 60-90 bytes with the set's overhead, on every replica
 //! of the metadata group; the limits bound it.
+//!
+//! The limit applied is the ranking's own as this group holds it (so a
+//! `rank limit` takes effect at once everywhere), else the default the
+//! proposing node carries (`max_boards_per_ranking`, each node's setting).
 
 use super::{encode, Directory};
 use crate::rankings::route;
@@ -44,6 +54,11 @@ use std::sync::RwLock;
 
 const LIMIT_TAG: &[u8; 6] = b"rlimit";
 pub(super) const LIMIT_KEY_LEN: usize = 10;
+const PURGED_TAG: &[u8; 8] = b"rlpurged";
+pub(super) const PURGED_KEY_LEN: usize = 12;
+/// A full ranking's reservations are looked through for expired windows at
+/// most this often (entry time).
+pub const PURGE_GAP_MS: u64 = 1000;
 const RESERVED_TAG: &[u8; 2] = b"rb";
 /// The tag, a ranking id and the shortest type key (a granularity and a
 /// window start).
@@ -53,6 +68,13 @@ fn limit_key(rank: RankId) -> [u8; LIMIT_KEY_LEN] {
     let mut k = [0u8; LIMIT_KEY_LEN];
     k[..6].copy_from_slice(LIMIT_TAG);
     k[6..].copy_from_slice(&rank.to_be_bytes());
+    k
+}
+
+fn purged_key(rank: RankId) -> [u8; PURGED_KEY_LEN] {
+    let mut k = [0u8; PURGED_KEY_LEN];
+    k[..8].copy_from_slice(PURGED_TAG);
+    k[8..].copy_from_slice(&rank.to_be_bytes());
     k
 }
 
@@ -81,6 +103,9 @@ fn is_live(def: &RankDef, type_key: &[u8], now: i64) -> bool {
 pub(super) struct BoardLimits {
     own: RwLock<BTreeMap<RankId, u32>>,
     reserved: RwLock<BTreeMap<RankId, BTreeSet<Vec<u8>>>>,
+    /// When each full ranking was last looked through for expired windows
+    /// (entry time, ms).
+    purged: RwLock<BTreeMap<RankId, u64>>,
 }
 
 impl BoardLimits {
@@ -89,6 +114,10 @@ impl BoardLimits {
         if k.len() == LIMIT_KEY_LEN && k.starts_with(LIMIT_TAG) {
             let n: u32 = super::decode(v)?;
             self.own.get_mut().unwrap_or_else(|e| e.into_inner()).insert(rank_at(k, 6), n);
+            Ok(true)
+        } else if k.len() == PURGED_KEY_LEN && k.starts_with(PURGED_TAG) {
+            let at: u64 = super::decode(v)?;
+            self.purged.get_mut().unwrap_or_else(|e| e.into_inner()).insert(rank_at(k, 8), at);
             Ok(true)
         } else if k.len() >= MIN_RESERVED_KEY_LEN && k.starts_with(RESERVED_TAG) {
             let reserved = self.reserved.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -101,11 +130,13 @@ impl BoardLimits {
 
     /// Takes `fresh`'s records in place of these (a snapshot was installed).
     pub(super) fn replace(&self, fresh: BoardLimits) {
-        let BoardLimits { own, reserved } = fresh;
+        let BoardLimits { own, reserved, purged } = fresh;
         *self.own.write().unwrap_or_else(|e| e.into_inner()) =
             own.into_inner().unwrap_or_else(|e| e.into_inner());
         *self.reserved.write().unwrap_or_else(|e| e.into_inner()) =
             reserved.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.purged.write().unwrap_or_else(|e| e.into_inner()) =
+            purged.into_inner().unwrap_or_else(|e| e.into_inner());
     }
 }
 
@@ -153,18 +184,27 @@ impl Directory {
     }
 
     /// Applies `ReserveBoards` at `now_ms` (the entry's time): every key is
-    /// reserved, or none and the answer is `Refused`.
+    /// reserved, or none and the answer is `Refused`. The limit is the
+    /// ranking's own, as this group holds it, else `default` (what the
+    /// proposing node was configured with; 0: none).
     pub fn apply_reserve_boards(
         &self,
         rank: RankId,
         type_keys: &[Vec<u8>],
-        limit: u32,
+        default: u32,
         now_ms: u64,
         ws: &mut WriteSet,
     ) -> Result<(), WireError> {
         let Some(def) = self.rank(rank) else {
             return Err(WireError::not_found(format!("ranking {rank} does not exist")));
         };
+        if let Some(bad) = type_keys.iter().find(|k| TypeId::from_key(k).is_none()) {
+            return Err(WireError::bad_request(format!("{bad:?} is not a sub-board's type key")));
+        }
+        let limit = self.board_limit(rank).unwrap_or(default) as usize;
+        if limit == 0 {
+            return Ok(());
+        }
         let mut reserved = self.board_limits.reserved.write().unwrap_or_else(|e| e.into_inner());
         let set = reserved.entry(rank).or_default();
         let mut new: Vec<&Vec<u8>> = type_keys.iter().filter(|k| !set.contains(*k)).collect();
@@ -173,8 +213,7 @@ impl Directory {
         if new.is_empty() {
             return Ok(());
         }
-        let limit = limit as usize;
-        if limit > 0 && set.len() + new.len() > limit {
+        if set.len() + new.len() > limit && self.purge_due(rank, now_ms, ws)? {
             let now = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
             let dead: Vec<Vec<u8>> =
                 set.iter().filter(|k| !is_live(&def, k, now)).cloned().collect();
@@ -182,19 +221,34 @@ impl Directory {
                 ws.del_registry(&reserved_key(rank, &k));
                 set.remove(&k);
             }
-            if set.len() + new.len() > limit {
-                return Err(WireError::refused(format!(
-                    "ranking {rank} has {} live sub-boards and a limit of {limit}: no new \
-                     sub-board until an old window expires or the limit is raised (rank limit)",
-                    set.len()
-                )));
-            }
+        }
+        if set.len() + new.len() > limit {
+            return Err(WireError::refused(format!(
+                "ranking {rank} has {} live sub-boards and a limit of {limit}: no new \
+                 sub-board until an old window expires or the limit is raised (rank limit)",
+                set.len()
+            )));
         }
         for k in new {
             ws.put_registry(&reserved_key(rank, k), &encode(&())?);
             set.insert(k.clone());
         }
         Ok(())
+    }
+
+    /// Whether a full ranking's reservations may be looked through for
+    /// expired windows at `now_ms`: at most once per `PURGE_GAP_MS` of
+    /// entry time. Recorded in the registry, so every replica, restarted or
+    /// not, decides alike. Why: a full ranking refuses every new board,
+    /// and each refusal would otherwise decode every reservation it holds.
+    fn purge_due(&self, rank: RankId, now_ms: u64, ws: &mut WriteSet) -> Result<bool, WireError> {
+        let mut purged = self.board_limits.purged.write().unwrap_or_else(|e| e.into_inner());
+        if purged.get(&rank).is_some_and(|&at| now_ms < at.saturating_add(PURGE_GAP_MS)) {
+            return Ok(false);
+        }
+        ws.put_registry(&purged_key(rank), &encode(&now_ms)?);
+        purged.insert(rank, now_ms);
+        Ok(true)
     }
 }
 
@@ -248,13 +302,16 @@ mod tests {
     #[test]
     fn keys_have_lengths_of_their_own() {
         assert_eq!(limit_key(7).len(), LIMIT_KEY_LEN);
+        assert_eq!(purged_key(7).len(), PURGED_KEY_LEN);
         assert!(reserved_key(7, &key(Granularity::Total, 0, 1)).len() >= MIN_RESERVED_KEY_LEN);
         // Businesses 4, rankings 5, owners 6, the map 7, at-most-once
         // records 8 or 9, tokens 11, the cluster state 13.
         for other in [4, 5, 6, 7, 8, 9, 11, 13] {
             assert_ne!(other, LIMIT_KEY_LEN);
+            assert_ne!(other, PURGED_KEY_LEN);
             assert!(other < MIN_RESERVED_KEY_LEN);
         }
+        const { assert!(LIMIT_KEY_LEN != PURGED_KEY_LEN && PURGED_KEY_LEN < MIN_RESERVED_KEY_LEN) };
     }
 
     #[test]
@@ -298,6 +355,42 @@ mod tests {
         d.apply_reserve_boards(3, &later, 3, at, &mut ws).unwrap();
         assert_eq!(d.board_usage(3, T0 + 2 * HOUR, 0).unwrap().live, 3);
         assert!(d.apply_reserve_boards(3, &[hour(T0 + 2 * HOUR, 3)], 3, at, &mut ws).is_err());
+    }
+
+    #[test]
+    fn the_rankings_own_limit_wins_and_bad_keys_are_refused() {
+        let (d, mut ws, _f) = directory(30);
+        let total = |room| key(Granularity::Total, 0, room);
+        d.apply_set_board_limit(&BoardLimit { rank: 3, max_boards: Some(2) }, &mut ws).unwrap();
+        // A node whose registry lags, or whose default is larger, carries
+        // another default: the group applies the ranking's own limit.
+        d.apply_reserve_boards(3, &[total(1), total(2)], 100, ms(T0), &mut ws).unwrap();
+        assert!(d.apply_reserve_boards(3, &[total(3)], 100, ms(T0), &mut ws).is_err());
+        let e = d.apply_reserve_boards(3, &[vec![1, 2, 3]], 100, ms(T0), &mut ws).unwrap_err();
+        assert_eq!(e.code, plaudit_proto::ErrorCode::BadRequest);
+    }
+
+    #[test]
+    fn a_full_ranking_is_looked_through_at_most_once_a_second_on_every_replica() {
+        let (d, mut ws, f) = directory(1);
+        let hour = |start, room| key(Granularity::Hour, start, room);
+        d.apply_reserve_boards(3, &[hour(T0, 1), hour(T0, 2)], 2, ms(T0), &mut ws).unwrap();
+        // Just before T0's windows expire: refused, and looked through.
+        let new = [hour(T0 + 2 * HOUR, 3)];
+        let before = ms(T0 + 2 * HOUR) - 500;
+        assert!(d.apply_reserve_boards(3, &new, 2, before, &mut ws).is_err());
+        // Expired now, but looked through 500 ms ago: still refused, here
+        // and on a replica that restarted in between.
+        f.store.stage(ws);
+        let replica = Directory::load(&f.store).unwrap();
+        let mut ws = WriteSet::new(16);
+        let at = ms(T0 + 2 * HOUR);
+        assert!(d.apply_reserve_boards(3, &new, 2, at, &mut ws).is_err());
+        assert!(replica.apply_reserve_boards(3, &new, 2, at, &mut ws).is_err());
+        // A second later both look again and take it.
+        let later = before + PURGE_GAP_MS;
+        d.apply_reserve_boards(3, &new, 2, later, &mut ws).unwrap();
+        replica.apply_reserve_boards(3, &new, 2, later, &mut ws).unwrap();
     }
 
     #[test]

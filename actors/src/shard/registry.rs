@@ -49,8 +49,8 @@ pub(super) fn apply(
         Command::SetBoardLimit(l) => {
             directory.apply_set_board_limit(l, ws).map(|()| CmdResult::Done)
         }
-        Command::ReserveBoards { rank, type_keys, limit } => directory
-            .apply_reserve_boards(*rank, type_keys, *limit, now, ws)
+        Command::ReserveBoards { rank, type_keys, default } => directory
+            .apply_reserve_boards(*rank, type_keys, *default, now, ws)
             .map(|()| CmdResult::Done),
         other => Err(WireError::internal(format!("not a registry command: {other:?}"))),
     };

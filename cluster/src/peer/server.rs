@@ -112,6 +112,9 @@ impl PeerServer {
             Ok(Err(why)) if why.starts_with("TLS") && super::quiet::due(&why) => {
                 return warn!(%addr, "refused a peer connection: {why}");
             }
+            Ok(Err(why)) if why.starts_with("TLS") => {
+                return debug!(%addr, "refused a peer connection: {why}");
+            }
             _ => {
                 debug!(%addr, "a peer connection sent no valid preamble");
                 return;

@@ -107,11 +107,7 @@ impl PeerTls {
 /// The name the listener's certificate must carry: the host of `addr`
 /// (`host:port`, `[v6]:port`).
 fn server_name(addr: &str) -> io::Result<ServerName<'static>> {
-    let host = match addr.rsplit_once(':') {
-        Some((host, port)) if port.parse::<u16>().is_ok() => host,
-        _ => addr,
-    };
-    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let host = plaudit_proto::addr::host_of(addr);
     ServerName::try_from(host.to_string()).map_err(|e| {
         io::Error::new(io::ErrorKind::InvalidInput, format!("{host:?} is no TLS server name: {e}"))
     })
