@@ -59,6 +59,11 @@ pub struct Common {
     /// Speak TLS to Plaudit, trusting the CA certificates in this PEM file.
     #[arg(long, value_name = "FILE")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Send each counts read whole to one node, which fans it out by shard
+    /// (the SDK's `split_reads: false`), instead of one part per shard
+    /// straight to the shard's leader: to compare the two read paths.
+    #[arg(long)]
+    pub whole_reads: bool,
     /// Random seed; 0 picks one from the clock.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -213,8 +213,7 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
             (c.redis_addr.clone(), "redis", preload, stats, window)
         }
         Target::Plaudit => {
-            let clients =
-                plaudit::connect(&c.addr, c.connections, c.timeout, c.tls_ca.as_deref()).await?;
+            let clients = plaudit::connect(c).await?;
             likes_plaudit::ensure_biz(&clients[0], args.biz).await?;
             let loops = c.connections * c.pipeline;
             let mut workers: Vec<Worker> =

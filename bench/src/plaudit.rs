@@ -2,6 +2,7 @@
 //! connection, naming errors for the report, and backing off when the node
 //! says it is overloaded or cannot be reached.
 
+use crate::args::Common;
 use anyhow::Context;
 use plaudit_client::{Client, ClientError, ClientOptions};
 use plaudit_proto::ErrorCode;
@@ -28,17 +29,18 @@ pub fn error_name(e: &ClientError) -> &'static str {
 
 /// `connections` separate clients with one connection each, so the load
 /// spreads over as many sockets as the Redis driver uses.
-pub async fn connect(
-    addr: &str,
-    connections: usize,
-    timeout: Duration,
-    tls_ca: Option<&std::path::Path>,
-) -> anyhow::Result<Vec<Client>> {
-    let tls = tls_ca.map(plaudit_client::Tls::from_ca_file).transpose()?;
-    let mut clients = Vec::with_capacity(connections);
-    for _ in 0..connections {
-        let tls = tls.clone();
-        let opts = ClientOptions { pool_size: 1, timeout, tls, ..Default::default() };
+pub async fn connect(c: &Common) -> anyhow::Result<Vec<Client>> {
+    let tls = c.tls_ca.as_deref().map(plaudit_client::Tls::from_ca_file).transpose()?;
+    let addr = &c.addr;
+    let mut clients = Vec::with_capacity(c.connections);
+    for _ in 0..c.connections {
+        let opts = ClientOptions {
+            pool_size: 1,
+            timeout: c.timeout,
+            tls: tls.clone(),
+            split_reads: !c.whole_reads,
+            ..Default::default()
+        };
         clients.push(
             Client::connect_with(addr, opts)
                 .await

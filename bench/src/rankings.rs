@@ -191,8 +191,7 @@ pub async fn run(args: &RankingsArgs) -> anyhow::Result<()> {
             (c.redis_addr.clone(), "redis", preload, stats, window)
         }
         Target::Plaudit => {
-            let clients =
-                plaudit::connect(&c.addr, c.connections, c.timeout, c.tls_ca.as_deref()).await?;
+            let clients = plaudit::connect(c).await?;
             rankings_plaudit::ensure_rank(&clients[0], args.rank).await?;
             let loops = c.connections * c.pipeline;
             let mut preload = None;

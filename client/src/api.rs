@@ -43,6 +43,11 @@ pub struct ClientOptions {
     /// Speak TLS to the nodes, verifying them with this (`Tls::from_ca_file`).
     /// Default `None`: plaintext, for nodes without `tls_cert_file`.
     pub tls: Option<crate::Tls>,
+    /// Send each shard's part of a read that spans shards (counts) straight
+    /// to a node that serves that shard, and merge the answers here.
+    /// Default `true`. `false` sends the read whole to one node, which
+    /// fans it out: a hop more per part, kept for comparing the two.
+    pub split_reads: bool,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -52,6 +57,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("timeout", &self.timeout)
             .field("token", &self.token.as_ref().map(|_| "(redacted)"))
             .field("tls", &self.tls.is_some())
+            .field("split_reads", &self.split_reads)
             .finish()
     }
 }
@@ -68,6 +74,7 @@ impl Default for ClientOptions {
             timeout: Self::DEFAULT_TIMEOUT,
             token: None,
             tls: None,
+            split_reads: true,
         }
     }
 }
@@ -145,9 +152,9 @@ impl Client {
         seeds: &[S],
         opts: ClientOptions,
     ) -> Result<Client, ClientError> {
-        let token = opts.token.map(TokenSecret);
+        let token = opts.token.clone().map(TokenSecret);
         let seeds = cluster::seeds(seeds);
-        let inner = Cluster::connect(seeds, opts.pool_size, opts.timeout, token, opts.tls).await?;
+        let inner = Cluster::connect(seeds, opts, token).await?;
         Ok(Client { inner })
     }
 

@@ -23,7 +23,7 @@
 mod call;
 mod pipeline;
 
-use crate::api::unexpected;
+use crate::api::{unexpected, ClientOptions};
 use crate::error::ClientError;
 use crate::pool::{Dialer, Pool};
 use crate::retry;
@@ -71,6 +71,8 @@ pub(crate) struct Cluster {
     seeds: Vec<String>,
     pool_size: usize,
     timeout: Duration,
+    /// `ClientOptions::split_reads`.
+    split_reads: bool,
     dialer: Dialer,
     view: Mutex<View>,
     pools: Mutex<HashMap<String, Arc<Pool>>>,
@@ -92,11 +94,10 @@ impl Cluster {
     /// tried again, backing off, for up to `CONNECT_BUSY_ROUNDS` rounds.
     pub(crate) async fn connect(
         seeds: Vec<String>,
-        pool_size: usize,
-        timeout: Duration,
+        opts: ClientOptions,
         token: Option<TokenSecret>,
-        tls: Option<crate::Tls>,
     ) -> Result<Arc<Cluster>, ClientError> {
+        let ClientOptions { pool_size, timeout, tls, split_reads, .. } = opts;
         if seeds.is_empty() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "no node address given");
             return Err(ClientError::Io(e));
@@ -106,6 +107,7 @@ impl Cluster {
             seeds: seeds.clone(),
             pool_size,
             timeout,
+            split_reads,
             dialer: Dialer { timeout: timeout.min(MAX_DIAL), token, tls },
             view: Mutex::new(View::new(seeds.clone())),
             pools: Mutex::new(HashMap::new()),

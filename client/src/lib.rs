@@ -63,6 +63,7 @@ mod pool;
 mod rankings;
 mod retry;
 mod route;
+mod split;
 mod tls;
 mod tokens;
 

@@ -94,8 +94,21 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
             Target::Leader(s) => Target::Replica(s),
             _ => Target::Any,
         },
-        Request::Counts(_)
-        | Request::Score(_)
+        // A read of one shard's entities goes to that shard's leader (the
+        // SDK splits one that spans shards: `split.rs`); the node fans out
+        // one that was sent whole.
+        Request::Counts(r) => match r.entities.split_first() {
+            Some((&first, rest)) => {
+                let shard = shard_of(r.biz, first, shards);
+                if rest.iter().all(|&e| shard_of(r.biz, e, shards) == shard) {
+                    Target::Leader(shard)
+                } else {
+                    Target::Any
+                }
+            }
+            None => Target::Any,
+        },
+        Request::Score(_)
         | Request::Boards(_)
         | Request::Ping
         | Request::Hello(_)

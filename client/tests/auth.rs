@@ -28,7 +28,7 @@ fn opts(token: Option<&str>) -> ClientOptions {
         pool_size: 1,
         timeout: Duration::from_secs(5),
         token: token.map(str::to_string),
-        tls: None,
+        ..Default::default()
     }
 }
 

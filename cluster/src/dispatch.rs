@@ -82,7 +82,7 @@ impl Engine {
             Request::Score(r) => self.score(r).await,
             Request::Query(q) => self.query(q, redirect).await,
             Request::Boards(b) => Box::pin(self.boards(b)).await,
-            Request::Counts(r) => self.counts(r).await,
+            Request::Counts(r) => self.counts(r, redirect).await,
             Request::Like(ref r) => {
                 self.on_shard(shard_of(r.biz, r.user, self.cfg.shards), req, redirect).await
             }
@@ -223,14 +223,21 @@ impl Engine {
     }
 
     /// Counts of entities on many shards: one sub-request per shard, all at
-    /// once, answered in the request's order.
-    async fn counts(&self, r: CountsRequest) -> Result<Response, WireError> {
+    /// once, answered in the request's order. Counts of one shard's
+    /// entities are a single-shard read: a smart client that sent them
+    /// here (it splits its reads by shard) is redirected if this node does
+    /// not lead the shard, as for any other.
+    async fn counts(&self, r: CountsRequest, redirect: bool) -> Result<Response, WireError> {
         if let Some(out) = self.counts_all_here(&r).await? {
             return Ok(Response::Counts(out));
         }
         let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for &e in &r.entities {
             by_shard.entry(shard_of(r.biz, e, self.cfg.shards)).or_default().push(e);
+        }
+        if by_shard.len() == 1 {
+            let shard = *by_shard.keys().next().expect("one shard");
+            return self.on_shard(shard, Request::Counts(r), redirect).await;
         }
         let parts = by_shard.into_iter().map(|(shard, entities)| {
             let sub = Request::Counts(CountsRequest { biz: r.biz, entities });

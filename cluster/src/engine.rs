@@ -476,6 +476,11 @@ impl Engine {
         self.peers.counters()
     }
 
+    /// Client requests this node passed to another node to serve.
+    pub fn forwarded(&self) -> u64 {
+        self.router.forwarded()
+    }
+
     pub fn group_commit_stats(&self) -> plaudit_storage::group_commit::GroupCommitStats {
         self.commit.stats()
     }

@@ -20,6 +20,7 @@ use plaudit_proto::error::LeaderHint;
 use plaudit_proto::{ErrorCode, Request, Response, WireError};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,9 @@ pub struct Router {
     pub directory: Directory,
     /// How long a request may spend finding and waiting for a leader.
     pub deadline: Duration,
+    /// Client requests passed to another node to serve (`forward`): a
+    /// smart client's never are, a simple client's often are.
+    forwarded: AtomicU64,
 }
 
 pub fn not_leader(group: GroupId, leader: Option<NodeId>, epoch: u64) -> WireError {
@@ -79,7 +83,13 @@ impl Router {
             peers,
             directory,
             deadline,
+            forwarded: AtomicU64::new(0),
         }
+    }
+
+    /// Client requests this node has passed to another node since it started.
+    pub fn forwarded(&self) -> u64 {
+        self.forwarded.load(Ordering::Relaxed)
     }
 
     pub fn group(&self, g: GroupId) -> Option<Arc<Group>> {
@@ -269,6 +279,7 @@ impl Router {
 
     /// Serves a client request on node `n` (which does not forward it again).
     pub async fn forward(&self, n: NodeId, req: Request) -> Result<Response, Hop> {
+        self.forwarded.fetch_add(1, Ordering::Relaxed);
         match self.peers.call(n, PeerRequest::Client(req), self.deadline).await {
             Ok(PeerResponse::Client(Response::Error(e))) => Err(Hop::Answer(e)),
             Ok(PeerResponse::Client(r)) => Ok(r),

@@ -71,6 +71,13 @@ impl AdminSource for NodeStatus {
             labels: vec![("shard", shard.to_string())],
             value,
         };
+        gauges.push(Gauge {
+            name: "plaudit_forwarded_requests_total",
+            help: "Client requests this node passed to another node to serve (a smart \
+                   client sends each shard's requests to its leader).",
+            labels: vec![],
+            value: self.engine.forwarded() as f64,
+        });
         for (peer, dials, calls) in self.engine.peer_errors() {
             let peer_gauge = |name, help, value: u64| Gauge {
                 name,

@@ -367,11 +367,16 @@ impl Cluster {
 
     /// An SDK client seeded with every node.
     pub async fn client(&self) -> Client {
+        self.client_with(ClientOptions::default()).await
+    }
+
+    /// `client` with `opts`, given the cluster's token and CA.
+    pub async fn client_with(&self, opts: ClientOptions) -> Client {
         let tls = self.client_ca.as_ref().map(|ca| {
             plaudit_client::Tls::from_ca_file(ca)
                 .unwrap_or_else(|e| self.nodes[0].fail(&e.to_string()))
         });
-        let opts = ClientOptions { token: self.token.clone(), tls, ..ClientOptions::default() };
+        let opts = ClientOptions { token: self.token.clone(), tls, ..opts };
         match Client::connect_with(&self.seeds(), opts).await {
             Ok(c) => c,
             Err(e) => self.nodes[0].fail(&format!("connecting a cluster client: {e}")),

@@ -13,8 +13,8 @@ use plaudit_client::proto::scoring::{
 };
 use plaudit_client::proto::window::Granularity;
 use plaudit_client::proto::{BizConfig, ErrorCode, LikeAction, LikeState, Request, Response};
-use plaudit_client::{Client, ClientError};
-use plaudit_tests::{total_ranking, wait_until, Cluster, Node};
+use plaudit_client::{Client, ClientError, ClientOptions};
+use plaudit_tests::{metric_sum, total_ranking, wait_until, Cluster, Node};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn now() -> i64 {
@@ -222,6 +222,41 @@ async fn a_pipeline_reaches_every_leader_of_a_cluster() {
     assert_eq!(items(&answers[1]), [(40, 40), (36, 36)]);
     let row = rank_row(&answers[2]).expect("member 37 is in room 1");
     assert_eq!((row.rank, row.score), (1, 37));
+
+    // Counts of 20 entities span the shards: the SDK sends each shard's
+    // part to its leader, so no node forwards any, and the answer is the
+    // one a node's own fan-out gives.
+    let entities: Vec<u64> = (1..=20).collect();
+    let counts = || Request::Counts(CountsRequest { biz, entities: entities.clone() });
+    let forwarded = || -> f64 {
+        cluster
+            .ids()
+            .iter()
+            .map(|&id| {
+                let text = cluster.node(id).metrics_text();
+                metric_sum(&text, "plaudit_forwarded_requests_total").expect("the metric")
+            })
+            .sum()
+    };
+    let before = forwarded();
+    let split = client.pipeline((0..30).map(|_| counts()).collect()).await;
+    let single = client.counts(biz, &entities).await.unwrap();
+    assert_eq!(forwarded(), before, "the SDK's split reads went to the leaders");
+    let whole =
+        cluster.client_with(ClientOptions { split_reads: false, ..Default::default() }).await;
+    let fanned = whole.pipeline((0..30).map(|_| counts()).collect()).await;
+    assert!(forwarded() > before, "a whole read is fanned out by the node it reached");
+    let likes = |r: &Result<Response, ClientError>| match r {
+        Ok(Response::Counts(c)) => c.iter().map(|c| (c.entity, c.likes)).collect::<Vec<_>>(),
+        other => panic!("counts: {other:?}"),
+    };
+    let want: Vec<(u64, u64)> =
+        entities.iter().map(|&e| (e, if e == 7 || e == 8 { 300 } else { 0 })).collect();
+    assert_eq!(likes(&Ok(Response::Counts(single))), want);
+    for (a, b) in split.iter().zip(&fanned) {
+        assert_eq!(likes(a), want);
+        assert_eq!(likes(b), want);
+    }
 }
 
 /// The writes of one pipeline that go to the same group are proposed

@@ -23,6 +23,7 @@ use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::retry::{self, Attempts, Outcome, Step};
 use crate::route::{self, Dest, Learned, Target};
+use crate::split;
 use plaudit_proto::error::LeaderHint;
 use plaudit_proto::{ErrorCode, Request, Response};
 use std::io;
@@ -57,6 +58,18 @@ impl Cluster {
     /// has an answer or the timeout passes. A node's error reply comes back
     /// as `Err(ClientError::Server)`.
     pub(crate) async fn call(&self, req: Request) -> Result<Response, ClientError> {
+        if matches!(req, Request::Counts(_)) && self.split_reads {
+            // A read that spans shards goes as one part per shard, as in a
+            // pipeline; one that does not is a call like any other.
+            let shards = lock(&self.view).shards();
+            let (mut parts, plan) = split::plan(vec![req], shards);
+            if parts.len() > 1 {
+                let answers = self.send_all(parts).await;
+                return plan.merge(answers).pop().unwrap_or(Err(ClientError::Closed));
+            }
+            let Some(req) = parts.pop() else { return Err(ClientError::Closed) };
+            return self.call_until(req, Instant::now() + self.timeout, false).await;
+        }
         self.call_until(req, Instant::now() + self.timeout, false).await
     }
 

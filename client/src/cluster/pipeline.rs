@@ -23,6 +23,7 @@ use super::{lock, Cluster};
 use crate::error::ClientError;
 use crate::retry::{self, Outcome};
 use crate::route::{self, Dest, Target};
+use crate::split;
 use plaudit_proto::scoring::BoardRef;
 use plaudit_proto::{ErrorCode, Request, Response};
 use std::sync::atomic::Ordering;
@@ -37,8 +38,16 @@ pub(crate) const CHUNK: usize = 128;
 
 impl Cluster {
     /// Sends every request and returns their answers in the same order,
-    /// each as `call` would return it.
+    /// each as `call` would return it. A read that spans shards goes as
+    /// one part per shard, each to a node that serves it (`split`).
     pub(crate) async fn pipeline(&self, reqs: Vec<Request>) -> Vec<Answer> {
+        let shards = if self.split_reads { lock(&self.view).shards() } else { 0 };
+        let (parts, plan) = split::plan(reqs, shards);
+        plan.merge(self.send_all(parts).await)
+    }
+
+    /// `pipeline` of requests that each go to one node.
+    pub(super) async fn send_all(&self, reqs: Vec<Request>) -> Vec<Answer> {
         let deadline = Instant::now() + self.timeout;
         let reqs: Vec<Request> =
             reqs.into_iter().map(|r| retry::once(r, retry::random_u64)).collect();
