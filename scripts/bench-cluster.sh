@@ -14,7 +14,7 @@
 # as one node's, not a cluster of three machines.
 #
 # Environment (defaults in brackets):
-#   DURATION [10s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]  SHARDS [16]
+#   DURATION [10s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]  SHARDS [6, the node's default]
 #   TARGETS ["single cluster"]  BASE_PORT [7600]  KEEP [0]  SKIP_BUILD [0]
 #   SDK [batch: each connection's PIPELINE requests as one Client::pipeline;
 #        calls: PIPELINE concurrent single calls per connection, the shape
@@ -28,7 +28,7 @@ DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 CONNECTIONS=${CONNECTIONS:-32}
 PIPELINE=${PIPELINE:-16}
-SHARDS=${SHARDS:-16}
+SHARDS=${SHARDS:-6}
 TARGETS=${TARGETS:-single cluster}
 BASE_PORT=${BASE_PORT:-7600}
 KEEP=${KEEP:-0}
@@ -127,3 +127,11 @@ for t in $TARGETS; do
         "| $(num "$l" counts p99_us) | $(num "$r" total_ops_per_s) | $(num "$r" score p99_us)" \
         "| $(num "$r" top p99_us) | $(num "$r" rank p99_us) | $errors | $(cat "$WORK/$t-elections") |"
 done
+if [[ " $TARGETS " == *" single "* && " $TARGETS " == *" cluster "* ]]; then
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+    echo
+    echo "cluster / single: likes mix $(ratio "$(num "$WORK/cluster-likes.json" total_ops_per_s)" \
+        "$(num "$WORK/single-likes.json" total_ops_per_s)")x, rankings mix $(ratio \
+        "$(num "$WORK/cluster-rankings.json" total_ops_per_s)" \
+        "$(num "$WORK/single-rankings.json" total_ops_per_s)")x"
+fi

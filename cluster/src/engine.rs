@@ -350,6 +350,7 @@ impl Engine {
             peers: self.peers.clone(),
             fences: self.fences(),
             sends: self.sends.clone(),
+            lease: Default::default(),
         };
         let started = Group::start(
             id,

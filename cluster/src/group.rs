@@ -38,6 +38,9 @@ pub struct GroupConfig {
     pub heartbeat_ms: u64,
     pub election_min_ms: u64,
     pub election_max_ms: u64,
+    /// A leader's read lease (`lease.rs`), in ms; 0: every read takes a
+    /// read-index round. Below `election_min_ms`.
+    pub read_lease_ms: u64,
     pub snapshot_every: u64,
     /// Log entries kept behind a snapshot when the log is purged.
     pub logs_to_keep: u64,
@@ -77,6 +80,20 @@ pub struct Group {
     /// The voter this leader is handing the group to (`transfer.rs`), 0
     /// if none: meanwhile it takes no writes and no reads.
     handing_to: AtomicU64,
+    /// Which voters accepted this leader's AppendEntries, and when they
+    /// were sent: reads within `read_lease` of a quorum's need no
+    /// read-index round (`lease.rs`).
+    lease: Arc<crate::lease::Lease>,
+    /// `GroupConfig::read_lease_ms`: inside the time no voter that
+    /// accepted the leader can elect or be elected.
+    read_lease: Duration,
+    /// When this replica opened: it grants no vote for a lease after (see
+    /// `refuses_votes`).
+    opened: Instant,
+    /// The last log index when the group opened: until it is applied, no
+    /// read skips the read-index round (entries acknowledged before a
+    /// restart are in the log, not yet in the state).
+    logged: u64,
     proposals: mpsc::Sender<Queued>,
     /// Commands waiting in `proposals` (a proposal may hold several): the
     /// queue's bound, `max_pending` commands.
@@ -164,6 +181,7 @@ impl Group {
             let state = log.clone().get_log_state().await?;
             state.last_log_id.map_or(0, |l| l.index)
         };
+        let lease = network.lease.clone();
         let raft = Raft::new(cfg.node_id, raft_cfg, network, log.clone(), sm).await?;
         let (ptx, prx) = mpsc::channel(cfg.max_pending);
         let (rtx, rrx) = mpsc::channel(cfg.max_pending);
@@ -191,6 +209,12 @@ impl Group {
             last_heard: std::sync::Mutex::new(None),
             lease_ms: cfg.election_max_ms,
             handing_to: AtomicU64::new(0),
+            lease,
+            read_lease: Duration::from_millis(
+                cfg.read_lease_ms.min(cfg.election_min_ms.saturating_sub(1)),
+            ),
+            opened: Instant::now(),
+            logged,
             proposals: ptx,
             pending: Arc::new(Semaphore::new(cfg.max_pending)),
             max_pending: cfg.max_pending,
@@ -330,6 +354,45 @@ impl Group {
             && self.handing_to.load(Ordering::Acquire) == 0
     }
 
+    /// Whether a read may skip the read-index round on the lease: this
+    /// node leads, is not handing the group over, has applied an entry of
+    /// its term (so everything acknowledged before it is applied), and a
+    /// quorum accepted its AppendEntries within the read lease
+    /// (`lease.rs`). A joint configuration has two quorums: no lease.
+    fn lease_holds(&self) -> bool {
+        if self.handing_to.load(Ordering::Acquire) != 0 {
+            return false;
+        }
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let applied_this_term = m.last_applied.is_some_and(|l| {
+            l.leader_id.term == m.vote.leader_id().get_term() && l.index >= self.logged
+        });
+        let configs = m.membership_config.membership().get_joint_config();
+        m.state == openraft::ServerState::Leader
+            && m.current_leader == Some(m.id)
+            && m.vote.is_committed()
+            && applied_this_term
+            && configs.len() == 1
+            && self.lease.holds(&m.vote, m.id, &configs[0], self.read_lease)
+    }
+
+    /// Whether this replica opened less than a leader lease ago, and so
+    /// grants no vote yet. openraft forgets when it last heard from the
+    /// leader across a restart and would grant one at once; but before
+    /// the crash it may have accepted the leader's AppendEntries, and the
+    /// leader's read lease counts on it not voting for a lease after that
+    /// (`lease.rs`). Elections wait at most this long for it.
+    pub(crate) fn refuses_votes(&self) -> bool {
+        self.opened.elapsed() < Duration::from_millis(self.lease_ms)
+    }
+
+    /// This node handled a vote request: the lease so far is void (a vote
+    /// it granted may elect another leader).
+    pub(crate) fn vote_handled(&self) {
+        self.lease.void(Instant::now());
+    }
+
     /// Stops taking writes and reads while the leadership goes to `to`.
     pub(crate) fn hand_over(&self, to: NodeId) {
         self.handing_to.store(to, Ordering::Release);
@@ -371,7 +434,7 @@ impl Group {
     /// Returns once this node's state machine reflects every write committed
     /// before the call (a read-index check).
     pub async fn read_barrier(&self) -> Result<(), WireError> {
-        if self.is_sole_voter() {
+        if self.is_sole_voter() || self.lease_holds() {
             return Ok(());
         }
         let (tx, rx) = oneshot::channel();

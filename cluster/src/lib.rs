@@ -32,6 +32,7 @@ pub mod hash_buckets;
 pub mod identity;
 mod inline;
 mod leaders;
+pub mod lease;
 pub mod lifecycle;
 pub mod liveness;
 pub mod member_ops;

@@ -55,7 +55,17 @@ impl Engine {
                 None => no_group(group),
             },
             PeerRequest::Vote { group, rpc, .. } => match self.router.group(group) {
-                Some(g) => PeerResponse::Vote(g.raft.vote(rpc).await),
+                Some(g) if g.refuses_votes() => {
+                    let vote = g.raft.metrics().borrow().vote;
+                    PeerResponse::Vote(Ok(openraft::raft::VoteResponse::new(vote, None, false)))
+                }
+                Some(g) => {
+                    let answer = g.raft.vote(rpc).await;
+                    // Before the answer leaves: a vote granted here must not
+                    // stand beside this node's read lease (`lease.rs`).
+                    g.vote_handled();
+                    PeerResponse::Vote(answer)
+                }
                 None => no_group(group),
             },
             PeerRequest::InstallSnapshot { group, rpc, .. } => match self.router.group(group) {

@@ -2,6 +2,7 @@
 //! RPC is a `PeerRequest` tagged with the group, on the one connection this
 //! node keeps to the target node.
 
+use crate::lease::Lease;
 use crate::peer::wire::{Fence, GroupId, PeerRequest, PeerResponse};
 use crate::peer::{CallError, Peers};
 use crate::snapshot_send::SnapshotSends;
@@ -16,7 +17,7 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, RPCTypes};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The incarnation each node is known by (the cluster state's members):
 /// what every Raft message to it is fenced with (`wire::Fence`).
@@ -30,6 +31,8 @@ pub struct PeerNetwork {
     pub fences: Fences,
     /// Paces and counts the snapshots this node sends (all groups share it).
     pub sends: Arc<SnapshotSends>,
+    /// The group's read lease: which voter accepted which AppendEntries, when sent.
+    pub lease: Arc<Lease>,
 }
 
 pub struct PeerClient {
@@ -38,6 +41,7 @@ pub struct PeerClient {
     peers: Arc<Peers>,
     fences: Fences,
     sends: Arc<SnapshotSends>,
+    lease: Arc<Lease>,
 }
 
 impl PeerClient {
@@ -64,6 +68,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
             peers: self.peers.clone(),
             fences: self.fences.clone(),
             sends: self.sends.clone(),
+            lease: self.lease.clone(),
         }
     }
 }
@@ -100,9 +105,19 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         let ttl = option.hard_ttl();
+        // Stamped before it leaves: the follower's clock moves later.
+        let (vote, sent) = (rpc.vote, Instant::now());
         let req = PeerRequest::AppendEntries { group: self.group, to: self.fence(), rpc };
         match self.peers.call(self.target, req, ttl).await {
-            Ok(PeerResponse::AppendEntries(Ok(r))) => Ok(r),
+            Ok(PeerResponse::AppendEntries(Ok(r))) => {
+                if matches!(
+                    r,
+                    AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)
+                ) {
+                    self.lease.accepted(self.target, &vote, sent);
+                }
+                Ok(r)
+            }
             Ok(PeerResponse::AppendEntries(Err(e))) => {
                 Err(RPCError::RemoteError(RemoteError::new(self.target, e)))
             }

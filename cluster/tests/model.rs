@@ -225,6 +225,7 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
             heartbeat_ms: 50,
             election_min_ms: 150,
             election_max_ms: 300,
+            read_lease_ms: 75,
             snapshot_every: 50_000,
             logs_to_keep: 1000,
             batch_max: 4096,

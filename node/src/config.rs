@@ -321,6 +321,14 @@ pub struct Config {
     /// Upper bound of the randomised Raft election timeout, in ms; must be above
     /// `raft_election_min_ms`.
     pub raft_election_max_ms: u64,
+    /// How long after a quorum accepted a leader's AppendEntries (timed
+    /// from when it was sent) the leader answers linearizable reads from
+    /// its own state, with no read-index round, in ms; 0 turns lease reads
+    /// off. Must be below `raft_election_min_ms`: no voter that accepted
+    /// can elect or be elected sooner (`cluster/src/lease.rs`). Relies on
+    /// the nodes' clocks running at the same rate, not on their agreeing.
+    /// Unset: half of `raft_election_min_ms`.
+    pub raft_read_lease_ms: Option<u64>,
     /// A peer not heard from for this long is down, in ms: its sessions and
     /// connections are dropped and redialed, status says so, and routing
     /// stops choosing it. Peers beat every 200 ms.
@@ -407,6 +415,7 @@ impl Default for Config {
             raft_heartbeat_ms: DEFAULT_RAFT_HEARTBEAT_MS,
             raft_election_min_ms: DEFAULT_RAFT_ELECTION_MIN_MS,
             raft_election_max_ms: DEFAULT_RAFT_ELECTION_MAX_MS,
+            raft_read_lease_ms: None,
             peer_timeout_ms: DEFAULT_PEER_TIMEOUT_MS,
             dead_node_timeout_secs: DEFAULT_DEAD_NODE_TIMEOUT_SECS,
             moves_per_node: DEFAULT_MOVES_PER_NODE,
@@ -545,6 +554,11 @@ impl Config {
     /// `actor_idle_secs` as a `Duration`.
     pub fn actor_idle(&self) -> Duration {
         Duration::from_secs(self.actor_idle_secs)
+    }
+
+    /// `raft_read_lease_ms`, or half of `raft_election_min_ms` if unset.
+    pub fn read_lease_ms(&self) -> u64 {
+        self.raft_read_lease_ms.unwrap_or(self.raft_election_min_ms / 2)
     }
 }
 

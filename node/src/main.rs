@@ -103,6 +103,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
             heartbeat_ms: cfg.raft_heartbeat_ms,
             election_min_ms: cfg.raft_election_min_ms,
             election_max_ms: cfg.raft_election_max_ms,
+            read_lease_ms: cfg.read_lease_ms(),
             snapshot_every: cfg.snapshot_every_entries,
             logs_to_keep: cfg.snapshot_logs_to_keep,
             batch_max: cfg.batch_max_commands,

@@ -82,6 +82,7 @@ impl Config {
             "raft_heartbeat_ms" => self.raft_heartbeat_ms = parse(value)?,
             "raft_election_min_ms" => self.raft_election_min_ms = parse(value)?,
             "raft_election_max_ms" => self.raft_election_max_ms = parse(value)?,
+            "raft_read_lease_ms" => self.raft_read_lease_ms = Some(parse(value)?),
             "peer_timeout_ms" => self.peer_timeout_ms = parse(value)?,
             "dead_node_timeout_secs" => self.dead_node_timeout_secs = parse(value)?,
             "moves_per_node" => self.moves_per_node = parse(value)?,

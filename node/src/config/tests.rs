@@ -141,6 +141,7 @@ fn every_field_can_be_set_from_the_environment() {
         raft_heartbeat_ms: 14,
         raft_election_min_ms: 15,
         raft_election_max_ms: 16,
+        raft_read_lease_ms: Some(12),
         peer_timeout_ms: 600,
         dead_node_timeout_secs: 38,
         moves_per_node: 39,
@@ -390,6 +391,8 @@ fn shards_must_be_in_range() {
 fn raft_timers_must_be_ordered() {
     let text = invalid("raft_election_min_ms = 2000\nraft_election_max_ms = 2000");
     assert!(text.contains("raft_election_min_ms (2000) must be less than"), "{text}");
+    let text = invalid("raft_read_lease_ms = 450");
+    assert!(text.contains("raft_read_lease_ms (450) must be less than"), "{text}");
     let text = invalid("raft_heartbeat_ms = 1000");
     assert!(text.contains("raft_heartbeat_ms (1000) must be less than"), "{text}");
 }

@@ -190,6 +190,12 @@ impl Config {
             self.raft_election_max_ms
         );
         ensure!(
+            self.read_lease_ms() < self.raft_election_min_ms,
+            "raft_read_lease_ms ({}) must be less than raft_election_min_ms ({})",
+            self.read_lease_ms(),
+            self.raft_election_min_ms
+        );
+        ensure!(
             self.client_frame_budget_mb >= 2,
             "client_frame_budget_mb must be at least 2 (one frame of the largest size)"
         );
