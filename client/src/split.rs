@@ -44,8 +44,12 @@ pub(crate) fn plan(reqs: Vec<Request>, shards: u32) -> (Vec<Request>, Plan) {
     let mut parts = Vec::with_capacity(reqs.len());
     let mut plan = Plan { spans: Vec::with_capacity(reqs.len()), split: false };
     for req in reqs {
+        // A request the node would refuse goes whole, to be refused whole
+        // (its parts might each pass: 501 entities as parts of fewer).
+        let splits =
+            |r: &CountsRequest| shards > 1 && r.validate().is_ok() && spans_shards(r, shards);
         match req {
-            Request::Counts(r) if shards > 1 && spans_shards(&r, shards) => {
+            Request::Counts(r) if splits(&r) => {
                 let start = parts.len();
                 parts.extend(by_shard(r.biz, &r.entities, shards));
                 plan.spans.push(Span::Counts { entities: r.entities, parts: start..parts.len() });
@@ -202,6 +206,14 @@ mod tests {
         let refused = Response::Error(WireError::bad_request("no such business"));
         *answers.last_mut().unwrap() = Ok(refused.clone());
         assert_eq!(merger.merge(answers).pop().unwrap().unwrap(), refused);
+    }
+
+    #[test]
+    fn a_read_the_node_would_refuse_goes_whole() {
+        let too_many: Vec<EntityId> = (0..=plaudit_proto::limits::MAX_BATCH as u64).collect();
+        let (parts, merger) = plan(vec![counts(&too_many)], 6);
+        assert_eq!(parts, vec![counts(&too_many)]);
+        assert!(!merger.split);
     }
 
     #[test]
