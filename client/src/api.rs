@@ -208,6 +208,18 @@ impl Client {
         }
     }
 
+    /// The `top` keys taking the most requests on every node over the last
+    /// seconds, heaviest first (admin only; `plaudit admin hotkeys`).
+    pub async fn hot_keys(
+        &self,
+        top: u32,
+    ) -> Result<Vec<plaudit_proto::hotkeys::HotKeyRow>, ClientError> {
+        match self.request(Request::HotKeys(top)).await? {
+            Response::HotKeys(rows) => Ok(rows),
+            other => Err(unexpected("hotkeys", &other)),
+        }
+    }
+
     /// Every node and Raft group of the cluster, as one node sees them.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
         match self.request(Request::ClusterStatus).await? {
@@ -503,6 +515,7 @@ fn variant(r: &Response) -> &'static str {
         Response::Tokens(_) => "Tokens",
         Response::Done => "Done",
         Response::Nodes(_) => "Nodes",
+        Response::HotKeys(_) => "HotKeys",
     }
 }
 

@@ -20,6 +20,7 @@
 pub mod admin;
 pub mod args;
 pub mod board;
+pub mod hotkeys;
 pub mod human;
 pub mod json;
 pub mod members;
@@ -97,6 +98,7 @@ pub enum Output {
     TokenRevoked(TokenInfo),
     TokenList(Vec<TokenInfo>),
     Nodes(Vec<plaudit_proto::membership::NodeRow>),
+    HotKeys(Vec<plaudit_proto::hotkeys::HotKeyRow>),
     /// `admin drain`: the node, and whether it leads nothing now (known
     /// only with `--wait`).
     Drained {
@@ -292,6 +294,9 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
             Output::ClusterStatus(client.cluster_status().await?)
         }
         Command::Admin(admin::AdminCommand::Nodes) => Output::Nodes(client.nodes().await?),
+        Command::Admin(admin::AdminCommand::Hotkeys { top, by: admin::HotBy::Requests }) => {
+            Output::HotKeys(client.hot_keys(*top).await?)
+        }
         Command::Admin(admin::AdminCommand::Drain { node, .. }) => {
             client.drain_node(*node).await?;
             Output::Drained { node: *node, done: false }

@@ -116,7 +116,7 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         // Any node passes it on to the node it names (or leads the change).
         | Request::DrainNode(_)
         | Request::Members(_) => Target::Any,
-        Request::ClusterStatus | Request::Nodes => Target::Seed,
+        Request::ClusterStatus | Request::Nodes | Request::HotKeys(_) => Target::Seed,
         // Said by the pool on each connection it opens, never routed as a
         // call (`Client::request` refuses it); any node would take it.
         Request::Auth(_) => Target::Any,

@@ -74,6 +74,8 @@ pub struct Engine {
     pub(crate) sends: Arc<crate::snapshot_send::SnapshotSends>,
     /// The sub-boards this node has seen reserved (`board_limit.rs`).
     pub(crate) reserved: crate::board_limit::Reserved,
+    /// The keys its clients' requests concentrate on (`hot_keys.rs`).
+    pub hot: crate::hot_keys::HotKeys,
 }
 
 /// Per-shard numbers for metrics.
@@ -174,6 +176,7 @@ impl Engine {
             nudge: Default::default(),
             sends: Arc::new(crate::snapshot_send::SnapshotSends::new(send_rate)),
             reserved: Default::default(),
+            hot: Default::default(),
         });
         let _ = engine.this.set(Arc::downgrade(&engine));
         // The metadata group runs on every node: voters on up to three, the

@@ -29,6 +29,8 @@ mod fault;
 pub mod group;
 mod group_members;
 pub mod hash_buckets;
+pub mod hot_keys;
+mod hot_sketch;
 pub mod identity;
 mod inline;
 mod leaders;

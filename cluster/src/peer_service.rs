@@ -136,6 +136,7 @@ impl Engine {
                 None => PeerResponse::CheckScore(Err(not_leader(group, None, self.router.epoch()))),
             },
             PeerRequest::Report => PeerResponse::Report(self.report()),
+            PeerRequest::HotKeys { top } => PeerResponse::HotKeys(self.hot_keys_here(top)),
             PeerRequest::TakeLead { group, to, last } => match self.take_lead(group, to, last) {
                 true => PeerResponse::Done,
                 false => no_group(group),

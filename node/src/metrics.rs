@@ -41,7 +41,8 @@ pub struct Gauge {
     pub name: &'static str,
     /// One line describing the family; the first gauge of a family supplies it.
     pub help: &'static str,
-    /// Label pairs, e.g. `[("shard", "3")]`. Never an entity or user id.
+    /// Label pairs, e.g. `[("shard", "3")]`. Never an entity or user id,
+    /// but for the few hot keys (`plaudit_hot_key_requests_per_second`).
     pub labels: Vec<(&'static str, String)>,
     pub value: f64,
 }

@@ -9,6 +9,18 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// The heaviest keys `/metrics` shows per node.
+const HOT_KEYS_EXPORTED: usize = 5;
+
+/// A hot key as one label: `biz:entity`, `biz:user` or `rank:board`.
+fn hot_key_label(key: &plaudit_proto::hotkeys::HotKey) -> String {
+    use plaudit_proto::hotkeys::HotKey;
+    match key {
+        HotKey::Entity { biz, .. } | HotKey::User { biz, .. } => format!("{biz}:{}", key.name()),
+        HotKey::Board { rank, .. } => format!("{rank}:{}", key.name()),
+    }
+}
+
 pub struct NodeStatus {
     pub engine: Arc<Engine>,
     pub metrics: Arc<Metrics>,
@@ -71,6 +83,21 @@ impl AdminSource for NodeStatus {
             labels: vec![("shard", shard.to_string())],
             value,
         };
+        // The few heaviest keys only: a label per key is an id, and the
+        // series come and go with the load (`admin hotkeys` has the rest).
+        for (i, (key, rate)) in self.engine.hot.top(HOT_KEYS_EXPORTED).into_iter().enumerate() {
+            gauges.push(Gauge {
+                name: "plaudit_hot_key_requests_per_second",
+                help: "The heaviest keys of this node's clients' requests over about 10 s, \
+                       sampled; `place` 1 is the heaviest.",
+                labels: vec![
+                    ("place", (i + 1).to_string()),
+                    ("kind", key.kind().to_string()),
+                    ("key", hot_key_label(&key)),
+                ],
+                value: rate as f64,
+            });
+        }
         gauges.push(Gauge {
             name: "plaudit_forwarded_requests_total",
             help: "Client requests this node passed to another node to serve (a smart \

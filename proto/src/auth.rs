@@ -159,6 +159,7 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         | Request::RevokeToken(_)
         | Request::DrainNode(_)
         | Request::Nodes
+        | Request::HotKeys(_)
         | Request::Members(_) => false,
     };
     if allowed {

@@ -27,7 +27,8 @@
 //! - `frame`: async length-prefixed frame reading and writing;
 //! - `routing`: the stable key -> shard function;
 //! - `cluster`: members, placement, leaders and status of a cluster;
-//! - `membership`: members' identities and lifecycles, and replica moves.
+//! - `membership`: members' identities and lifecycles, and replica moves;
+//! - `hotkeys`: the keys that take the most requests, per node.
 
 pub mod addr;
 pub mod auth;
@@ -39,6 +40,7 @@ pub mod error;
 mod fast_decode;
 pub mod fast_encode;
 pub mod frame;
+pub mod hotkeys;
 pub mod ids;
 pub mod keyed_hash;
 pub mod likes;

@@ -101,10 +101,13 @@ pub enum Request {
     SetBoardLimit(BoardLimit),
     /// A ranking's live sub-boards and limit; answered `BoardUsage`.
     BoardUsage(RankId),
+    /// The `top` keys taking the most requests on every node (admin);
+    /// answered `HotKeys`, heaviest first.
+    HotKeys(u32),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 35] = [
+pub const OPS: [&str; 36] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -140,6 +143,7 @@ pub const OPS: [&str; 35] = [
     "members",
     "rank_limit",
     "rank_usage",
+    "hotkeys",
 ];
 
 impl Request {
@@ -189,6 +193,7 @@ impl Request {
             Request::Members(_) => "members",
             Request::SetBoardLimit(_) => "rank_limit",
             Request::BoardUsage(_) => "rank_usage",
+            Request::HotKeys(_) => "hotkeys",
         }
     }
 
@@ -198,6 +203,16 @@ impl Request {
             Request::Ping | Request::GetBiz(_) | Request::ListBiz => Ok(()),
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => Ok(()),
             Request::DrainNode(_) | Request::Nodes | Request::Members(_) => Ok(()),
+            Request::HotKeys(top) => {
+                if (1..=crate::hotkeys::MAX_HOT_KEYS).contains(top) {
+                    Ok(())
+                } else {
+                    Err(WireError::bad_request(format!(
+                        "hotkeys takes 1 to {} keys, not {top}",
+                        crate::hotkeys::MAX_HOT_KEYS
+                    )))
+                }
+            }
             Request::Once { req, .. } => match **req {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
@@ -261,6 +276,7 @@ impl Request {
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
             Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => None,
             Request::DrainNode(_) | Request::Nodes | Request::Members(_) => None,
+            Request::HotKeys(_) => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::CreateRankInfo(i) => i.owner,
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
@@ -332,6 +348,8 @@ pub enum Response {
     RankInfo(Box<RankInfo>),
     /// The reply to `SetBoardLimit` and `BoardUsage`.
     BoardUsage(BoardUsage),
+    /// The reply to `HotKeys`.
+    HotKeys(Vec<crate::hotkeys::HotKeyRow>),
 }
 
 #[cfg(test)]

@@ -24,6 +24,12 @@ use clap::Subcommand;
 use plaudit_proto::cluster::{ClusterStatus, GroupStatus, ReplicaStatus, StatusView};
 use std::fmt::Write;
 
+/// What `admin hotkeys` ranks keys by.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum HotBy {
+    Requests,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
     /// Show every node and Raft group: which nodes are up, who leads each
@@ -42,6 +48,21 @@ pub enum AdminCommand {
     /// --json: `{"nodes":[{"id":1,"incarnation":"…","addr":"…","state":"up",
     /// "replicas":4,"leaders":2,"peer":"…","zone":null}]}`.
     Nodes,
+    /// The keys taking the most requests on every node over the last 10 s
+    /// (sampled), heaviest first: kind (entity, user, board), business or
+    /// ranking, key, the node that counted them, shard, requests a second
+    /// and relief. With --json: `{"keys":[{"kind":"entity","biz":1,
+    /// "key":"42","node":2,"shard":3,"requests_per_s":1200,
+    /// "cpu_share":null,"relief":"none"}]}` (`"rank"` for a board).
+    Hotkeys {
+        /// How many keys to list (1 to 1000).
+        #[arg(long, default_value_t = 10)]
+        top: u32,
+        /// What "most" means: requests (the CPU time per key is not
+        /// measured yet).
+        #[arg(long, value_enum, default_value = "requests")]
+        by: HotBy,
+    },
     /// Make NODE hand every leadership it holds to another replica of the
     /// group, and take none until it restarts (what SIGTERM does first).
     ///

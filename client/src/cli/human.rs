@@ -135,6 +135,7 @@ pub fn output(o: &Output) -> String {
         Output::Boards(p) => super::board::boards_human(p),
         Output::ClusterStatus(s) => super::admin::status_human(s),
         Output::Nodes(rows) => super::admin::nodes_human(rows),
+        Output::HotKeys(rows) => super::hotkeys::hotkeys_human(rows),
         Output::Drained { node, done: true } => format!("node {node} leads no group\n"),
         Output::Drained { node, done: false } => {
             format!("node {node} is handing its leaderships away (admin status shows them move)\n")

@@ -129,6 +129,7 @@ pub fn output(o: &Output) -> String {
         Output::Boards(p) => super::board::boards_json(p),
         Output::ClusterStatus(s) => super::admin::status_json(s),
         Output::Nodes(rows) => super::admin::nodes_json(rows),
+        Output::HotKeys(rows) => super::hotkeys::hotkeys_json(rows),
         Output::Drained { node, done } => {
             format!("{{\"drain\":{{\"node\":{node},\"done\":{done}}}}}")
         }

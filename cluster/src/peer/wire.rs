@@ -165,6 +165,10 @@ pub enum PeerRequest {
         group: GroupId,
         change: MembershipChange,
     },
+    /// The receiver's `top` heaviest keys (`hot_keys.rs`).
+    HotKeys {
+        top: u32,
+    },
 }
 
 /// The incarnation a Raft message is meant for (`membership.rs`): a node
@@ -254,6 +258,7 @@ pub enum PeerResponse {
     /// Done, with nothing to say.
     Done,
     Membership(Result<GroupMembers, WireError>),
+    HotKeys(Vec<plaudit_proto::hotkeys::HotKeyRow>),
 }
 
 impl PeerRequest {

@@ -41,6 +41,7 @@ impl<S: super::Socket> Conn<S> {
             self.push_reply(req_id, Response::Error(e));
             return;
         }
+        self.server.engine.hot.record(&body);
         if let Some(resp) = self.server.engine.answer_now(&body) {
             // A read this node answers at once (`cluster/inline.rs`): no
             // future, timer or slot to hold, so no in-flight cap applies.

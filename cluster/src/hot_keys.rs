@@ -1,0 +1,229 @@
+//! Which keys take the most requests on this node: every client request
+//! is sampled (one in `SAMPLE`) into a ten-second window of Space-Saving
+//! summaries (`hot_sketch.rs`), and `admin hotkeys` merges every node's
+//! heaviest keys.
+//!
+//! ```text
+//! request ─ 1 in SAMPLE ─► its keys (entity, user, board) ─► Window (1 s buckets, 10 s)
+//! HotKeys(top) ─► this node's top + every up peer's (PeerRequest::HotKeys) ─► heaviest first
+//! ```
+//!
+//! The sample keeps the cost of a request that is not sampled at one
+//! atomic increment; a sampled one locks the window and counts its keys
+//! (a counts read of 20 entities counts 20). Rates are the sampled counts
+//! times `SAMPLE`, over the seconds the window covers.
+
+use crate::engine::Engine;
+use crate::hot_sketch::Window;
+use crate::peer::wire::{PeerRequest, PeerResponse};
+use plaudit_proto::hotkeys::{HotKey, HotKeyRow, Relief};
+use plaudit_proto::routing::{board_shard, shard_of};
+use plaudit_proto::scoring::BoardRef;
+use plaudit_proto::window::TypeId;
+use plaudit_proto::{Request, ShardId};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One request in this many is counted (a power of two).
+pub const SAMPLE: u64 = 8;
+/// The window, in one-second buckets.
+const SPAN_SECS: u64 = 10;
+/// Keys tracked per bucket: any key with more than 1/`SLOTS` of a
+/// second's sampled keys is found.
+const SLOTS: usize = 128;
+/// How long a peer may take to send its list.
+const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// This node's sampled keys.
+pub struct HotKeys {
+    seen: AtomicU64,
+    window: Mutex<Window<HotKey>>,
+    start: Instant,
+}
+
+impl Default for HotKeys {
+    fn default() -> Self {
+        HotKeys {
+            seen: AtomicU64::new(0),
+            window: Mutex::new(Window::new(SPAN_SECS, SLOTS)),
+            start: Instant::now(),
+        }
+    }
+}
+
+impl HotKeys {
+    /// Counts `req`'s keys, one time in `SAMPLE`.
+    pub fn record(&self, req: &Request) {
+        // Which requests are counted is mixed (Fibonacci hashing of the
+        // sequence number), so a load that repeats with a period dividing
+        // SAMPLE is not sampled on one phase only.
+        let mixed = self.seen.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        if mixed >> (64 - SAMPLE.trailing_zeros()) != 0 {
+            return;
+        }
+        let now = self.start.elapsed().as_secs();
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        keys_of(req, mixed, &mut |k, weight| w.add(now, &k, weight));
+    }
+
+    /// The `n` heaviest keys now, with their estimated requests a second.
+    pub fn top(&self, n: usize) -> Vec<(HotKey, u64)> {
+        let now = self.start.elapsed().as_secs();
+        // A young node's window covers only the seconds it has run.
+        let secs = (now + 1).min(SPAN_SECS);
+        let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        w.top(now, n).into_iter().map(|h| (h.key, h.count * SAMPLE / secs)).collect()
+    }
+}
+
+/// Calls `f` with the keys `req` touches and their weights. A read of
+/// many entities counts one of them, picked by `mixed` (the sample's
+/// hash), for all: the same expected count per entity as counting each,
+/// for one lookup in the sketch instead of up to 500.
+fn keys_of(req: &Request, mixed: u64, f: &mut impl FnMut(HotKey, u64)) {
+    match req {
+        Request::Like(r) => {
+            f(HotKey::Entity { biz: r.biz, entity: r.entity }, 1);
+            f(HotKey::User { biz: r.biz, user: r.user }, 1);
+        }
+        Request::Status(r) => f(HotKey::User { biz: r.biz, user: r.user }, 1),
+        Request::UserLikes(r) => f(HotKey::User { biz: r.biz, user: r.user }, 1),
+        Request::Received(r) => f(HotKey::User { biz: r.biz, user: r.user }, 1),
+        Request::Likers(r) => f(HotKey::Entity { biz: r.biz, entity: r.entity }, 1),
+        Request::Counts(r) if !r.entities.is_empty() => {
+            let n = r.entities.len() as u64;
+            // The low bits: the high ones decided that this one is sampled.
+            let entity = r.entities[(mixed % n) as usize];
+            f(HotKey::Entity { biz: r.biz, entity }, n);
+        }
+        Request::Query(q) => f(HotKey::Board { rank: q.rank, board: board_name(&q.board) }, 1),
+        Request::Score(s) => f(HotKey::Board { rank: s.rank, board: dims_name(&s.dims) }, 1),
+        Request::Stale(inner) | Request::Once { req: inner, .. } => keys_of(inner, mixed, f),
+        _ => {}
+    }
+}
+
+fn board_name(b: &BoardRef) -> String {
+    match b {
+        BoardRef::TypeId(t) => t.clone(),
+        BoardRef::At { dims, .. } => dims_name(dims),
+    }
+}
+
+/// `room=7,gift=2`: a board named by the dimensions an event carries.
+fn dims_name(dims: &[(String, u64)]) -> String {
+    let parts: Vec<String> = dims.iter().map(|(d, v)| format!("{d}={v}")).collect();
+    parts.join(",")
+}
+
+/// The shard `key` lives on in a cluster of `shards`, if the key says.
+pub fn shard_of_key(key: &HotKey, shards: u32) -> Option<ShardId> {
+    match key {
+        HotKey::Entity { biz, entity } => Some(shard_of(*biz, *entity, shards)),
+        HotKey::User { biz, user } => Some(shard_of(*biz, *user, shards)),
+        HotKey::Board { rank, board } => {
+            TypeId::parse(board).map(|t| board_shard(*rank, &t.to_key(), shards))
+        }
+    }
+}
+
+impl Engine {
+    /// This node's `top` heaviest keys, as rows.
+    pub(crate) fn hot_keys_here(&self, top: u32) -> Vec<HotKeyRow> {
+        let node = self.node_id();
+        self.hot
+            .top(top as usize)
+            .into_iter()
+            .map(|(key, requests_per_s)| HotKeyRow {
+                shard: shard_of_key(&key, self.cfg.shards),
+                key,
+                node,
+                requests_per_s,
+                relief: Relief::None,
+            })
+            .collect()
+    }
+
+    /// The `top` heaviest keys of every reachable node, heaviest first. A
+    /// key served by several nodes (through several clients' connections)
+    /// has a row per node.
+    pub(crate) async fn hot_keys(&self, top: u32) -> Vec<HotKeyRow> {
+        let me = self.node_id();
+        let map = self.directory.cluster().map(|m| (*m).clone()).unwrap_or_default();
+        let asks = map.nodes.iter().filter(|n| n.id != me).map(|n| async move {
+            self.peers.call(n.id, PeerRequest::HotKeys { top }, ASK_TIMEOUT).await
+        });
+        let mut rows = self.hot_keys_here(top);
+        for answer in futures::future::join_all(asks).await {
+            // A node that does not answer in time is left out: this is a
+            // view of the load, not a record.
+            if let Ok(PeerResponse::HotKeys(more)) = answer {
+                rows.extend(more);
+            }
+        }
+        rows.sort_by(|a, b| b.requests_per_s.cmp(&a.requests_per_s).then(a.key.cmp(&b.key)));
+        rows.truncate(top as usize);
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plaudit_proto::likes::{CountsRequest, LikeRequest};
+    use plaudit_proto::LikeAction;
+
+    #[test]
+    fn a_request_counts_the_keys_it_touches() {
+        let like = Request::Like(LikeRequest {
+            biz: 1,
+            entity: 7,
+            user: 9,
+            owner: None,
+            action: LikeAction::Like,
+        });
+        let mut keys = Vec::new();
+        keys_of(&like, 0, &mut |k, w| keys.push((k, w)));
+        assert_eq!(
+            keys,
+            [(HotKey::Entity { biz: 1, entity: 7 }, 1), (HotKey::User { biz: 1, user: 9 }, 1)]
+        );
+        // A read of many entities counts one, picked by the sample, for all.
+        let counts = Request::Counts(CountsRequest { biz: 1, entities: vec![3, 4] });
+        for (mixed, entity) in [(0, 3), (1, 4)] {
+            keys.clear();
+            keys_of(&Request::Stale(Box::new(counts.clone())), mixed, &mut |k, w| {
+                keys.push((k, w))
+            });
+            assert_eq!(keys, [(HotKey::Entity { biz: 1, entity }, 2)]);
+        }
+        keys.clear();
+        keys_of(&Request::Ping, 0, &mut |k, w| keys.push((k, w)));
+        assert!(keys.is_empty());
+    }
+
+    #[test]
+    fn the_hottest_key_leads_with_its_rate() {
+        let hot = HotKeys::default();
+        let counts = |e| Request::Counts(CountsRequest { biz: 1, entities: vec![e] });
+        for i in 0..8000u64 {
+            // Entity 5 in every other request, the rest spread thin.
+            hot.record(&counts(if i % 2 == 0 { 5 } else { 1000 + i }));
+        }
+        let top = hot.top(3);
+        assert_eq!(top[0].0, HotKey::Entity { biz: 1, entity: 5 });
+        // 4,000 requests within the first second of the window.
+        assert!((3000..=5000).contains(&top[0].1), "{top:?}");
+        assert!(top.iter().skip(1).all(|(_, r)| *r < top[0].1 / 10), "{top:?}");
+    }
+
+    #[test]
+    fn keys_name_their_shard_when_they_can() {
+        assert_eq!(shard_of_key(&HotKey::User { biz: 2, user: 3 }, 6), Some(shard_of(2, 3, 6)));
+        let named = HotKey::Board { rank: 4, board: "total:0_1".into() };
+        assert!(shard_of_key(&named, 6).is_some());
+        let by_dims = HotKey::Board { rank: 4, board: "room=7".into() };
+        assert_eq!(shard_of_key(&by_dims, 6), None);
+    }
+}
