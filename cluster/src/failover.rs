@@ -75,8 +75,13 @@ async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
             return;
         }
         // Only the control session may have dropped: if the leader still
-        // sends AppendEntries, a campaign would only depose it.
+        // sends AppendEntries, a campaign would only depose it. AppendEntries
+        // are refused from before this check until the campaign is queued,
+        // so none accepted in between can count towards the leader's read
+        // lease (`lease.rs`; the leader stamps each before it is heard).
+        g.set_electing(true);
         if g.last_heard().is_some_and(|t| t.elapsed() < lease) {
+            g.set_electing(false);
             debug!(shard = g.id, "the leader is still heard from; no election");
             return;
         }
@@ -87,7 +92,10 @@ async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
             since_heard_ms = heard.elapsed().as_millis() as u64,
             "leader lost: electing"
         );
-        if let Err(e) = g.raft.trigger().elect().await {
+        // Queued behind the campaign, a late AppendEntries meets its higher term.
+        let elected = g.raft.trigger().elect().await;
+        g.set_electing(false);
+        if let Err(e) = elected {
             debug!(shard = g.id, error = %e, "triggering an election failed");
             return;
         }

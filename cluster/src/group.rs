@@ -87,9 +87,8 @@ pub struct Group {
     /// `GroupConfig::read_lease_ms`: inside the time no voter that
     /// accepted the leader can elect or be elected.
     read_lease: Duration,
-    /// When this replica opened: it grants no vote for a lease after (see
-    /// `refuses_votes`).
-    opened: Instant,
+    /// Set while this node triggers an election itself (`set_electing`).
+    electing: AtomicBool,
     /// The last log index when the group opened: until it is applied, no
     /// read skips the read-index round (entries acknowledged before a
     /// restart are in the log, not yet in the state).
@@ -213,7 +212,7 @@ impl Group {
             read_lease: Duration::from_millis(
                 cfg.read_lease_ms.min(cfg.election_min_ms.saturating_sub(1)),
             ),
-            opened: Instant::now(),
+            electing: AtomicBool::new(false),
             logged,
             proposals: ptx,
             pending: Arc::new(Semaphore::new(cfg.max_pending)),
@@ -365,11 +364,13 @@ impl Group {
         }
         let m = self.raft.metrics();
         let m = m.borrow();
-        let applied_this_term = m.last_applied.is_some_and(|l| {
-            l.leader_id.term == m.vote.leader_id().get_term() && l.index >= self.logged
-        });
+        // The whole leader id, not only the term: ours, applied.
+        let applied_this_term = m
+            .last_applied
+            .is_some_and(|l| l.leader_id == *m.vote.leader_id() && l.index >= self.logged);
         let configs = m.membership_config.membership().get_joint_config();
-        m.state == openraft::ServerState::Leader
+        m.running_state.is_ok()
+            && m.state == openraft::ServerState::Leader
             && m.current_leader == Some(m.id)
             && m.vote.is_committed()
             && applied_this_term
@@ -377,20 +378,23 @@ impl Group {
             && self.lease.holds(&m.vote, m.id, &configs[0], self.read_lease)
     }
 
-    /// Whether this replica opened less than a leader lease ago, and so
-    /// grants no vote yet. openraft forgets when it last heard from the
-    /// leader across a restart and would grant one at once; but before
-    /// the crash it may have accepted the leader's AppendEntries, and the
-    /// leader's read lease counts on it not voting for a lease after that
-    /// (`lease.rs`). Elections wait at most this long for it.
-    pub(crate) fn refuses_votes(&self) -> bool {
-        self.opened.elapsed() < Duration::from_millis(self.lease_ms)
+    /// No read lease again under this node's current vote or an older one
+    /// (`Lease::retire`): it granted a vote, or hands its leadership over.
+    pub(crate) fn retire_lease(&self) {
+        let vote = self.raft.metrics().borrow().vote;
+        self.lease.retire(&vote);
     }
 
-    /// This node handled a vote request: the lease so far is void (a vote
-    /// it granted may elect another leader).
-    pub(crate) fn vote_handled(&self) {
-        self.lease.void(Instant::now());
+    /// This node is about to trigger an election of its own
+    /// (`failover.rs`): it refuses AppendEntries meanwhile (`is_electing`),
+    /// so none accepted between its check that the leader is silent and
+    /// the campaign can count towards the leader's read lease.
+    pub(crate) fn set_electing(&self, on: bool) {
+        self.electing.store(on, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_electing(&self) -> bool {
+        self.electing.load(Ordering::SeqCst)
     }
 
     /// Stops taking writes and reads while the leadership goes to `to`.

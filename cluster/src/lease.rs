@@ -7,11 +7,20 @@
 //! leader L sends AppendEntries at S ──► follower F accepts: F's vote clock := now ≥ S
 //!   F grants no vote until S + election_timeout_max (openraft's leader lease)
 //!   F starts no election until S + election_timeout_min (its own timer)
-//! L's own vote: every vote request L handles voids the lease so far (`void`),
-//!   so a vote L grants cannot make another leader behind the lease's back
+//! L's own vote: a vote L grants retires its lease for good (`retire`), as
+//!   does handing its leadership over (`TakeLead`), so L's vote cannot make
+//!   another leader behind the lease's back
 //! ⇒ until S_q + read_lease (S_q: the time by which a quorum, L counted, had
 //!   accepted; read_lease < election_timeout_min), L is the only leader
 //! ```
+//!
+//! A follower's own campaigns: openraft's election timer waits the lease
+//! plus the election timeout after the leader was last heard; the
+//! campaigns this node starts itself are fenced (`failover.rs` refuses
+//! AppendEntries while it triggers one, after checking the leader is
+//! silent; a `TakeLead` names the vote it ends). openraft restores a
+//! restarted voter's vote time as its start, so a restart grants no vote
+//! for the lease either.
 //!
 //! The times are the sender's: an acceptance counts from when its request
 //! was sent (before the follower's clock moved), never from when the reply
@@ -42,9 +51,8 @@ struct State {
     vote: Option<Vote<NodeId>>,
     /// Per voter, the send time of the latest AppendEntries it accepted.
     acks: Vec<(NodeId, Instant)>,
-    /// Acceptances of requests sent at or before this do not count: this
-    /// node handled a vote request then (and may have granted it).
-    void_before: Option<Instant>,
+    /// Votes up to this one are done with: no lease under them again.
+    retired: Option<Vote<NodeId>>,
 }
 
 impl Lease {
@@ -53,6 +61,9 @@ impl Lease {
     /// are ignored.
     pub fn accepted(&self, from: NodeId, vote: &Vote<NodeId>, sent: Instant) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.is_retired(vote) {
+            return;
+        }
         match s.vote {
             Some(v) if v == *vote => {}
             // Not newer (older, or incomparable): a late reply of another leadership.
@@ -68,14 +79,21 @@ impl Lease {
         }
     }
 
-    /// This node just handled a vote request (whatever it answered): no
-    /// acceptance of a request sent until now counts any more. Called after
-    /// Raft handled it and before the answer leaves, so a vote this node
-    /// granted can elect nobody while the lease still stands, and a leader
-    /// that granted one sends no AppendEntries of its old vote afterwards.
-    pub fn void(&self, now: Instant) {
+    /// No lease again under `current` (this node's vote now), the vote
+    /// acceptances were last recorded for, or any older one: this node
+    /// granted another candidate its vote, or is handing its leadership
+    /// over. Called before the grant or the hand-over leaves this node, so
+    /// no leader it helps elect can meet a lease still held here; late
+    /// acceptances of an old vote (openraft's replication tasks outlive a
+    /// step-down) are ignored.
+    pub fn retire(&self, current: &Vote<NodeId>) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.void_before = Some(s.void_before.map_or(now, |v| v.max(now)));
+        for v in [Some(*current), s.vote].into_iter().flatten() {
+            if !s.is_retired(&v) {
+                s.retired = Some(v);
+            }
+        }
+        s.acks.clear();
     }
 
     /// Whether a read may rely on the lease now: `me` leads under `vote`,
@@ -91,26 +109,33 @@ impl Lease {
     ) -> bool {
         let since = {
             let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            if s.vote != Some(*vote) {
+            if s.vote != Some(*vote) || s.is_retired(vote) {
                 return false;
             }
             // Read after the state: a later clock only shortens the lease.
             let now = Instant::now();
-            quorum_time(&s.acks, me, voters, now, s.void_before)
+            quorum_time(&s.acks, me, voters, now)
         };
         since.is_some_and(|t| t.elapsed() < read_lease)
     }
 }
 
+impl State {
+    fn is_retired(&self, vote: &Vote<NodeId>) -> bool {
+        // `LeaderId` orders totally (openraft's default, not the
+        // single-term-leader feature), so `partial_cmp` always answers.
+        self.retired.is_some_and(|r| vote.partial_cmp(&r) != Some(std::cmp::Ordering::Greater))
+    }
+}
+
 /// The latest time `t` such that a quorum of `voters` accepted a request
-/// sent at or after `t`: the leader `me` counts as `now`, acceptances sent
-/// at or before `void_before` not at all. `None` if no quorum has.
+/// sent at or after `t`, the leader `me` counting as `now`. `None` if no
+/// quorum has.
 fn quorum_time(
     acks: &[(NodeId, Instant)],
     me: NodeId,
     voters: &BTreeSet<NodeId>,
     now: Instant,
-    void_before: Option<Instant>,
 ) -> Option<Instant> {
     let quorum = voters.len() / 2 + 1;
     let mut times: Vec<Instant> = voters
@@ -119,8 +144,7 @@ fn quorum_time(
             if v == me {
                 return Some(now);
             }
-            let (_, t) = acks.iter().find(|(n, _)| *n == v)?;
-            void_before.is_none_or(|void| *t > void).then_some(*t)
+            acks.iter().find(|(n, _)| *n == v).map(|(_, t)| *t)
         })
         .collect();
     if times.len() < quorum {
@@ -152,34 +176,24 @@ mod tests {
         let acks = [(2, at(10)), (3, at(30))];
         let now = at(50);
         // Of three, the leader and the latest follower.
-        assert_eq!(quorum_time(&acks, 1, &voters(&[1, 2, 3]), now, None), Some(at(30)));
+        assert_eq!(quorum_time(&acks, 1, &voters(&[1, 2, 3]), now), Some(at(30)));
         // Of five, the leader and the two latest followers; the leader and
         // one follower are no quorum of five.
         let acks5 = [(2, at(10)), (3, at(30)), (4, at(20))];
-        assert_eq!(quorum_time(&acks5, 1, &voters(&[1, 2, 3, 4, 5]), now, None), Some(at(20)));
-        assert_eq!(quorum_time(&acks[..1], 1, &voters(&[1, 2, 3, 4, 5]), now, None), None);
+        assert_eq!(quorum_time(&acks5, 1, &voters(&[1, 2, 3, 4, 5]), now), Some(at(20)));
+        assert_eq!(quorum_time(&acks[..1], 1, &voters(&[1, 2, 3, 4, 5]), now), None);
         // A single voter is its own quorum.
-        assert_eq!(quorum_time(&[], 1, &voters(&[1]), now, None), Some(now));
+        assert_eq!(quorum_time(&[], 1, &voters(&[1]), now), Some(now));
         // A leader outside the voters counts for nothing: two followers of
         // three are a quorum by themselves, one is not.
-        assert_eq!(quorum_time(&acks, 9, &voters(&[1, 2, 3]), now, None), Some(at(10)));
-        assert_eq!(quorum_time(&acks[..1], 9, &voters(&[1, 2, 3]), now, None), None);
+        assert_eq!(quorum_time(&acks, 9, &voters(&[1, 2, 3]), now), Some(at(10)));
+        assert_eq!(quorum_time(&acks[..1], 9, &voters(&[1, 2, 3]), now), None);
     }
 
     #[test]
-    fn acceptances_sent_before_a_handled_vote_request_do_not_count() {
-        let t0 = Instant::now();
-        let at = |ms| t0 + Duration::from_millis(ms);
-        let acks = [(2, at(10)), (3, at(30))];
-        let v = voters(&[1, 2, 3]);
-        assert_eq!(quorum_time(&acks, 1, &v, at(50), Some(at(20))), Some(at(30)));
-        assert_eq!(quorum_time(&acks, 1, &v, at(50), Some(at(30))), None);
-    }
-
-    #[test]
-    fn the_lease_is_per_vote_and_voided_by_a_vote_request() {
+    fn the_lease_is_per_vote_and_retired_for_good() {
         let lease = Lease::default();
-        let (v1, v2) = (committed(3, 1), committed(4, 1));
+        let (v1, v2, v3) = (committed(3, 1), committed(4, 1), committed(5, 1));
         let three = voters(&[1, 2, 3]);
         let long = Duration::from_secs(60);
         assert!(!lease.holds(&v1, 1, &three, long), "no acceptance yet");
@@ -191,13 +205,24 @@ mod tests {
         lease.accepted(2, &v1, Instant::now());
         assert!(lease.holds(&v2, 1, &three, long));
         assert!(!lease.holds(&v1, 1, &three, long));
-        // A handled vote request voids what was accepted before it...
-        lease.void(Instant::now());
+        // Retired (a vote granted, a hand-over): never again under v2,
+        // whatever is accepted later; a later leadership has its own.
+        lease.retire(&v1);
         assert!(!lease.holds(&v2, 1, &three, long));
-        // ...and what is accepted after it counts again.
-        std::thread::sleep(Duration::from_millis(2));
         lease.accepted(2, &v2, Instant::now());
-        assert!(lease.holds(&v2, 1, &three, long));
+        assert!(!lease.holds(&v2, 1, &three, long));
+        lease.accepted(2, &v1, Instant::now());
+        assert!(!lease.holds(&v1, 1, &three, long));
+        lease.accepted(2, &v3, Instant::now());
+        assert!(lease.holds(&v3, 1, &three, long));
+        // Retiring the node's current vote covers a leadership no
+        // acceptance was recorded for yet.
+        let (v4, v5) = (committed(6, 1), committed(7, 1));
+        lease.retire(&v4);
+        lease.accepted(2, &v4, Instant::now());
+        assert!(!lease.holds(&v4, 1, &three, long));
+        lease.accepted(2, &v5, Instant::now());
+        assert!(lease.holds(&v5, 1, &three, long));
     }
 
     #[test]

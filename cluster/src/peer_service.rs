@@ -50,20 +50,27 @@ impl Engine {
                     if rpc.vote.is_committed() && rpc.vote.leader_id().voted_for() == Some(from) {
                         g.heard_leader();
                     }
+                    // Heard first, checked second: `failover.rs` sets the
+                    // flag, then checks that the leader was not heard.
+                    if g.is_electing() {
+                        return PeerResponse::Unavailable(format!(
+                            "node {} is starting an election for group {group}",
+                            self.node_id()
+                        ));
+                    }
                     PeerResponse::AppendEntries(g.raft.append_entries(rpc).await)
                 }
                 None => no_group(group),
             },
             PeerRequest::Vote { group, rpc, .. } => match self.router.group(group) {
-                Some(g) if g.refuses_votes() => {
-                    let vote = g.raft.metrics().borrow().vote;
-                    PeerResponse::Vote(Ok(openraft::raft::VoteResponse::new(vote, None, false)))
-                }
                 Some(g) => {
                     let answer = g.raft.vote(rpc).await;
                     // Before the answer leaves: a vote granted here must not
-                    // stand beside this node's read lease (`lease.rs`).
-                    g.vote_handled();
+                    // stand beside this node's read lease (`lease.rs`). An
+                    // error says nothing of what Raft did: retire too.
+                    if !matches!(answer, Ok(ref r) if !r.vote_granted) {
+                        g.retire_lease();
+                    }
                     PeerResponse::Vote(answer)
                 }
                 None => no_group(group),
@@ -137,10 +144,12 @@ impl Engine {
             },
             PeerRequest::Report => PeerResponse::Report(self.report()),
             PeerRequest::HotKeys { top } => PeerResponse::HotKeys(self.hot_keys_here(top)),
-            PeerRequest::TakeLead { group, to, last } => match self.take_lead(group, to, last) {
-                true => PeerResponse::Done,
-                false => no_group(group),
-            },
+            PeerRequest::TakeLead { group, to, last, vote } => {
+                match self.take_lead(group, to, last, vote) {
+                    true => PeerResponse::Done,
+                    false => no_group(group),
+                }
+            }
             PeerRequest::Membership { group, change } => {
                 PeerResponse::Membership(self.change_members(group, change).await)
             }

@@ -30,6 +30,7 @@ use crate::engine::Engine;
 use crate::group::Group;
 use crate::peer::wire::{GroupId, PeerRequest, PeerResponse};
 use crate::types::NodeId;
+use openraft::Vote;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
@@ -137,12 +138,16 @@ impl Engine {
         // (a target behind the leader would lose the vote, and its higher
         // term would depose the leader with no one to follow).
         let last = self.wait_quiet(group, to).await?;
+        // The target will campaign: no read lease here under this vote
+        // again, even if the hand-over fails and this node leads on.
+        let vote = group.raft.metrics().borrow().vote;
+        group.retire_lease();
         group.raft.runtime_config().heartbeat(false);
         // Deposed by the target's higher term, this node must not campaign
         // itself back before the target wins.
         group.raft.runtime_config().elect(false);
         let asks = voters.iter().copied().filter(|&v| v != me).map(|v| {
-            let req = PeerRequest::TakeLead { group: g, to, last };
+            let req = PeerRequest::TakeLead { group: g, to, last, vote };
             let peers = self.peers.clone();
             async move { (v, peers.call(v, req, Duration::from_secs(1)).await) }
         });
@@ -216,7 +221,16 @@ impl Engine {
     /// A leader hands `g` to `to`: the target campaigns at once and again
     /// until it leads; every other voter keeps its election timer off until
     /// a new leader is known (at most `TAKE_OVER`).
-    pub(crate) fn take_lead(self: &Arc<Self>, g: GroupId, to: NodeId, last: u64) -> bool {
+    /// The target campaigns only while it still follows `vote`, the
+    /// leadership that asked: a `TakeLead` that arrives late (after another
+    /// leader took over) starts nothing.
+    pub(crate) fn take_lead(
+        self: &Arc<Self>,
+        g: GroupId,
+        to: NodeId,
+        last: u64,
+        vote: Vote<NodeId>,
+    ) -> bool {
         let Some(group) = self.router.group(g) else { return false };
         let me = self.node_id();
         let old = group.raft.metrics().borrow().current_leader;
@@ -226,7 +240,14 @@ impl Engine {
                 while Instant::now() < deadline {
                     let m = group.raft.metrics().borrow().clone();
                     let leader = m.current_leader;
+                    // Still the asking leadership's, or this node's own
+                    // campaign for it; anyone else's vote ends the task.
+                    let own = m.vote.leader_id().voted_for() == Some(me) && !m.vote.is_committed();
                     if leader == Some(me) || (leader.is_some() && leader != old) {
+                        return;
+                    }
+                    if m.vote != vote && !own {
+                        debug!(group = g, vote = %m.vote, "TakeLead came from an older leadership");
                         return;
                     }
                     if m.last_log_index.unwrap_or(0) < last {

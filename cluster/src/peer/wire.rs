@@ -36,9 +36,10 @@ pub const KIND_CONTROL: u8 = 2;
 /// node drains, leadership hand-offs (`TakeLead`, `Drain`), scoring
 /// commands carry their dedup rules. 4: Raft messages name the
 /// incarnation they are for (`Fence`), and group membership changes
-/// (`Membership`). Nodes of different versions do not talk: a cluster
-/// moves to a new one all at once.
-pub const VERSION: u8 = 4;
+/// (`Membership`). 5: `TakeLead` names the vote it ends, and nodes ask
+/// each other for their hot keys (`HotKeys`). Nodes of different versions
+/// do not talk: a cluster moves to a new one all at once.
+pub const VERSION: u8 = 5;
 /// The largest handshake message either side reads: they are a few dozen
 /// bytes (a refusal a sentence), and neither side has proved anything
 /// yet, so neither may make the other hold more.
@@ -155,6 +156,8 @@ pub enum PeerRequest {
         /// The leader's last log index: the target campaigns once it has
         /// that much (a candidate behind would lose, and depose the leader).
         last: u64,
+        /// The leader's vote: the target campaigns only while it follows it.
+        vote: openraft::Vote<NodeId>,
     },
     /// The receiver hands away every leadership it holds and takes no new
     /// one until it restarts (`admin drain`).
