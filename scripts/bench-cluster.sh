@@ -20,6 +20,9 @@
 #        calls: PIPELINE concurrent single calls per connection, the shape
 #        of the figures measured before this setting existed (d349a50)]
 #   NODE_ARGS [extra plaudit-node flags, every node]  BENCH_ARGS [extra plaudit-bench flags]
+#   RATE [unset; e.g. like=15000,counts=15000: after the two mixes, an offered
+#        load at those rates a second (`plaudit-bench likes --rate`), latency
+#        counted from when each request was due]
 #        (TLS everywhere: NODE_ARGS="--tls-cert-file C --tls-key-file K --tls-ca-file CA"
 #         BENCH_ARGS="--tls-ca CA", a certificate for 127.0.0.1)
 set -euo pipefail
@@ -36,6 +39,7 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 SDK=${SDK:-batch}
 NODE_ARGS=${NODE_ARGS:-}
 BENCH_ARGS=${BENCH_ARGS:-}
+RATE=${RATE:-}
 
 NAME=bench-cluster
 # shellcheck source=scripts/lib/bench.sh
@@ -73,6 +77,13 @@ run_target() { # name, seeds, admin ports...
     log "rankings mix against $name"
     "$BENCH" "${rankings[@]}" "${bench_extra[@]}" --target plaudit --addr "$addr" \
         >"$WORK/$name-rankings.json"
+    if [[ -n $RATE ]]; then
+        log "offered load ($RATE a second) against $name"
+        "$BENCH" likes --rate "$RATE" --mix like=1,status=1,counts=1 --connections "$CONNECTIONS" \
+            --duration "$DURATION" --warmup "$WARMUP" --users 100000 --entities 100000 \
+            --zipf 0.99 --biz 1 --json "${bench_extra[@]}" --target plaudit --addr "$addr" \
+            >"$WORK/$name-offered.json"
+    fi
     after=$(terms "$@")
     echo "$((after - before))" >"$WORK/$name-elections"
 }
@@ -116,6 +127,7 @@ echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE sdk=$SDK duration=$D
 for t in $TARGETS; do
     echo "$t likes: $(cat "$WORK/$t-likes.json")"
     echo "$t rankings: $(cat "$WORK/$t-rankings.json")"
+    if [[ -n $RATE ]]; then echo "$t offered ($RATE): $(cat "$WORK/$t-offered.json")"; fi
 done
 echo
 echo "| target | likes ops/s | like p99 us | status p99 us | counts p99 us | rankings mix ops/s | score p99 us | top p99 us | rank p99 us | errors | elections during the load |"

@@ -134,6 +134,12 @@ pub struct LikesArgs {
     /// Give like actions an owner (the entity's author), credited in received totals.
     #[arg(long)]
     pub owners: bool,
+    /// Offer each op at a fixed rate, requests a second, whether or not
+    /// earlier ones were answered (e.g. `like=15000,counts=15000`); latency
+    /// counts from when each was due. Plaudit only; replaces the closed
+    /// loops of --connections x --pipeline (--connections clients are used).
+    #[arg(long, value_parser = OpKind::parse_mix)]
+    pub rate: Option<Mix>,
 }
 
 impl LikesArgs {
@@ -142,6 +148,10 @@ impl LikesArgs {
         anyhow::ensure!(
             self.users >= 1 && self.entities >= 1,
             "--users and --entities must be >= 1"
+        );
+        anyhow::ensure!(
+            self.rate.is_none() || self.common.target == Target::Plaudit,
+            "--rate drives Plaudit only"
         );
         Ok(())
     }

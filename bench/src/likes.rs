@@ -124,7 +124,13 @@ impl Worker {
     }
 
     pub fn next_op(&mut self, wl: &Workload) -> Op {
-        match OpKind::ALL[wl.mix.pick(&mut self.rng)] {
+        let kind = OpKind::ALL[wl.mix.pick(&mut self.rng)];
+        self.next_op_of(wl, kind)
+    }
+
+    /// An op of `kind`, whatever the mix says.
+    pub fn next_op_of(&mut self, wl: &Workload, kind: OpKind) -> Op {
+        match kind {
             OpKind::Like => {
                 let user = self.user();
                 let entity = wl.entities.sample(&mut self.rng);
@@ -228,14 +234,19 @@ pub async fn run(args: &LikesArgs) -> anyhow::Result<()> {
                 workers = w;
                 preload = Some(p);
             }
-            let tasks = plaudit_loop::spawn(
-                c,
-                &clients,
-                workers,
-                &phase,
-                |workers| likes_plaudit::LikeBatches { wl: wl.clone(), workers },
-                |client, worker, phase| likes_plaudit::run_loop(client, wl.clone(), worker, phase),
-            );
+            let tasks = match &args.rate {
+                Some(rates) => crate::paced::spawn(&clients, &wl, rates, seed, &phase),
+                None => plaudit_loop::spawn(
+                    c,
+                    &clients,
+                    workers,
+                    &phase,
+                    |workers| likes_plaudit::LikeBatches { wl: wl.clone(), workers },
+                    |client, worker, phase| {
+                        likes_plaudit::run_loop(client, wl.clone(), worker, phase)
+                    },
+                ),
+            };
             let (stats, window) = measure(c, &phase, wl.mix.ops(), tasks).await?;
             (c.addr.clone(), "plaudit", preload, stats, window)
         }

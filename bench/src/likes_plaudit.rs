@@ -100,6 +100,18 @@ pub async fn preload(
     Ok((out, Preload { records, seconds: (seconds * 1000.0).round() / 1000.0, per_s, errors }))
 }
 
+/// Sends `op` without learning from the answer (`paced.rs`: a like is a
+/// like, not a toggle).
+pub async fn send_op(client: &Client, wl: &Workload, op: &Op) -> Result<(), ClientError> {
+    match op {
+        Op::Toggle { user, entity, .. } => {
+            act(client, wl, *user, *entity, LikeAction::Like).await.map(drop)
+        }
+        Op::Status { user, entities } => client.status(wl.biz, *user, entities).await.map(drop),
+        Op::Counts { entities } => client.counts(wl.biz, entities).await.map(drop),
+    }
+}
+
 async fn run_op(
     client: &Client,
     wl: &Workload,

@@ -60,7 +60,7 @@ impl Mix {
         self.names[op]
     }
 
-    #[cfg(test)]
+    /// Op `op`'s weight (a rate, for `--rate`).
     pub fn weight(&self, op: usize) -> u32 {
         self.weights[op]
     }

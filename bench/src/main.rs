@@ -22,6 +22,7 @@ mod likes;
 mod likes_plaudit;
 mod likes_redis;
 mod load;
+mod paced;
 mod plaudit;
 mod plaudit_loop;
 mod rankings;
