@@ -46,12 +46,20 @@ pub(crate) fn plan(reqs: Vec<Request>, shards: u32) -> (Vec<Request>, Plan) {
     for req in reqs {
         // A request the node would refuse goes whole, to be refused whole
         // (its parts might each pass: 501 entities as parts of fewer).
-        let splits =
-            |r: &CountsRequest| shards > 1 && r.validate().is_ok() && spans_shards(r, shards);
+        let groups = match &req {
+            Request::Counts(r) if shards > 1 && r.validate().is_ok() => {
+                by_shard(r.biz, &r.entities, shards)
+            }
+            _ => Vec::new(),
+        };
         match req {
-            Request::Counts(r) if splits(&r) => {
+            Request::Counts(r) if groups.len() > 1 => {
                 let start = parts.len();
-                parts.extend(by_shard(r.biz, &r.entities, shards));
+                parts.extend(
+                    groups.into_iter().map(|(_, entities)| {
+                        Request::Counts(CountsRequest { biz: r.biz, entities })
+                    }),
+                );
                 plan.spans.push(Span::Counts { entities: r.entities, parts: start..parts.len() });
                 plan.split = true;
             }
@@ -64,33 +72,18 @@ pub(crate) fn plan(reqs: Vec<Request>, shards: u32) -> (Vec<Request>, Plan) {
     (parts, plan)
 }
 
-fn spans_shards(r: &CountsRequest, shards: u32) -> bool {
-    let mut of = r.entities.iter().map(|&e| shard_of(r.biz, e, shards));
-    match of.next() {
-        Some(first) => of.any(|s| s != first),
-        None => false,
-    }
-}
-
-/// One counts request per shard, in the order each shard first appears.
-fn by_shard(biz: BizId, entities: &[EntityId], shards: u32) -> Vec<Request> {
-    let mut order: Vec<u32> = Vec::new();
-    let mut of: HashMap<u32, Vec<EntityId>> = HashMap::new();
+/// The entities of each shard, in the order each shard first appears. A
+/// linear search: a request spans at most the cluster's shards, a few.
+fn by_shard(biz: BizId, entities: &[EntityId], shards: u32) -> Vec<(u32, Vec<EntityId>)> {
+    let mut groups: Vec<(u32, Vec<EntityId>)> = Vec::new();
     for &e in entities {
         let s = shard_of(biz, e, shards);
-        of.entry(s)
-            .or_insert_with(|| {
-                order.push(s);
-                Vec::new()
-            })
-            .push(e);
+        match groups.iter_mut().find(|(g, _)| *g == s) {
+            Some((_, of)) => of.push(e),
+            None => groups.push((s, vec![e])),
+        }
     }
-    order
-        .into_iter()
-        .map(|s| {
-            Request::Counts(CountsRequest { biz, entities: of.remove(&s).unwrap_or_default() })
-        })
-        .collect()
+    groups
 }
 
 impl Plan {
