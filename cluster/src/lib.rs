@@ -28,6 +28,7 @@ mod failover;
 mod fault;
 pub mod group;
 mod group_members;
+mod group_watch;
 pub mod hash_buckets;
 pub mod hot_keys;
 mod hot_sketch;

@@ -16,7 +16,6 @@ use anyhow::{bail, ensure, Context};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// The prefix of every environment variable that sets a config field.
 pub const ENV_PREFIX: &str = "PLAUDIT_";
@@ -492,74 +491,6 @@ impl Config {
         config.validate()?;
         Ok(config)
     }
-
-    /// `request_timeout_ms` as a `Duration`.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_millis(self.request_timeout_ms)
-    }
-
-    /// The client listener's bounds.
-    pub fn client_limits(&self) -> crate::server::Limits {
-        crate::server::Limits {
-            max_connections: self.max_connections,
-            max_in_flight_per_connection: self.max_in_flight_per_connection,
-            max_requests_in_flight: self.max_requests_in_flight,
-            request_timeout: self.request_timeout(),
-            idle_timeout: Duration::from_secs(self.client_idle_timeout_secs),
-            auth_timeout: Duration::from_secs(self.client_auth_timeout_secs),
-            write_timeout: Duration::from_secs(self.client_write_timeout_secs),
-            frame_timeout: Duration::from_secs(self.client_frame_timeout_secs),
-            frame_budget: (self.client_frame_budget_mb as usize).saturating_mul(1 << 20),
-            shares: crate::server::admission::Shares {
-                total: self.max_connections,
-                unauthenticated: self.max_unauthenticated_connections,
-                per_address: self.max_unauthenticated_per_address,
-                admin_reserved: self.admin_reserved_connections,
-            },
-        }
-    }
-
-    /// `shutdown_grace_ms` as a `Duration`.
-    pub fn shutdown_grace(&self) -> Duration {
-        Duration::from_millis(self.shutdown_grace_ms)
-    }
-
-    /// The checkpoint fields as the store takes them.
-    pub fn checkpoint_policy(&self) -> plaudit_storage::CheckpointPolicy {
-        plaudit_storage::CheckpointPolicy {
-            max_keys: self.checkpoint_keys,
-            max_age: Duration::from_millis(self.checkpoint_ms),
-        }
-    }
-
-    /// This node's client, peer and admin addresses as others are told
-    /// them: `advertise` (or the listener's IP) with each listener's port.
-    pub fn advertised(&self) -> (String, String, String) {
-        let at = |addr: SocketAddr| match &self.advertise {
-            Some(host) => join_host_port(host, addr.port()),
-            None => addr.to_string(),
-        };
-        (at(self.listen), at(self.peer_listen), at(self.admin))
-    }
-
-    /// How many nodes must find each other before a new cluster forms; 0:
-    /// never form one, only join.
-    pub fn effective_bootstrap_expect(&self) -> u32 {
-        match (self.bootstrap_expect, self.join.is_empty()) {
-            (0, true) => 1,
-            (n, _) => n,
-        }
-    }
-
-    /// `actor_idle_secs` as a `Duration`.
-    pub fn actor_idle(&self) -> Duration {
-        Duration::from_secs(self.actor_idle_secs)
-    }
-
-    /// `raft_read_lease_ms`, or half of `raft_election_min_ms` if unset.
-    pub fn read_lease_ms(&self) -> u64 {
-        self.raft_read_lease_ms.unwrap_or(self.raft_election_min_ms / 2)
-    }
 }
 
 /// The node id of a host named like a StatefulSet's pod: its first label's
@@ -569,15 +500,6 @@ fn node_id_of_host(host: &str) -> anyhow::Result<u64> {
     let ordinal = first.rsplit_once('-').map_or(first, |(_, n)| n);
     let n: u64 = ordinal.parse().context("the host name does not end in -<number>")?;
     n.checked_add(1).context("the ordinal is too large")
-}
-
-/// `host:port`, with an IPv6 host in brackets.
-fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
 }
 
 /// A secret that never appears in `Debug` output (configs get logged).
@@ -598,6 +520,7 @@ impl std::fmt::Debug for Secret {
 }
 
 mod args;
+mod derived;
 mod secrets;
 mod sources;
 mod validate;
