@@ -3,8 +3,12 @@
 //! times: each time the founders (the nodes at the first three seed
 //! addresses, sorted) form one cluster, no other node forms one of its
 //! own, and the other two join it: every node ends up serving with the
-//! same map of all five. A node that is meant to join (`--join`) is
-//! refused `--bootstrap-expect 1`, which would make it a cluster alone.
+//! same map of all five. Every fifth round then runs a like and scoring
+//! load through the SDK while the cluster places replicas on the nodes
+//! that joined, and ends in the history check (nothing lost, nothing
+//! applied twice, every replica equal). A node that is meant to join
+//! (`--join`) is refused `--bootstrap-expect 1`, which would make it a
+//! cluster alone.
 
 use plaudit_tests::{refused_start, wait_until, Cluster, READY_TIMEOUT};
 use std::collections::BTreeSet;
@@ -63,6 +67,11 @@ async fn five_nodes_expecting_three_form_exactly_one_cluster_whatever_the_order(
             epochs.iter().all(|&e| e > 1),
             "{what}: the map grew from the founders' {epochs:?}"
         );
+        if round % 5 == 4 {
+            let (admin, w) = cluster.start_load(780 + round).await;
+            w.wait_acks(200, Duration::from_secs(30), &format!("{what}: the load runs on")).await;
+            cluster.finish_load(&admin, w).await;
+        }
     }
 }
 
