@@ -98,28 +98,8 @@ if [[ " $TARGETS " == *" single "* ]]; then
 fi
 
 if [[ " $TARGETS " == *" cluster "* ]]; then
-    echo "bench-cluster-secret-$(date +%s%N)" >"$WORK/secret"
-    join=""
-    for i in 1 2 3; do join+="${join:+,}127.0.0.1:$(port $((10 * i + 3)))"; done
-    seeds=""
-    admins=()
-    for i in 1 2 3; do
-        c=$(port $((10 * i + 1))); a=$(port $((10 * i + 2))); p=$(port $((10 * i + 3)))
-        require_free_ports "$c" "$a" "$p"
-        mkdir -p "$WORK/n$i"
-        log "starting cluster node $i on 127.0.0.1:$c (admin $a, peer $p)"
-        "$NODE" --node-id "$i" --data-dir "$WORK/n$i" --listen "127.0.0.1:$c" \
-            --admin "127.0.0.1:$a" --peer-listen "127.0.0.1:$p" --join "$join" \
-            --bootstrap-expect 3 --cluster-secret-file "$WORK/secret" --shards "$SHARDS" \
-            "${node_extra[@]}" >"$WORK/n$i.log" 2>&1 &
-        PIDS+=("$!")
-        seeds+="${seeds:+,}127.0.0.1:$c"
-        admins+=("$a")
-    done
-    for a in "${admins[@]}"; do
-        wait_for "cluster node (admin $a) /readyz" 60 node_ready "$a" || exit 1
-    done
-    run_target cluster "$seeds" "${admins[@]}"
+    start_cluster3 --shards "$SHARDS" "${node_extra[@]}" || exit 1
+    run_target cluster "$CLUSTER_SEEDS" "${CLUSTER_ADMINS[@]}"
 fi
 
 echo

@@ -64,6 +64,11 @@ pub struct Common {
     /// straight to the shard's leader: to compare the two read paths.
     #[arg(long)]
     pub whole_reads: bool,
+    /// Serve reads of hot keys from each client's cache for this long (the
+    /// SDK's `cache_ttl`); 0s, the default, turns the cache off, so a run
+    /// measures the nodes.
+    #[arg(long, default_value = "0s", value_parser = duration::parse_duration)]
+    pub cache_ttl: Duration,
     /// Random seed; 0 picks one from the clock.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -199,6 +204,65 @@ impl RankingsArgs {
         anyhow::ensure!((0.0..=1.0).contains(&self.hot_share), "--hot-share must be in 0..=1");
         anyhow::ensure!(self.preload <= self.members, "--preload must be at most --members");
         anyhow::ensure!(self.max_score >= 1, "--max-score must be at least 1");
+        Ok(())
+    }
+}
+
+/// `plaudit-bench hot`.
+#[derive(Args, Debug, Clone)]
+pub struct HotArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Business id (created if missing); use a fresh one per run: every
+    /// like is checked against the likes this run sent.
+    #[arg(long, default_value_t = 50)]
+    pub biz: u32,
+    /// Ranking id (created if missing, as `plaudit-bench rankings` makes
+    /// it); fresh per run, like `--biz`.
+    #[arg(long, default_value_t = 950)]
+    pub rank: u32,
+    /// Distinct entities, drawn by Zipf rank (entity id = rank).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub entities: u64,
+    /// Entity skew exponent.
+    #[arg(long, default_value_t = 1.2)]
+    pub zipf: f64,
+    /// Sub-boards of the ranking.
+    #[arg(long, default_value_t = 100)]
+    pub boards: u64,
+    /// Members per sub-board (drawn uniformly).
+    #[arg(long, default_value_t = 10_000)]
+    pub members: u64,
+    /// `Client`s (as many application processes), sharing the
+    /// --connections between them (each one's pool) and their loops: a
+    /// client's cache serves every loop of that client.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Share of scoring events and top reads that go to board 0.
+    #[arg(long, default_value_t = 0.5)]
+    pub hot_board_share: f64,
+    /// Operation weights: counts (one entity), top (10 rows), like, score.
+    #[arg(long, default_value = "counts=60,top=30,like=5,score=5", value_parser = crate::hot::parse_mix)]
+    pub mix: Mix,
+}
+
+impl HotArgs {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.common.validate()?;
+        anyhow::ensure!(self.common.target == Target::Plaudit, "hot drives Plaudit only");
+        anyhow::ensure!(self.rank >= 1, "--rank must be at least 1 (0 is reserved)");
+        anyhow::ensure!(
+            (1..=self.common.connections).contains(&self.clients),
+            "--clients must be 1 to --connections"
+        );
+        anyhow::ensure!(
+            self.entities >= 1 && self.boards >= 1 && self.members >= 1,
+            "--entities, --boards and --members must be at least 1"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.hot_board_share),
+            "--hot-board-share must be in 0..=1"
+        );
         Ok(())
     }
 }

@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Modules: `args` (flags), `load` (mix, phases, stats), `cpu` (server and
-//! bench CPU time over the measured window), `report`, `zipf`,
+//! bench CPU time over the measured window), `report`, `zipf`, `hot` (the
+//! hot-key workload) and `ledger` (what it checks answers against),
 //! `hist`, `rng`, `duration`, `redis` (a minimal RESP2 client), `plaudit`
 //! (what the Plaudit drivers share), and per workload its generator and one
 //! driver per target: `likes` + `likes_plaudit` / `likes_redis`, `rankings`
@@ -18,6 +19,8 @@ mod check;
 mod cpu;
 mod duration;
 mod hist;
+mod hot;
+mod ledger;
 mod likes;
 mod likes_plaudit;
 mod likes_redis;
@@ -34,7 +37,7 @@ mod report;
 mod rng;
 mod zipf;
 
-use args::{Common, LikesArgs, RankingsArgs};
+use args::{Common, HotArgs, LikesArgs, RankingsArgs};
 use clap::{Parser, Subcommand};
 
 /// The same allocator as the node: the client shares the machine's two
@@ -60,6 +63,10 @@ enum Cmd {
     /// Scoring events, top-10 reads and rank-of reads over many sub-boards
     /// (Redis: ZINCRBY, ZREVRANGE 0 9 WITHSCORES, ZREVRANK).
     Rankings(RankingsArgs),
+    /// Hot keys: counts reads and likes of Zipf-skewed entities, top reads
+    /// and scores with one hot board; every answer checked against what
+    /// was acknowledged (cached ones within their age).
+    Hot(HotArgs),
     /// Checks the Redis like script's transition table against a real Redis
     /// (writes and then deletes keys of business --biz).
     #[command(hide = true)]
@@ -71,6 +78,7 @@ impl Cmd {
         match self {
             Cmd::Likes(a) | Cmd::CheckRedis(a) => &a.common,
             Cmd::Rankings(a) => &a.common,
+            Cmd::Hot(a) => &a.common,
         }
     }
 }
@@ -80,6 +88,7 @@ fn main() -> anyhow::Result<()> {
     match &cli.cmd {
         Cmd::Likes(a) | Cmd::CheckRedis(a) => a.validate()?,
         Cmd::Rankings(a) => a.validate()?,
+        Cmd::Hot(a) => a.validate()?,
     }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if cli.cmd.common().threads > 0 {
@@ -90,6 +99,7 @@ fn main() -> anyhow::Result<()> {
         match &cli.cmd {
             Cmd::Likes(a) => likes::run(a).await,
             Cmd::Rankings(a) => rankings::run(a).await,
+            Cmd::Hot(a) => hot::run(a).await,
             Cmd::CheckRedis(a) => check::check_redis(&a.common.redis_addr, a.biz).await,
         }
     })
@@ -125,6 +135,14 @@ mod tests {
         assert_eq!(r.mix, rankings::RankOp::parse_mix("score=50,top=30,rank=20").unwrap());
         assert!(r.validate().is_ok());
         assert_eq!(r.common.server_pid, None);
+
+        let cli = Cli::try_parse_from(["plaudit-bench", "hot"]).unwrap();
+        let Cmd::Hot(h) = cli.cmd else { panic!() };
+        assert_eq!((h.biz, h.rank, h.entities, h.clients), (50, 950, 1_000_000, 4));
+        assert_eq!((h.zipf, h.hot_board_share), (1.2, 0.5));
+        assert_eq!(h.mix, hot::parse_mix("counts=60,top=30,like=5,score=5").unwrap());
+        assert_eq!(h.common.cache_ttl, Duration::ZERO, "the cache is off unless asked for");
+        assert!(h.validate().is_ok());
     }
 
     #[test]

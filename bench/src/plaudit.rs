@@ -30,15 +30,21 @@ pub fn error_name(e: &ClientError) -> &'static str {
 /// `connections` separate clients with one connection each, so the load
 /// spreads over as many sockets as the Redis driver uses.
 pub async fn connect(c: &Common) -> anyhow::Result<Vec<Client>> {
+    connect_pooled(c, c.connections, 1).await
+}
+
+/// `n` clients with `pool_size` connections each.
+pub async fn connect_pooled(c: &Common, n: usize, pool_size: usize) -> anyhow::Result<Vec<Client>> {
     let tls = c.tls_ca.as_deref().map(plaudit_client::Tls::from_ca_file).transpose()?;
     let addr = &c.addr;
-    let mut clients = Vec::with_capacity(c.connections);
-    for _ in 0..c.connections {
+    let mut clients = Vec::with_capacity(n);
+    for _ in 0..n {
         let opts = ClientOptions {
-            pool_size: 1,
+            pool_size,
             timeout: c.timeout,
             tls: tls.clone(),
             split_reads: !c.whole_reads,
+            cache_ttl: c.cache_ttl,
             ..Default::default()
         };
         clients.push(

@@ -69,7 +69,7 @@ fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
-fn event(rank: u32, board: u64, member: u64, score: i64, event_id: u64) -> ScoreRequest {
+pub fn event(rank: u32, board: u64, member: u64, score: i64, event_id: u64) -> ScoreRequest {
     ScoreRequest {
         rank,
         item: member,
@@ -82,7 +82,7 @@ fn event(rank: u32, board: u64, member: u64, score: i64, event_id: u64) -> Score
 }
 
 /// An event's answer is accepted only if it applied on its one board.
-fn applied(reply: &ScoreReply) -> Result<(), Failure> {
+pub fn applied(reply: &ScoreReply) -> Result<(), Failure> {
     match reply.boards.as_slice() {
         [b] if b.outcome == Outcome::Applied => Ok(()),
         [b] => Err(Failure::Outcome(b.outcome.as_str())),

@@ -48,6 +48,14 @@ pub struct ClientOptions {
     /// Default `true`. `false` sends the read whole to one node, which
     /// fans it out: a hop more per part, kept for comparing the two.
     pub split_reads: bool,
+    /// How long an answer about a hot key (an entity's counts, a board's
+    /// page or rank) is served from this client's own memory. The nodes say
+    /// which keys are hot (`hot_cache_min_rps`); the client asks them once
+    /// a second. A like or score this client sends drops what it
+    /// touches, so the client always reads its own writes; other clients'
+    /// writes show within the TTL. `Client::uncached` reads around the
+    /// cache; `Duration::ZERO` turns it off. Default 250 ms.
+    pub cache_ttl: Duration,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -58,6 +66,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("token", &self.token.as_ref().map(|_| "(redacted)"))
             .field("tls", &self.tls.is_some())
             .field("split_reads", &self.split_reads)
+            .field("cache_ttl", &self.cache_ttl)
             .finish()
     }
 }
@@ -65,6 +74,7 @@ impl std::fmt::Debug for ClientOptions {
 impl ClientOptions {
     pub const DEFAULT_POOL_SIZE: usize = 2;
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_CACHE_TTL: Duration = Duration::from_millis(250);
 }
 
 impl Default for ClientOptions {
@@ -75,6 +85,7 @@ impl Default for ClientOptions {
             token: None,
             tls: None,
             split_reads: true,
+            cache_ttl: Self::DEFAULT_CACHE_TTL,
         }
     }
 }
@@ -85,6 +96,20 @@ impl Default for ClientOptions {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Cluster>,
+    /// Whether reads may be answered from the cache of hot keys
+    /// (`uncached` clears it).
+    cached: bool,
+}
+
+/// An answer, and how old it may be when it came from the client's cache
+/// of hot keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cached<T> {
+    pub value: T,
+    /// `None`: a node answered this call. `Some(age)`: served (wholly or in
+    /// part) from this client's cache; the cluster held this value at most
+    /// `age` ago, and `age` is below `ClientOptions::cache_ttl`.
+    pub age: Option<Duration>,
 }
 
 impl std::fmt::Debug for Client {
@@ -155,7 +180,7 @@ impl Client {
         let token = opts.token.clone().map(TokenSecret);
         let seeds = cluster::seeds(seeds);
         let inner = Cluster::connect(seeds, opts, token).await?;
-        Ok(Client { inner })
+        Ok(Client { inner, cached: true })
     }
 
     /// The seed addresses this client was given, comma separated.
@@ -166,6 +191,19 @@ impl Client {
     /// The per-call timeout.
     pub fn timeout(&self) -> Duration {
         self.inner.timeout()
+    }
+
+    /// A handle to the same connections whose reads are never answered
+    /// from the cache of hot keys: for a caller that needs a linearizable
+    /// read. Its writes still drop what they touch from the shared cache.
+    pub fn uncached(&self) -> Client {
+        Client { inner: self.inner.clone(), cached: false }
+    }
+
+    /// How long this client serves hot keys from its cache; `None` when it
+    /// has no cache (`ClientOptions::cache_ttl` zero).
+    pub fn cache_ttl(&self) -> Option<Duration> {
+        self.inner.cache_ttl()
     }
 
     /// The routing table as this client holds it now: the last one a node
@@ -239,10 +277,17 @@ impl Client {
     /// (`ClientOptions::token`), and one pooled connection saying it would
     /// leave the others as they were.
     pub async fn request(&self, req: Request) -> Result<Response, ClientError> {
+        Ok(self.request_cached(req).await?.value)
+    }
+
+    /// `request`, saying whether (and how old) an answer came from the
+    /// cache of hot keys.
+    pub async fn request_cached(&self, req: Request) -> Result<Cached<Response>, ClientError> {
         if let Request::Auth(_) = req {
             return Err(ClientError::Protocol(AUTH_PER_CONNECTION.into()));
         }
-        self.inner.call(req).await
+        let (value, age) = self.inner.call_cached(req, self.cached).await?;
+        Ok(Cached { value, age })
     }
 
     /// Sends many requests at once and returns their answers in the same
@@ -253,6 +298,15 @@ impl Client {
     /// request is routed, made safe to repeat and retried as `request`
     /// does, within one timeout for the whole pipeline.
     pub async fn pipeline(&self, reqs: Vec<Request>) -> Vec<Result<Response, ClientError>> {
+        self.pipeline_cached(reqs).await.into_iter().map(|a| a.map(|c| c.value)).collect()
+    }
+
+    /// `pipeline`, saying for each answer whether (and how old) it came
+    /// from the cache of hot keys.
+    pub async fn pipeline_cached(
+        &self,
+        reqs: Vec<Request>,
+    ) -> Vec<Result<Cached<Response>, ClientError>> {
         // An `Auth` is refused in its place (as `request` refuses it); the
         // rest are sent.
         let mut sent = Vec::with_capacity(reqs.len());
@@ -263,12 +317,15 @@ impl Client {
                 sent.push(r);
             }
         }
-        let mut answers = self.inner.pipeline(sent).await.into_iter();
+        let mut answers = self.inner.pipeline_cached(sent, self.cached).await.into_iter();
         refused
             .into_iter()
             .map(|auth| match auth {
                 true => Err(ClientError::Protocol(AUTH_PER_CONNECTION.into())),
-                false => answers.next().unwrap_or(Err(ClientError::Closed)),
+                false => answers
+                    .next()
+                    .unwrap_or(Err(ClientError::Closed))
+                    .map(|(value, age)| Cached { value, age }),
             })
             .collect()
     }
@@ -410,10 +467,20 @@ impl Client {
         biz: BizId,
         entities: &[EntityId],
     ) -> Result<Vec<EntityCounts>, ClientError> {
+        Ok(self.counts_cached(biz, entities).await?.value)
+    }
+
+    /// `counts`, saying whether (and how old) the answer came from the
+    /// cache of hot keys.
+    pub async fn counts_cached(
+        &self,
+        biz: BizId,
+        entities: &[EntityId],
+    ) -> Result<Cached<Vec<EntityCounts>>, ClientError> {
         let req = Request::Counts(CountsRequest { biz, entities: entities.to_vec() });
-        match self.request(req).await? {
-            Response::Counts(counts) => Ok(counts),
-            other => Err(unexpected("counts", &other)),
+        match self.request_cached(req).await? {
+            Cached { value: Response::Counts(value), age } => Ok(Cached { value, age }),
+            Cached { value, .. } => Err(unexpected("counts", &value)),
         }
     }
 
@@ -516,6 +583,7 @@ fn variant(r: &Response) -> &'static str {
         Response::Done => "Done",
         Response::Nodes(_) => "Nodes",
         Response::HotKeys(_) => "HotKeys",
+        Response::HotSet(_) => "HotSet",
     }
 }
 

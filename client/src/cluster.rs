@@ -20,11 +20,13 @@
 //! The refresher holds only a `Weak` reference: dropping the last `Client`
 //! drops the cluster, which stops the refresher and closes every connection.
 
+mod cached;
 mod call;
 mod pipeline;
 
 use crate::api::{unexpected, ClientOptions};
 use crate::error::ClientError;
+use crate::hot_cache::HotCache;
 use crate::pool::{Dialer, Pool};
 use crate::retry;
 use crate::route::View;
@@ -83,6 +85,10 @@ pub(crate) struct Cluster {
     /// Spreads "any node" calls over the members.
     spin: AtomicUsize,
     refresher: Mutex<Option<JoinHandle<()>>>,
+    /// The cache of hot keys (`ClientOptions::cache_ttl` above zero), and
+    /// the task that polls the nodes for them.
+    hot: Option<Mutex<HotCache>>,
+    poller: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Cluster {
@@ -97,7 +103,7 @@ impl Cluster {
         opts: ClientOptions,
         token: Option<TokenSecret>,
     ) -> Result<Arc<Cluster>, ClientError> {
-        let ClientOptions { pool_size, timeout, tls, split_reads, .. } = opts;
+        let ClientOptions { pool_size, timeout, tls, split_reads, cache_ttl, .. } = opts;
         if seeds.is_empty() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "no node address given");
             return Err(ClientError::Io(e));
@@ -115,6 +121,8 @@ impl Cluster {
             wake: Arc::new(Notify::new()),
             spin: AtomicUsize::new(0),
             refresher: Mutex::new(None),
+            hot: (!cache_ttl.is_zero()).then(|| Mutex::new(HotCache::new(cache_ttl))),
+            poller: Mutex::new(None),
         });
         let deadline = Instant::now() + timeout;
         let mut round = 0;
@@ -139,6 +147,10 @@ impl Cluster {
                         let task =
                             tokio::spawn(refresher(Arc::downgrade(&cluster), cluster.wake.clone()));
                         *lock(&cluster.refresher) = Some(task);
+                        if cluster.hot.is_some() {
+                            let task = tokio::spawn(cached::poller(Arc::downgrade(&cluster)));
+                            *lock(&cluster.poller) = Some(task);
+                        }
                         return Ok(cluster);
                     }
                     Err(e) if e.code() == Some(ErrorCode::Unauthorized) => return Err(e),
@@ -205,6 +217,11 @@ impl Cluster {
 
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// The cache's TTL, if this client has a cache.
+    pub(crate) fn cache_ttl(&self) -> Option<Duration> {
+        self.hot.as_ref().map(|c| lock(c).ttl())
     }
 
     pub(crate) fn table(&self) -> RoutingTable {
@@ -292,9 +309,10 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let task = self.refresher.get_mut().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(task) = task {
-            task.abort();
+        for task in [&mut self.refresher, &mut self.poller] {
+            if let Some(task) = task.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+                task.abort();
+            }
         }
     }
 }

@@ -59,6 +59,7 @@ pub mod cli;
 mod cluster;
 mod connection;
 mod error;
+mod hot_cache;
 mod pool;
 mod rankings;
 mod retry;
@@ -67,7 +68,7 @@ mod split;
 mod tls;
 mod tokens;
 
-pub use api::{ping, ping_with, Client, ClientOptions};
+pub use api::{ping, ping_with, Cached, Client, ClientOptions};
 pub use error::ClientError;
 /// The wire types, so users need only this crate as a dependency.
 pub use plaudit_proto as proto;

@@ -117,6 +117,8 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::DrainNode(_)
         | Request::Members(_) => Target::Any,
         Request::ClusterStatus | Request::Nodes | Request::HotKeys(_) => Target::Seed,
+        // Each node tells its own; the SDK asks each (`cluster/cached.rs`).
+        Request::HotSet(_) => Target::Any,
         // Said by the pool on each connection it opens, never routed as a
         // call (`Client::request` refuses it); any node would take it.
         Request::Auth(_) => Target::Any,

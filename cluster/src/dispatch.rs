@@ -59,6 +59,7 @@ impl Engine {
             Request::DrainNode(n) => Box::pin(self.drain_node(n)).await,
             Request::Nodes => Ok(Response::Nodes(Box::pin(self.nodes()).await)),
             Request::HotKeys(top) => Ok(Response::HotKeys(Box::pin(self.hot_keys(top)).await)),
+            Request::HotSet(r) => Ok(Response::HotSet(self.hot_set(&r))),
             Request::Members(op) => Box::pin(self.member_op(op, redirect)).await,
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)

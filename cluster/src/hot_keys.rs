@@ -6,6 +6,8 @@
 //! ```text
 //! request ─ 1 in SAMPLE ─► its keys (entity, user, board) ─► Window (1 s buckets, 10 s)
 //! HotKeys(top) ─► this node's top + every up peer's (PeerRequest::HotKeys) ─► heaviest first
+//! HotSet(bizs, ranks) ─► this node's entities and boards of those, over the last
+//!                        RECENT_SECS, at hot_cache_min_rps or more ─► the SDK caches them
 //! ```
 //!
 //! The sample keeps the cost of a request that is not sampled at one
@@ -16,9 +18,8 @@
 use crate::engine::Engine;
 use crate::hot_sketch::Window;
 use crate::peer::wire::{PeerRequest, PeerResponse};
-use plaudit_proto::hotkeys::{HotKey, HotKeyRow, Relief};
+use plaudit_proto::hotkeys::{HotKey, HotKeyRow, HotSetRequest, Relief};
 use plaudit_proto::routing::{board_shard, shard_of};
-use plaudit_proto::scoring::BoardRef;
 use plaudit_proto::window::TypeId;
 use plaudit_proto::{Request, ShardId};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,13 @@ const SPAN_SECS: u64 = 10;
 const SLOTS: usize = 128;
 /// How long a peer may take to send its list.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+/// A key is hot for clients by its rate over about this many seconds (the
+/// current one and those before): long enough to smooth a burst, short
+/// enough that clients learn of it within a second or two.
+const RECENT_SECS: u64 = 2;
+/// The most keys one `HotSet` answer lists (two seconds' summaries hold at
+/// most twice `SLOTS`).
+const MAX_HOT_SET: usize = 2 * SLOTS;
 
 /// This node's sampled keys.
 pub struct HotKeys {
@@ -75,6 +83,43 @@ impl HotKeys {
         let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
         w.top(now, n).into_iter().map(|h| (h.key, h.count * SAMPLE / secs)).collect()
     }
+
+    /// The keys at `min_rps` requests a second or more over the last
+    /// `RECENT_SECS` (the current second counted for the part of it that
+    /// has passed), heaviest first; none when `min_rps` is 0.
+    pub fn hot_now(&self, min_rps: u64) -> Vec<(HotKey, u64)> {
+        if min_rps == 0 {
+            return Vec::new();
+        }
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let now = elapsed as u64;
+        // The span the summed buckets cover: the whole seconds before
+        // this one, and this one so far.
+        let span = elapsed - now.saturating_sub(RECENT_SECS - 1) as f64;
+        let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        w.top_over(now, RECENT_SECS, MAX_HOT_SET)
+            .into_iter()
+            .map(|h| (h.key, (h.count * SAMPLE) as f64 / span.max(0.05)))
+            .filter(|(_, rate)| *rate >= min_rps as f64)
+            .map(|(key, rate)| (key, rate as u64))
+            .collect()
+    }
+}
+
+/// Whether a client can serve `key` from its own memory: an entity's
+/// counts and a board's pages can; a user's states and lists are read by
+/// that user's own calls, which a shared cache would not spare.
+pub fn cacheable(key: &HotKey) -> bool {
+    matches!(key, HotKey::Entity { .. } | HotKey::Board { .. })
+}
+
+/// Whether `key` is one `req` asks about.
+fn in_scope(req: &HotSetRequest, key: &HotKey) -> bool {
+    match key {
+        HotKey::Entity { biz, .. } => req.bizs.contains(biz),
+        HotKey::Board { rank, .. } => req.ranks.contains(rank),
+        HotKey::User { .. } => false,
+    }
 }
 
 /// Calls `f` with the keys `req` touches and their weights. A read of
@@ -97,24 +142,11 @@ fn keys_of(req: &Request, mixed: u64, f: &mut impl FnMut(HotKey, u64)) {
             let entity = r.entities[(mixed % n) as usize];
             f(HotKey::Entity { biz: r.biz, entity }, n);
         }
-        Request::Query(q) => f(HotKey::Board { rank: q.rank, board: board_name(&q.board) }, 1),
-        Request::Score(s) => f(HotKey::Board { rank: s.rank, board: dims_name(&s.dims) }, 1),
+        Request::Query(q) => f(HotKey::board(q.rank, &q.board), 1),
+        Request::Score(s) => f(HotKey::scored(s.rank, &s.dims), 1),
         Request::Stale(inner) | Request::Once { req: inner, .. } => keys_of(inner, mixed, f),
         _ => {}
     }
-}
-
-fn board_name(b: &BoardRef) -> String {
-    match b {
-        BoardRef::TypeId(t) => t.clone(),
-        BoardRef::At { dims, .. } => dims_name(dims),
-    }
-}
-
-/// `room=7,gift=2`: a board named by the dimensions an event carries.
-fn dims_name(dims: &[(String, u64)]) -> String {
-    let parts: Vec<String> = dims.iter().map(|(d, v)| format!("{d}={v}")).collect();
-    parts.join(",")
 }
 
 /// The shard `key` lives on in a cluster of `shards`, if the key says.
@@ -132,16 +164,33 @@ impl Engine {
     /// This node's `top` heaviest keys, as rows.
     pub(crate) fn hot_keys_here(&self, top: u32) -> Vec<HotKeyRow> {
         let node = self.node_id();
+        let told: Vec<HotKey> =
+            self.hot.hot_now(self.cfg.hot_cache_min_rps).into_iter().map(|(k, _)| k).collect();
         self.hot
             .top(top as usize)
             .into_iter()
             .map(|(key, requests_per_s)| HotKeyRow {
                 shard: shard_of_key(&key, self.cfg.shards),
+                relief: if cacheable(&key) && told.contains(&key) {
+                    Relief::ClientCache
+                } else {
+                    Relief::None
+                },
                 key,
                 node,
                 requests_per_s,
-                relief: Relief::None,
             })
+            .collect()
+    }
+
+    /// The keys of `req`'s businesses and rankings that clients should
+    /// cache now: cacheable, and at `hot_cache_min_rps` here.
+    pub(crate) fn hot_set(&self, req: &HotSetRequest) -> Vec<HotKey> {
+        self.hot
+            .hot_now(self.cfg.hot_cache_min_rps)
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| cacheable(k) && in_scope(req, k))
             .collect()
     }
 
@@ -216,6 +265,32 @@ mod tests {
         // 4,000 requests within the first second of the window.
         assert!((3000..=5000).contains(&top[0].1), "{top:?}");
         assert!(top.iter().skip(1).all(|(_, r)| *r < top[0].1 / 10), "{top:?}");
+    }
+
+    #[test]
+    fn only_keys_over_the_rate_are_hot_now() {
+        let hot = HotKeys::default();
+        let counts = |e| Request::Counts(CountsRequest { biz: 1, entities: vec![e] });
+        for i in 0..8000u64 {
+            hot.record(&counts(if i % 2 == 0 { 5 } else { 1000 + i }));
+        }
+        assert!(hot.hot_now(0).is_empty(), "0 turns the hot set off");
+        // Entity 5 took 4,000 requests within the last fraction of a second.
+        let now = hot.hot_now(1000);
+        assert_eq!(now.len(), 1, "{now:?}");
+        assert_eq!(now[0].0, HotKey::Entity { biz: 1, entity: 5 });
+        assert!(hot.hot_now(u64::MAX / 2).is_empty());
+    }
+
+    #[test]
+    fn a_hot_set_lists_cacheable_keys_of_the_businesses_and_rankings_asked_for() {
+        let req = HotSetRequest { bizs: vec![1], ranks: vec![4] };
+        assert!(in_scope(&req, &HotKey::Entity { biz: 1, entity: 2 }));
+        assert!(!in_scope(&req, &HotKey::Entity { biz: 2, entity: 2 }));
+        assert!(in_scope(&req, &HotKey::Board { rank: 4, board: "total".into() }));
+        assert!(!in_scope(&req, &HotKey::Board { rank: 5, board: "total".into() }));
+        assert!(!in_scope(&req, &HotKey::User { biz: 1, user: 2 }));
+        assert!(!cacheable(&HotKey::User { biz: 1, user: 2 }));
     }
 
     #[test]

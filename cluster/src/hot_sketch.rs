@@ -117,9 +117,16 @@ impl<K: Hash + Eq + Clone> Window<K> {
     /// The `n` heaviest keys of the seconds `(now - span, now]`, heaviest
     /// first (ties by key order of first appearance).
     pub fn top(&self, now: u64, n: usize) -> Vec<Heavy<K>> {
+        self.top_over(now, self.span, n)
+    }
+
+    /// `top` over the last `secs` seconds of the window only (at most its
+    /// span): what is hot now, not over the whole window.
+    pub fn top_over(&self, now: u64, secs: u64, n: usize) -> Vec<Heavy<K>> {
+        let secs = secs.min(self.span);
         let mut sum: HashMap<&K, (u64, u64)> = HashMap::new();
         let mut order: Vec<&K> = Vec::new();
-        for (_, b) in self.buckets.iter().filter(|(s, _)| s + self.span > now && *s <= now) {
+        for (_, b) in self.buckets.iter().filter(|(s, _)| s + secs > now && *s <= now) {
             for (k, c, e) in b.iter() {
                 let entry = sum.entry(k).or_insert_with(|| {
                     order.push(k);
@@ -170,6 +177,16 @@ mod tests {
         assert_eq!(top, vec![Heavy { key: "new", count: 5, err: 0 }]);
         w.add(120, &"newer", 1);
         assert_eq!(w.buckets.len(), 1, "expired buckets are dropped");
+    }
+
+    #[test]
+    fn a_shorter_span_sees_only_the_last_seconds() {
+        let mut w = Window::new(10, 4);
+        w.add(100, &"old", 50);
+        w.add(104, &"now", 3);
+        w.add(105, &"now", 4);
+        assert_eq!(w.top_over(105, 2, 5), vec![Heavy { key: "now", count: 7, err: 0 }]);
+        assert_eq!(w.top_over(105, 99, 1)[0].key, "old", "capped at the window's span");
     }
 
     #[test]

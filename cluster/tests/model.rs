@@ -241,6 +241,7 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
         retention_sweep: Duration::from_secs(60),
         score_future_horizon: Duration::from_secs(86_400),
         max_boards_per_ranking: 100_000,
+        hot_cache_min_rps: 500,
         event_ids: plaudit_actors::command::Dedup::DEFAULT,
         // Small, so checkpoints interleave with applies and reads all the time.
         checkpoint: plaudit_storage::CheckpointPolicy {

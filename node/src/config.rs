@@ -100,6 +100,7 @@ pub const DEFAULT_SCORE_FUTURE_HORIZON_SECS: u64 = 86_400;
 /// boards each, and a bound on what one scoring token can make the cluster
 /// hold (a board is a few KiB at least).
 pub const DEFAULT_MAX_BOARDS_PER_RANKING: u32 = 100_000;
+pub const DEFAULT_HOT_CACHE_MIN_RPS: u64 = 500;
 /// A sub-board remembers an event id for ten minutes: longer than every
 /// retry the SDK and the CLI make (`actors/src/rankings/dedup.rs`).
 pub const DEFAULT_EVENT_ID_WINDOW_SECS: u32 = 600;
@@ -290,6 +291,11 @@ pub struct Config {
     /// Live sub-boards a ranking without a limit of its own may hold; an
     /// event that would start one more is refused (`Refused`). 0: no limit.
     pub max_boards_per_ranking: u32,
+    /// An entity or board that takes at least this many requests a second
+    /// on this node is hot: the node tells clients that ask (the SDK, once
+    /// a second) to serve its counts or pages from their own memory for a
+    /// short time. 0: no key is hot, clients cache nothing.
+    pub hot_cache_min_rps: u64,
     /// Seconds a sub-board remembers a scoring event's id: a retry within
     /// this time is answered `duplicate` and counted once.
     pub event_id_window_secs: u32,
@@ -404,6 +410,7 @@ impl Default for Config {
             retention_sweep_secs: DEFAULT_RETENTION_SWEEP_SECS,
             score_future_horizon_secs: DEFAULT_SCORE_FUTURE_HORIZON_SECS,
             max_boards_per_ranking: DEFAULT_MAX_BOARDS_PER_RANKING,
+            hot_cache_min_rps: DEFAULT_HOT_CACHE_MIN_RPS,
             event_id_window_secs: DEFAULT_EVENT_ID_WINDOW_SECS,
             event_ids_per_board: DEFAULT_EVENT_IDS_PER_BOARD,
             sled_cache_mb: DEFAULT_SLED_CACHE_MB,

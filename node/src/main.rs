@@ -118,6 +118,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         retention_sweep: std::time::Duration::from_secs(cfg.retention_sweep_secs),
         score_future_horizon: std::time::Duration::from_secs(cfg.score_future_horizon_secs),
         max_boards_per_ranking: cfg.max_boards_per_ranking,
+        hot_cache_min_rps: cfg.hot_cache_min_rps,
         event_ids: plaudit_actors::command::Dedup {
             window_s: cfg.event_id_window_secs,
             max_ids: cfg.event_ids_per_board,

@@ -135,6 +135,9 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         Request::Likers(r) => own_biz(r.biz),
         Request::Received(r) => own_biz(r.biz),
         Request::GetBiz(b) => own_biz(*b),
+        Request::HotSet(h) => {
+            h.bizs.iter().all(|b| own_biz(*b)) && h.ranks.iter().all(|r| own_rank(*r))
+        }
         Request::Score(r) => own_rank(r.rank) && !read_only,
         Request::Query(q) => own_rank(q.rank),
         Request::Boards(b) => own_rank(b.rank),

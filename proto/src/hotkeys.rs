@@ -5,10 +5,14 @@
 use crate::cluster::NodeId;
 use crate::ids::{BizId, EntityId, ShardId, UserId};
 use crate::rankings::RankId;
+use crate::scoring::BoardRef;
+use crate::WireError;
 use serde::{Deserialize, Serialize};
 
 /// The most rows a `HotKeys` request may ask for.
 pub const MAX_HOT_KEYS: u32 = 1000;
+/// The most businesses, and the most rankings, one `HotSet` may name.
+pub const MAX_HOT_SCOPE: usize = 64;
 
 /// A key the load concentrates on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -33,6 +37,20 @@ impl HotKey {
         }
     }
 
+    /// The board key a query on `board` of `rank` counts under.
+    pub fn board(rank: RankId, board: &BoardRef) -> HotKey {
+        let board = match board {
+            BoardRef::TypeId(t) => t.clone(),
+            BoardRef::At { dims, .. } => dims_name(dims),
+        };
+        HotKey::Board { rank, board }
+    }
+
+    /// The board key a scoring event with `dims` counts under.
+    pub fn scored(rank: RankId, dims: &[(String, u64)]) -> HotKey {
+        HotKey::Board { rank, board: dims_name(dims) }
+    }
+
     /// The key within its kind, as text: the entity or user id, or the board.
     pub fn name(&self) -> String {
         match self {
@@ -43,18 +61,47 @@ impl HotKey {
     }
 }
 
-/// What relieves a hot key. Detection comes first; every key is `None`
-/// until read replicas, the client cache and moves exist.
+/// `room=7,gift=2`: a board named by the dimensions an event carries.
+fn dims_name(dims: &[(String, u64)]) -> String {
+    let parts: Vec<String> = dims.iter().map(|(d, v)| format!("{d}={v}")).collect();
+    parts.join(",")
+}
+
+/// What relieves a hot key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Relief {
     None,
+    /// Hot enough that the node tells clients to serve it from their own
+    /// memory (`HotSet`): an entity's counts, a board's pages.
+    ClientCache,
 }
 
 impl Relief {
     pub fn name(self) -> &'static str {
         match self {
             Relief::None => "none",
+            Relief::ClientCache => "client_cache",
         }
+    }
+}
+
+/// Asks a node which keys of these businesses (entities) and rankings
+/// (boards) are hot enough for a client to cache; answered `HotSet`. A
+/// business token may name only its own business and rankings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotSetRequest {
+    pub bizs: Vec<BizId>,
+    pub ranks: Vec<RankId>,
+}
+
+impl HotSetRequest {
+    pub fn validate(&self) -> Result<(), WireError> {
+        if self.bizs.len() > MAX_HOT_SCOPE || self.ranks.len() > MAX_HOT_SCOPE {
+            return Err(WireError::bad_request(format!(
+                "hotset names at most {MAX_HOT_SCOPE} businesses and {MAX_HOT_SCOPE} rankings"
+            )));
+        }
+        Ok(())
     }
 }
 

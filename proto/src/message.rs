@@ -104,10 +104,14 @@ pub enum Request {
     /// The `top` keys taking the most requests on every node (admin);
     /// answered `HotKeys`, heaviest first.
     HotKeys(u32),
+    /// The keys of some businesses and rankings hot enough on this node for
+    /// a client to cache (`hotkeys.rs`); answered `HotSet`. Not forwarded:
+    /// each node tells what it sees.
+    HotSet(crate::hotkeys::HotSetRequest),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 36] = [
+pub const OPS: [&str; 37] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -144,6 +148,7 @@ pub const OPS: [&str; 36] = [
     "rank_limit",
     "rank_usage",
     "hotkeys",
+    "hotset",
 ];
 
 impl Request {
@@ -194,6 +199,7 @@ impl Request {
             Request::SetBoardLimit(_) => "rank_limit",
             Request::BoardUsage(_) => "rank_usage",
             Request::HotKeys(_) => "hotkeys",
+            Request::HotSet(_) => "hotset",
         }
     }
 
@@ -213,6 +219,7 @@ impl Request {
                     )))
                 }
             }
+            Request::HotSet(r) => r.validate(),
             Request::Once { req, .. } => match **req {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
@@ -276,7 +283,7 @@ impl Request {
             Request::Hello(_) | Request::Routing | Request::ClusterStatus => None,
             Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => None,
             Request::DrainNode(_) | Request::Nodes | Request::Members(_) => None,
-            Request::HotKeys(_) => None,
+            Request::HotKeys(_) | Request::HotSet(_) => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::CreateRankInfo(i) => i.owner,
             Request::Once { req, .. } | Request::Stale(req) => req.biz(),
@@ -350,6 +357,8 @@ pub enum Response {
     BoardUsage(BoardUsage),
     /// The reply to `HotKeys`.
     HotKeys(Vec<crate::hotkeys::HotKeyRow>),
+    /// The reply to `HotSet`.
+    HotSet(Vec<crate::hotkeys::HotKey>),
 }
 
 #[cfg(test)]
@@ -409,6 +418,7 @@ mod tests {
             Request::Once { id: 1, req: Box::new(Request::GetBiz(1)) },
             Request::Stale(Box::new(Request::ListBiz)),
             Request::ListBizPage(ListPage::first()),
+            Request::HotSet(crate::hotkeys::HotSetRequest { bizs: vec![1], ranks: vec![] }),
             Request::ListRanksPage(ListPage { after: Some(3), limit: 10 }),
             Request::Auth(AuthRequest { token: crate::auth::TokenSecret("t".into()) }),
             Request::CreateToken(CreateToken {

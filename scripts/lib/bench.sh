@@ -152,3 +152,31 @@ num() {
 mib() {
     if [[ -n $1 ]]; then awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; else echo "?"; fi
 }
+
+# Starts three nodes formed into one cluster (a secret in $WORK) on ports
+# from BASE_PORT (node i: client BASE_PORT+10i+1, admin +2, peer +3) and
+# waits for all three to be ready. Sets CLUSTER_SEEDS (client addresses,
+# comma separated) and CLUSTER_ADMINS (admin ports); the nodes join PIDS.
+# Arguments: extra plaudit-node flags for every node.
+start_cluster3() {
+    echo "$NAME-secret-$(date +%s%N)" >"$WORK/secret"
+    local join="" i c a p
+    for i in 1 2 3; do join+="${join:+,}127.0.0.1:$((BASE_PORT + 10 * i + 3))"; done
+    CLUSTER_SEEDS=""
+    CLUSTER_ADMINS=()
+    for i in 1 2 3; do
+        c=$((BASE_PORT + 10 * i + 1)); a=$((BASE_PORT + 10 * i + 2)); p=$((BASE_PORT + 10 * i + 3))
+        require_free_ports "$c" "$a" "$p"
+        mkdir -p "$WORK/n$i"
+        log "starting cluster node $i on 127.0.0.1:$c (admin $a, peer $p)"
+        "$NODE" --node-id "$i" --data-dir "$WORK/n$i" --listen "127.0.0.1:$c" \
+            --admin "127.0.0.1:$a" --peer-listen "127.0.0.1:$p" --join "$join" \
+            --bootstrap-expect 3 --cluster-secret-file "$WORK/secret" "$@" >"$WORK/n$i.log" 2>&1 &
+        PIDS+=("$!")
+        CLUSTER_SEEDS+="${CLUSTER_SEEDS:+,}127.0.0.1:$c"
+        CLUSTER_ADMINS+=("$a")
+    done
+    for a in "${CLUSTER_ADMINS[@]}"; do
+        wait_for "cluster node (admin $a) /readyz" 60 node_ready "$a" || return 1
+    done
+}

@@ -512,6 +512,10 @@ impl Node {
                 cmd.env_remove(k);
             }
         }
+        // No key is hot enough for clients to cache unless a test says
+        // so (t90): the other tests check what the nodes answer, and a
+        // client serving a hot key from memory would answer for them.
+        cmd.env("PLAUDIT_HOT_CACHE_MIN_RPS", "0");
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", self.bin.display()))?;
         self.child = Some(child);

@@ -92,6 +92,9 @@ pub struct EngineConfig {
     /// The limit of live sub-boards of a ranking without one of its own
     /// (`board_limit.rs`); 0: none.
     pub max_boards_per_ranking: u32,
+    /// A key taking at least this many requests a second on this node is
+    /// one clients are told to cache (`HotSet`); 0: none is.
+    pub hot_cache_min_rps: u64,
     /// How long a sub-board remembers an event id, and how many it holds
     /// (stamped into every score command this node proposes).
     pub event_ids: plaudit_actors::command::Dedup,

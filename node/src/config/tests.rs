@@ -131,6 +131,7 @@ fn every_field_can_be_set_from_the_environment() {
         retention_sweep_secs: 19,
         score_future_horizon_secs: 23,
         max_boards_per_ranking: 38,
+        hot_cache_min_rps: 41,
         event_id_window_secs: 33,
         event_ids_per_board: 34,
         sled_cache_mb: 11,
