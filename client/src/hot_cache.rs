@@ -162,7 +162,7 @@ impl HotCache {
                         Response::Query(e.value.clone()),
                         now.saturating_duration_since(e.sent),
                     ),
-                    None => Plan::Send(Request::Query(q)),
+                    None => Plan::Send(spread(Request::Query(q))),
                 }
             }
             other => Plan::Send(other),
@@ -199,10 +199,18 @@ impl HotCache {
             let all = have.into_iter().flatten().collect();
             return Plan::Hit(Response::Counts(all), age);
         }
-        if missing.len() == c.entities.len() {
-            return Plan::Send(Request::Counts(c));
+        let all_hot = missing
+            .iter()
+            .all(|&entity| self.marks.contains_key(&HotKey::Entity { biz: c.biz, entity }));
+        let send = if missing.len() == c.entities.len() {
+            Request::Counts(c)
+        } else {
+            Request::Counts(CountsRequest { biz: c.biz, entities: missing })
+        };
+        let send = if all_hot { spread(send) } else { send };
+        if have.iter().all(Option::is_none) {
+            return Plan::Send(send);
         }
-        let send = Request::Counts(CountsRequest { biz: c.biz, entities: missing });
         Plan::Part { send, have, age }
     }
 
@@ -217,6 +225,7 @@ impl HotCache {
         answer: &Response,
     ) {
         match (sent, answer) {
+            (Request::Replica(inner), _) => self.filled(inner, epoch, sent_at, answer),
             (Request::Counts(c), Response::Counts(got)) => {
                 remember(&mut self.bizs, c.biz);
                 for counts in got {
@@ -327,6 +336,13 @@ pub(crate) fn merge_part(have: Vec<Option<EntityCounts>>, answer: Response) -> O
         });
     }
     Some(Response::Counts(all))
+}
+
+/// A read of hot keys goes to any replica of its shard (`Request::Replica`,
+/// still linearizable): the refreshes of every client's cache do not all
+/// land on one leader.
+fn spread(req: Request) -> Request {
+    Request::Replica(Box::new(req))
 }
 
 fn remember<T: PartialEq + Copy>(list: &mut Vec<T>, id: T) {

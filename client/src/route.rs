@@ -90,7 +90,7 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Once { .. } => Target::Meta,
         // Any replica of the inner request's shard answers a stale read;
         // registry reads are answered by every node.
-        Request::Stale(inner) => match target(inner, shards) {
+        Request::Stale(inner) | Request::Replica(inner) => match target(inner, shards) {
             Target::Leader(s) => Target::Replica(s),
             _ => Target::Any,
         },

@@ -53,6 +53,7 @@ impl Engine {
             // it is moved (copied) at every await that builds it. Boxing
             // these took a score's future from 4.3 to ~2 KiB.
             Request::Stale(inner) => Box::pin(self.stale(*inner)).await,
+            Request::Replica(inner) => Box::pin(self.replica(*inner)).await,
             Request::ClusterStatus => {
                 Ok(Response::ClusterStatus(Box::new(self.cluster_status().await)))
             }
@@ -446,7 +447,22 @@ impl Engine {
     /// A read served by the nearest replica of each shard it touches,
     /// without a read barrier, with the most entries any of them lags.
     async fn stale(&self, req: Request) -> Result<Response, WireError> {
+        let (reply, lag) = self.read_any(req, false).await?;
+        Ok(Response::Stale { lag, reply: Box::new(reply) })
+    }
+
+    /// A linearizable read served by the nearest replica of each shard it
+    /// touches (`follower_read.rs`).
+    async fn replica(&self, req: Request) -> Result<Response, WireError> {
+        Ok(self.read_any(req, true).await?.0)
+    }
+
+    /// A read by the nearest replica of each shard it touches, `fresh`
+    /// (after that replica's barrier) or stale, with the most entries any
+    /// of them lags.
+    async fn read_any(&self, req: Request, fresh: bool) -> Result<(Response, u64), WireError> {
         let shards = self.cfg.shards;
+        let on = |shard, req| self.stale_on(shard, req, fresh);
         let (reply, lag) = match req {
             Request::Counts(r) => {
                 let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
@@ -455,7 +471,7 @@ impl Engine {
                 }
                 let parts = by_shard.into_iter().map(|(shard, entities)| {
                     let sub = Request::Counts(CountsRequest { biz: r.biz, entities });
-                    async move { self.stale_on(shard, sub).await }
+                    async move { on(shard, sub).await }
                 });
                 let mut found: BTreeMap<u64, EntityCounts> = BTreeMap::new();
                 let mut lag = 0;
@@ -470,17 +486,15 @@ impl Engine {
                 let out = r.entities.iter().filter_map(|e| found.get(e).copied()).collect();
                 (Response::Counts(out), lag)
             }
-            Request::Status(ref r) => self.stale_on(shard_of(r.biz, r.user, shards), req).await?,
-            Request::UserLikes(ref r) => {
-                self.stale_on(shard_of(r.biz, r.user, shards), req).await?
-            }
-            Request::Received(ref r) => self.stale_on(shard_of(r.biz, r.user, shards), req).await?,
-            Request::Likers(ref r) => self.stale_on(shard_of(r.biz, r.entity, shards), req).await?,
+            Request::Status(ref r) => on(shard_of(r.biz, r.user, shards), req).await?,
+            Request::UserLikes(ref r) => on(shard_of(r.biz, r.user, shards), req).await?,
+            Request::Received(ref r) => on(shard_of(r.biz, r.user, shards), req).await?,
+            Request::Likers(ref r) => on(shard_of(r.biz, r.entity, shards), req).await?,
             Request::Query(ref q) => {
                 let def = self.rank_def(q.rank).await?;
                 let t = plaudit_actors::rankings::route::board_of(&def, &q.board)?;
                 let shard = plaudit_proto::routing::board_shard(q.rank, &t.to_key(), shards);
-                self.stale_on(shard, req).await?
+                on(shard, req).await?
             }
             Request::GetBiz(_)
             | Request::ListBiz
@@ -489,15 +503,19 @@ impl Engine {
             | Request::BoardUsage(_)
             | Request::ListRanks
             | Request::ListBizPage(_)
-            | Request::ListRanksPage(_) => match self.read_registry(&req) {
-                Some(reply) => (reply?, self.lag_of(self.router.meta_id)),
-                None => return Err(internal(format!("{} is not a registry read", req.op()))),
-            },
+            | Request::ListRanksPage(_)
+                if !fresh =>
+            {
+                match self.read_registry(&req) {
+                    Some(reply) => (reply?, self.lag_of(self.router.meta_id)),
+                    None => return Err(internal(format!("{} is not a registry read", req.op()))),
+                }
+            }
             other => {
                 return Err(WireError::bad_request(format!("{} cannot be read stale", other.op())))
             }
         };
-        Ok(Response::Stale { lag, reply: Box::new(reply) })
+        Ok((reply, lag))
     }
 
     /// Entries this replica of `group` knows committed but has not applied.
@@ -507,14 +525,22 @@ impl Engine {
         g.log.committed_index().unwrap_or(0).saturating_sub(applied)
     }
 
-    /// One shard's part of a stale read: this node's replica, or the first
-    /// replica that answers.
-    async fn stale_on(&self, shard: u32, req: Request) -> Result<(Response, u64), WireError> {
+    /// One shard's part of a read: this node's replica (after its barrier
+    /// when `fresh`), or the first replica that answers.
+    async fn stale_on(
+        &self,
+        shard: u32,
+        req: Request,
+        fresh: bool,
+    ) -> Result<(Response, u64), WireError> {
         // This node's replica, unless it has stopped (a fatal storage error,
         // a half-installed snapshot): then a peer's.
         if let Some(g) = self.router.group(shard).filter(|g| {
             g.raft.metrics().borrow().running_state.is_ok() && !self.store.is_incomplete(shard)
         }) {
+            if fresh {
+                self.replica_barrier(&g).await?;
+            }
             let reply = self.on_local(&g, req, false).await?;
             return Ok((reply, self.lag_of(shard)));
         }
@@ -528,8 +554,14 @@ impl Engine {
             .collect();
         let mut last = WireError::internal(format!("no replica of shard {shard} is known"));
         for r in replicas {
-            match self.router.forward(r, Request::Stale(Box::new(req.clone()))).await {
+            let wrapped = match fresh {
+                true => Request::Replica(Box::new(req.clone())),
+                false => Request::Stale(Box::new(req.clone())),
+            };
+            match self.router.forward(r, wrapped).await {
                 Ok(Response::Stale { lag, reply }) => return Ok((*reply, lag)),
+                Ok(Response::Error(e)) => return Err(e),
+                Ok(reply) if fresh => return Ok((reply, 0)),
                 Ok(other) => return Err(internal(format!("unexpected answer {other:?}"))),
                 Err(Hop::Answer(e)) => return Err(e),
                 Err(Hop::Unreachable(why)) | Err(Hop::NoAnswer(why)) => {

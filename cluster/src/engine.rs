@@ -76,6 +76,8 @@ pub struct Engine {
     pub(crate) reserved: crate::board_limit::Reserved,
     /// The keys its clients' requests concentrate on (`hot_keys.rs`).
     pub hot: crate::hot_keys::HotKeys,
+    /// Linearizable reads this node served as a follower (`follower_read.rs`).
+    pub(crate) follower_reads: std::sync::atomic::AtomicU64,
 }
 
 /// Per-shard numbers for metrics.
@@ -177,6 +179,7 @@ impl Engine {
             sends: Arc::new(crate::snapshot_send::SnapshotSends::new(send_rate)),
             reserved: Default::default(),
             hot: Default::default(),
+            follower_reads: Default::default(),
         });
         let _ = engine.this.set(Arc::downgrade(&engine));
         // The metadata group runs on every node: voters on up to three, the
@@ -483,6 +486,11 @@ impl Engine {
     /// Client requests this node passed to another node to serve.
     pub fn forwarded(&self) -> u64 {
         self.router.forwarded()
+    }
+
+    /// Linearizable reads this node served as a follower.
+    pub fn follower_reads(&self) -> u64 {
+        self.follower_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn group_commit_stats(&self) -> plaudit_storage::group_commit::GroupCommitStats {

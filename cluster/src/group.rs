@@ -103,6 +103,11 @@ pub struct Group {
     /// The queue's bound, in commands (`pending`'s permits when empty).
     max_pending: usize,
     reads: mpsc::Sender<ReadWaiter>,
+    /// Read-index rounds of reads on this replica as a follower, and of
+    /// followers' requests for this leader's read index
+    /// (`follower_read.rs`).
+    pub(crate) follower_rounds: crate::follower_read::Rounds,
+    pub(crate) leader_rounds: crate::follower_read::Rounds,
     /// This node leads and is the only voter (kept current from Raft metrics).
     sole_voter: Arc<AtomicBool>,
     disk: Arc<crate::disk::DiskGuard>,
@@ -221,6 +226,8 @@ impl Group {
             pending: Arc::new(Semaphore::new(cfg.max_pending)),
             max_pending: cfg.max_pending,
             reads: rtx,
+            follower_rounds: Default::default(),
+            leader_rounds: Default::default(),
             sole_voter,
             shed: AtomicU64::new(0),
             coalesced,

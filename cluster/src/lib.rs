@@ -26,6 +26,7 @@ pub mod durable;
 pub mod engine;
 mod failover;
 mod fault;
+pub mod follower_read;
 pub mod group;
 mod group_members;
 mod group_watch;

@@ -144,6 +144,13 @@ impl Engine {
             },
             PeerRequest::Report => PeerResponse::Report(self.report()),
             PeerRequest::HotKeys { top } => PeerResponse::HotKeys(self.hot_keys_here(top)),
+            PeerRequest::ReadIndex { group } => {
+                let asked = self.read_index(group);
+                match tokio::time::timeout(self.cfg.request_timeout, asked).await {
+                    Ok(r) => PeerResponse::ReadIndex(r),
+                    Err(_) => PeerResponse::ReadIndex(Err(timed_out(self.cfg.request_timeout))),
+                }
+            }
             PeerRequest::TakeLead { group, to, last, vote } => {
                 match self.take_lead(group, to, last, vote) {
                     true => PeerResponse::Done,

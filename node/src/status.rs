@@ -105,6 +105,13 @@ impl AdminSource for NodeStatus {
             labels: vec![],
             value: self.engine.forwarded() as f64,
         });
+        gauges.push(Gauge {
+            name: "plaudit_follower_reads_total",
+            help: "Linearizable reads this node served as a follower, after applying its \
+                   leader's read index (Request::Replica).",
+            labels: vec![],
+            value: self.engine.follower_reads() as f64,
+        });
         for (peer, dials, calls) in self.engine.peer_errors() {
             let peer_gauge = |name, help, value: u64| Gauge {
                 name,

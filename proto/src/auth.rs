@@ -142,7 +142,7 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         Request::Query(q) => own_rank(q.rank),
         Request::Boards(b) => own_rank(b.rank),
         Request::GetRank(r) | Request::GetRankInfo(r) | Request::BoardUsage(r) => own_rank(*r),
-        Request::Stale(inner) => return authorize(role, inner),
+        Request::Stale(inner) | Request::Replica(inner) => return authorize(role, inner),
         Request::Once { req, .. } => return authorize(role, req),
         // The registry, tokens and the cluster's inner workings are the
         // admin's.

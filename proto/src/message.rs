@@ -108,10 +108,15 @@ pub enum Request {
     /// a client to cache (`hotkeys.rs`); answered `HotSet`. Not forwarded:
     /// each node tells what it sees.
     HotSet(crate::hotkeys::HotSetRequest),
+    /// A linearizable read of one shard that any of its replicas may serve
+    /// (status, counts, lists, received totals, a board query): a follower
+    /// asks the leader for its read index and reads once it has applied
+    /// that far. Answered as the read it wraps.
+    Replica(Box<Request>),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 37] = [
+pub const OPS: [&str; 38] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -149,6 +154,7 @@ pub const OPS: [&str; 37] = [
     "rank_usage",
     "hotkeys",
     "hotset",
+    "replica",
 ];
 
 impl Request {
@@ -200,6 +206,9 @@ impl Request {
             Request::BoardUsage(_) => "rank_usage",
             Request::HotKeys(_) => "hotkeys",
             Request::HotSet(_) => "hotset",
+            // Like `Stale`: served off the leader, so its latency is
+            // another story.
+            Request::Replica(_) => "replica",
         }
     }
 
@@ -220,6 +229,18 @@ impl Request {
                 }
             }
             Request::HotSet(r) => r.validate(),
+            Request::Replica(req) => match **req {
+                Request::Status(_)
+                | Request::Counts(_)
+                | Request::UserLikes(_)
+                | Request::Likers(_)
+                | Request::Received(_)
+                | Request::Query(_) => req.validate(),
+                _ => Err(WireError::bad_request(format!(
+                    "{} cannot be read from any replica",
+                    req.op()
+                ))),
+            },
             Request::Once { req, .. } => match **req {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
@@ -286,7 +307,7 @@ impl Request {
             Request::HotKeys(_) | Request::HotSet(_) => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::CreateRankInfo(i) => i.owner,
-            Request::Once { req, .. } | Request::Stale(req) => req.biz(),
+            Request::Once { req, .. } | Request::Stale(req) | Request::Replica(req) => req.biz(),
             Request::CreateRank(_)
             | Request::GetRank(_)
             | Request::GetRankInfo(_)
@@ -419,6 +440,7 @@ mod tests {
             Request::Stale(Box::new(Request::ListBiz)),
             Request::ListBizPage(ListPage::first()),
             Request::HotSet(crate::hotkeys::HotSetRequest { bizs: vec![1], ranks: vec![] }),
+            Request::Replica(Box::new(Request::Received(ReceivedRequest { biz: 1, user: 1 }))),
             Request::ListRanksPage(ListPage { after: Some(3), limit: 10 }),
             Request::Auth(AuthRequest { token: crate::auth::TokenSecret("t".into()) }),
             Request::CreateToken(CreateToken {

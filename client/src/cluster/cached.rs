@@ -62,7 +62,11 @@ fn plan(cache: &Mutex<HotCache>, reqs: Vec<Request>, use_cache: bool) -> Planned
         let mut push = |req: Request| {
             let keep = matches!(
                 req,
-                Request::Like(_) | Request::Score(_) | Request::Counts(_) | Request::Query(_)
+                Request::Like(_)
+                    | Request::Score(_)
+                    | Request::Counts(_)
+                    | Request::Query(_)
+                    | Request::Replica(_)
             );
             p.kept.push(keep.then(|| req.clone()));
             p.send.push(req);

@@ -37,9 +37,10 @@ pub const KIND_CONTROL: u8 = 2;
 /// commands carry their dedup rules. 4: Raft messages name the
 /// incarnation they are for (`Fence`), and group membership changes
 /// (`Membership`). 5: `TakeLead` names the vote it ends, and nodes ask
-/// each other for their hot keys (`HotKeys`). Nodes of different versions
+/// each other for their hot keys (`HotKeys`). 6: a follower asks its
+/// leader for the read index (`ReadIndex`). Nodes of different versions
 /// do not talk: a cluster moves to a new one all at once.
-pub const VERSION: u8 = 5;
+pub const VERSION: u8 = 6;
 /// The largest handshake message either side reads: they are a few dozen
 /// bytes (a refusal a sentence), and neither side has proved anything
 /// yet, so neither may make the other hold more.
@@ -172,6 +173,11 @@ pub enum PeerRequest {
     HotKeys {
         top: u32,
     },
+    /// The commit index of `group`, which the receiver leads, once a
+    /// quorum has confirmed it still leads (`follower_read.rs`).
+    ReadIndex {
+        group: GroupId,
+    },
 }
 
 /// The incarnation a Raft message is meant for (`membership.rs`): a node
@@ -262,6 +268,7 @@ pub enum PeerResponse {
     Done,
     Membership(Result<GroupMembers, WireError>),
     HotKeys(Vec<plaudit_proto::hotkeys::HotKeyRow>),
+    ReadIndex(Result<u64, WireError>),
 }
 
 impl PeerRequest {
