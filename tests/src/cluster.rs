@@ -248,7 +248,7 @@ impl Cluster {
     /// check through `admin`.
     pub async fn finish_load(&self, admin: &Client, mut w: crate::history::Workload) {
         w.stop().await;
-        assert_eq!(w.failed(), 0, "no request failed");
+        assert_eq!(w.failed(), 0, "no request failed; the first: {:?}", w.first_failure());
         self.wait_converged().await;
         w.check(admin).await;
     }

@@ -109,6 +109,8 @@ pub struct History {
     events: Mutex<BTreeMap<(ItemId, u64), bool>>,
     pub acked: AtomicU64,
     pub unknown: AtomicU64,
+    /// The first failed call's error, for the report.
+    first_failure: Mutex<Option<String>>,
 }
 
 impl History {
@@ -116,7 +118,18 @@ impl History {
         Arc::default()
     }
 
-    fn record_like(&self, user: u64, entity: u64, action: LikeAction, res: &Result<LikeState, ()>) {
+    fn failure(&self, what: String) {
+        self.unknown.fetch_add(1, Ordering::Relaxed);
+        self.first_failure.lock().unwrap().get_or_insert(what);
+    }
+
+    fn record_like(
+        &self,
+        user: u64,
+        entity: u64,
+        action: LikeAction,
+        res: &Result<LikeState, String>,
+    ) {
         let mut pairs = self.pairs.lock().unwrap();
         let p = pairs.entry((user, entity)).or_default();
         match res {
@@ -125,9 +138,9 @@ impl History {
                 p.unknown.clear();
                 self.acked.fetch_add(1, Ordering::Relaxed);
             }
-            Err(()) => {
+            Err(e) => {
                 p.unknown.push(action);
-                self.unknown.fetch_add(1, Ordering::Relaxed);
+                self.failure(format!("{action:?} of ({user}, {entity}): {e}"));
             }
         }
     }
@@ -168,7 +181,7 @@ pub async fn like_load(
         for (&(user, entity, action), h) in round.iter().zip(handles) {
             let res = match h.await.expect("like task") {
                 Ok(reply) => Ok(reply.now),
-                Err(_) => Err(()),
+                Err(e) => Err(e.to_string()),
             };
             hist.record_like(user, entity, action, &res);
         }
@@ -304,14 +317,16 @@ pub async fn score_load(
             .collect();
         for (&(item, id), h) in batch.iter().zip(handles) {
             let acked = match h.await.expect("score task") {
-                Ok(r) => r.boards.iter().all(|b| b.outcome == Outcome::Applied),
-                Err(_) => false,
+                Ok(r) if r.boards.iter().all(|b| b.outcome == Outcome::Applied) => Ok(()),
+                Ok(r) => Err(format!("{:?}", r.boards)),
+                Err(e) => Err(e.to_string()),
             };
-            hist.events.lock().unwrap().insert((item, id), acked);
-            if acked {
-                hist.acked.fetch_add(1, Ordering::Relaxed);
-            } else {
-                hist.unknown.fetch_add(1, Ordering::Relaxed);
+            hist.events.lock().unwrap().insert((item, id), acked.is_ok());
+            match acked {
+                Ok(()) => {
+                    hist.acked.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => hist.failure(format!("event {id} of item {item}: {e}")),
             }
         }
     }
@@ -412,6 +427,11 @@ impl Workload {
     /// Operations whose outcome the client never learned (failed calls).
     pub fn failed(&self) -> u64 {
         self.hist.unknown.load(Ordering::Relaxed)
+    }
+
+    /// The first failed call, if any: what it was and its error.
+    pub fn first_failure(&self) -> Option<String> {
+        self.hist.first_failure.lock().unwrap().clone()
     }
 
     /// Acknowledged operations so far.

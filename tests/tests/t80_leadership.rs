@@ -50,7 +50,12 @@ async fn a_rolling_restart_with_sigterm_fails_no_request() {
         cluster.restart(id);
         w.wait_acks(100, Duration::from_secs(30), &format!("writes go on after node {id}")).await;
         assert!(w.acked() > before);
-        assert_eq!(w.failed(), 0, "a request failed around node {id}'s restart");
+        assert_eq!(
+            w.failed(),
+            0,
+            "a request failed around node {id}'s restart: {:?}",
+            w.first_failure()
+        );
     }
     cluster.finish_load(&admin, w).await;
 }
