@@ -69,6 +69,10 @@ pub struct Common {
     /// measures the nodes.
     #[arg(long, default_value = "0s", value_parser = duration::parse_duration)]
     pub cache_ttl: Duration,
+    /// With the cache on: send hot keys' reads that it does not answer to
+    /// any replica (the SDK's `spread_hot_reads`).
+    #[arg(long)]
+    pub spread_hot_reads: bool,
     /// Random seed; 0 picks one from the clock.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -45,6 +45,7 @@ pub async fn connect_pooled(c: &Common, n: usize, pool_size: usize) -> anyhow::R
             tls: tls.clone(),
             split_reads: !c.whole_reads,
             cache_ttl: c.cache_ttl,
+            spread_hot_reads: c.spread_hot_reads,
             ..Default::default()
         };
         clients.push(

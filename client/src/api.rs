@@ -56,6 +56,14 @@ pub struct ClientOptions {
     /// writes show within the TTL. `Client::uncached` reads around the
     /// cache; `Duration::ZERO` turns it off. Default 250 ms.
     pub cache_ttl: Duration,
+    /// Send the reads of hot keys that the cache does not answer to any
+    /// replica of their shard (`Request::Replica`: a follower asks the
+    /// leader for its read index, so still linearizable), spreading their
+    /// refreshes over the replicas. Default `false`: a follower read costs a
+    /// round trip to the leader and a wait for the entries in flight, which
+    /// on nodes that share cores costs more than it spreads
+    /// (docs/benchmarks.md, "Hot keys").
+    pub spread_hot_reads: bool,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -67,6 +75,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("tls", &self.tls.is_some())
             .field("split_reads", &self.split_reads)
             .field("cache_ttl", &self.cache_ttl)
+            .field("spread_hot_reads", &self.spread_hot_reads)
             .finish()
     }
 }
@@ -86,6 +95,7 @@ impl Default for ClientOptions {
             tls: None,
             split_reads: true,
             cache_ttl: Self::DEFAULT_CACHE_TTL,
+            spread_hot_reads: false,
         }
     }
 }

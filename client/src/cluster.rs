@@ -103,7 +103,9 @@ impl Cluster {
         opts: ClientOptions,
         token: Option<TokenSecret>,
     ) -> Result<Arc<Cluster>, ClientError> {
-        let ClientOptions { pool_size, timeout, tls, split_reads, cache_ttl, .. } = opts;
+        let ClientOptions {
+            pool_size, timeout, tls, split_reads, cache_ttl, spread_hot_reads, ..
+        } = opts;
         if seeds.is_empty() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "no node address given");
             return Err(ClientError::Io(e));
@@ -121,7 +123,8 @@ impl Cluster {
             wake: Arc::new(Notify::new()),
             spin: AtomicUsize::new(0),
             refresher: Mutex::new(None),
-            hot: (!cache_ttl.is_zero()).then(|| Mutex::new(HotCache::new(cache_ttl))),
+            hot: (!cache_ttl.is_zero())
+                .then(|| Mutex::new(HotCache::new(cache_ttl).spreading(spread_hot_reads))),
             poller: Mutex::new(None),
         });
         let deadline = Instant::now() + timeout;

@@ -71,6 +71,8 @@ struct Entry<V> {
 
 pub(crate) struct HotCache {
     ttl: Duration,
+    /// Send hot keys' reads to any replica (`ClientOptions::spread_hot_reads`).
+    spread: bool,
     marks: HashMap<HotKey, Mark>,
     counts: HashMap<(BizId, plaudit_proto::EntityId), Entry<EntityCounts>>,
     /// A board query's answer, by ranking and the query's encoding.
@@ -92,6 +94,7 @@ impl HotCache {
     pub(crate) fn new(ttl: Duration) -> HotCache {
         HotCache {
             ttl,
+            spread: false,
             marks: HashMap::new(),
             counts: HashMap::new(),
             pages: HashMap::new(),
@@ -102,6 +105,12 @@ impl HotCache {
             ranks: Vec::new(),
             last_tick: None,
         }
+    }
+
+    /// Sends the reads of hot keys it does not hold to any replica.
+    pub(crate) fn spreading(mut self, on: bool) -> HotCache {
+        self.spread = on;
+        self
     }
 
     pub(crate) fn ttl(&self) -> Duration {
@@ -162,7 +171,8 @@ impl HotCache {
                         Response::Query(e.value.clone()),
                         now.saturating_duration_since(e.sent),
                     ),
-                    None => Plan::Send(spread(Request::Query(q))),
+                    None if self.spread => Plan::Send(spread(Request::Query(q))),
+                    None => Plan::Send(Request::Query(q)),
                 }
             }
             other => Plan::Send(other),
@@ -207,7 +217,7 @@ impl HotCache {
         } else {
             Request::Counts(CountsRequest { biz: c.biz, entities: missing })
         };
-        let send = if all_hot { spread(send) } else { send };
+        let send = if all_hot && self.spread { spread(send) } else { send };
         if have.iter().all(Option::is_none) {
             return Plan::Send(send);
         }
@@ -338,9 +348,9 @@ pub(crate) fn merge_part(have: Vec<Option<EntityCounts>>, answer: Response) -> O
     Some(Response::Counts(all))
 }
 
-/// A read of hot keys goes to any replica of its shard (`Request::Replica`,
-/// still linearizable): the refreshes of every client's cache do not all
-/// land on one leader.
+/// A read of hot keys sent to any replica of its shard (`Request::Replica`,
+/// still linearizable), so that the refreshes of every client's cache do
+/// not all land on one leader.
 fn spread(req: Request) -> Request {
     Request::Replica(Box::new(req))
 }

@@ -217,3 +217,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn misses_of_hot_keys_go_to_any_replica_only_when_asked() {
+    let t0 = Instant::now();
+    for spread in [false, true] {
+        let mut c = HotCache::new(TTL).spreading(spread);
+        c.listed([hot(5)], t0);
+        let plan = c.plan(counts(&[5]), t0);
+        let Plan::Send(sent) = plan else { panic!("{plan:?}") };
+        assert_eq!(matches!(sent, Request::Replica(_)), spread, "{sent:?}");
+        // A key that is not hot goes to its leader either way.
+        assert!(matches!(c.plan(counts(&[6]), t0), Plan::Send(Request::Counts(_))));
+        // An answer to the spread read fills the cache like any other.
+        c.filled(&sent, c.epoch(), t0, &answer(&[5], 3));
+        assert!(matches!(c.plan(counts(&[5]), t0), Plan::Hit(..)));
+    }
+}
