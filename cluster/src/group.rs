@@ -108,6 +108,11 @@ pub struct Group {
     /// (`follower_read.rs`).
     pub(crate) follower_rounds: crate::follower_read::Rounds,
     pub(crate) leader_rounds: crate::follower_read::Rounds,
+    /// When this node, as leader, last gave a follower its read index, in
+    /// ms since `opened` (0: never): lease reads then catch up with the
+    /// commit index first (`read_barrier`).
+    follower_read_ms: AtomicU64,
+    opened: std::time::Instant,
     /// This node leads and is the only voter (kept current from Raft metrics).
     sole_voter: Arc<AtomicBool>,
     disk: Arc<crate::disk::DiskGuard>,
@@ -228,6 +233,8 @@ impl Group {
             reads: rtx,
             follower_rounds: Default::default(),
             leader_rounds: Default::default(),
+            follower_read_ms: AtomicU64::new(0),
+            opened: std::time::Instant::now(),
             sole_voter,
             shed: AtomicU64::new(0),
             coalesced,
@@ -388,6 +395,45 @@ impl Group {
             && self.lease.holds(&m.vote, m.id, &configs[0], self.read_lease)
     }
 
+    /// This leader gave a follower its read index (`follower_read.rs`).
+    pub(crate) fn note_follower_read(&self) {
+        let ms = self.opened.elapsed().as_millis() as u64;
+        self.follower_read_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether a follower read this group through this leader lately.
+    fn followers_reading(&self) -> bool {
+        let last = self.follower_read_ms.load(Ordering::Relaxed);
+        last != 0 && (self.opened.elapsed().as_millis() as u64) < last + FOLLOWER_READS_FOR_MS
+    }
+
+    /// Waits until this node has applied everything it knows committed.
+    ///
+    /// Why a lease read needs this once followers read: a follower learns
+    /// the commit index with the next AppendEntries, before this leader has
+    /// applied up to it (openraft sends the commit out first), so a
+    /// follower read may show an entry this leader's own state does not
+    /// hold yet; a lease read must not then show less. Without follower
+    /// reads, every read is the leader's and its applied state only grows.
+    async fn apply_committed(&self) -> Result<(), WireError> {
+        let committed = self
+            .raft
+            .with_raft_state(|s| s.committed.map(|l| l.index))
+            .await
+            .map_err(|e| WireError::internal(format!("raft stopped: {e}")))?;
+        let applied = self.raft.metrics().borrow().last_applied.map(|l| l.index);
+        if committed <= applied {
+            return Ok(());
+        }
+        let wait = self.raft.wait(Some(APPLY_WAIT));
+        wait.applied_index_at_least(committed, "lease read").await.map(|_| ()).map_err(|e| {
+            WireError::timeout(format!(
+                "shard {}: not applied up to its commit in time: {e}",
+                self.id
+            ))
+        })
+    }
+
     /// No read lease again under this node's current vote or an older one
     /// (`Lease::retire`): it granted a vote, or hands its leadership over.
     pub(crate) fn retire_lease(&self) {
@@ -448,7 +494,13 @@ impl Group {
     /// Returns once this node's state machine reflects every write committed
     /// before the call (a read-index check).
     pub async fn read_barrier(&self) -> Result<(), WireError> {
-        if self.is_sole_voter() || self.lease_holds() {
+        if self.is_sole_voter() {
+            return Ok(());
+        }
+        if self.lease_holds() {
+            if self.followers_reading() {
+                self.apply_committed().await?;
+            }
             return Ok(());
         }
         let (tx, rx) = oneshot::channel();
@@ -461,6 +513,12 @@ impl Group {
         rx.await.map_err(|_| stopped(self.id))?
     }
 }
+
+/// How long after a follower last read through this leader its lease reads
+/// keep catching up with the commit index first.
+const FOLLOWER_READS_FOR_MS: u64 = 10_000;
+/// How long a lease read waits for this leader to apply what it committed.
+const APPLY_WAIT: Duration = Duration::from_secs(2);
 
 /// A replica's Raft role, as metrics and status name it.
 pub fn role_name(state: openraft::ServerState) -> &'static str {

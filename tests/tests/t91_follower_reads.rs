@@ -4,7 +4,10 @@
 //! replicas, so most land on followers) of the members' scores and of the
 //! users' states. Every read must show every write acknowledged before it
 //! was sent, through a drain of the board's leader (a leader change), a
-//! SIGKILL of a node and its restart. Followers must have served reads.
+//! SIGKILL of a node and its restart. A third of the score reads go to the
+//! leader instead, and no read may show less than any read before it
+//! showed: the leader, reading on its lease, must not lag what a follower
+//! has applied. Followers must have served reads.
 
 use plaudit_client::proto::likes::StatusRequest;
 use plaudit_client::proto::scoring::{
@@ -26,6 +29,9 @@ struct Shared {
     /// Events acknowledged per member; likes acknowledged per user (each
     /// user likes entities 1, 2, 3... in turn).
     scored: Vec<AtomicI64>,
+    /// The highest score of each member any read has shown: a later read,
+    /// at the leader or a follower, must not show less.
+    shown: Vec<AtomicI64>,
     liked: Vec<AtomicU64>,
     reads: AtomicU64,
     violations: Mutex<Vec<String>>,
@@ -81,19 +87,26 @@ async fn read(client: Client, r: u64, s: Arc<Shared>) {
     while !s.stop.load(Ordering::Relaxed) {
         i += 1;
         let member = i % MEMBERS;
-        let floor = s.scored[member as usize].load(Ordering::SeqCst);
+        let m = member as usize;
+        let floor = s.scored[m].load(Ordering::SeqCst).max(s.shown[m].load(Ordering::SeqCst));
         let q = QueryRequest {
             rank: RANK,
             board: board(),
             query: BoardQuery::Scores { items: vec![member] },
         };
-        if let Ok(Response::Query(QueryReply::Scores(rows))) =
-            client.request(Request::Replica(Box::new(Request::Query(q)))).await
-        {
+        // Every third read goes to the leader: a leader's read after a
+        // follower's must not show less (the leader may not have applied
+        // what a follower has).
+        let req = match i % 3 {
+            0 => Request::Query(q),
+            _ => Request::Replica(Box::new(Request::Query(q))),
+        };
+        if let Ok(Response::Query(QueryReply::Scores(rows))) = client.request(req).await {
             let got = rows[0].1.unwrap_or(0);
             if got < floor {
                 s.violations.lock().unwrap().push(format!("member {member}: {got} < {floor}"));
             }
+            s.shown[m].fetch_max(got, Ordering::SeqCst);
             s.reads.fetch_add(1, Ordering::Relaxed);
         }
         let user = i % USERS;
@@ -123,6 +136,7 @@ async fn reads_at_any_replica_see_every_acknowledged_write() {
     let s = Arc::new(Shared {
         biz,
         scored: (0..MEMBERS).map(|_| AtomicI64::new(0)).collect(),
+        shown: (0..MEMBERS).map(|_| AtomicI64::new(0)).collect(),
         liked: (0..USERS).map(|_| AtomicU64::new(0)).collect(),
         reads: AtomicU64::new(0),
         violations: Mutex::new(Vec::new()),
