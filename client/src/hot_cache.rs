@@ -157,7 +157,8 @@ impl HotCache {
     pub(crate) fn plan(&mut self, req: Request, now: Instant) -> Plan {
         match req {
             Request::Counts(c) => self.plan_counts(c, now),
-            Request::Query(q) => {
+            // Naming a board allocates: only when some key is hot.
+            Request::Query(q) if !self.marks.is_empty() => {
                 let key = HotKey::board(q.rank, &q.board);
                 let Some(mark) = self.marks.get_mut(&key) else {
                     return Plan::Send(Request::Query(q));

@@ -28,7 +28,9 @@
 //! ```
 //!
 //! Modules:
-//! - `api`: `Client`, `ClientOptions` and one typed method per command;
+//! - `api`: `Client` and one typed method per command;
+//! - `options`: `ClientOptions`;
+//! - `hot_cache`: the cache of hot keys (pure); `cluster/cached.rs` calls through it;
 //! - `rankings`: the ranking and leaderboard methods of `Client`;
 //! - `tokens`: the token methods of `Client` (create, list, revoke), and the
 //!   secret a new token is made with;
@@ -60,6 +62,7 @@ mod cluster;
 mod connection;
 mod error;
 mod hot_cache;
+mod options;
 mod pool;
 mod rankings;
 mod retry;

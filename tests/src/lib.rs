@@ -41,7 +41,9 @@ pub use builder::NodeBuilder;
 pub use cluster::Cluster;
 pub use ports::{free_port, free_ports, localhost};
 pub(crate) use util::http_request;
-pub use util::{http_get, http_get_bearer, metric_sum, total_ranking, wait_converged, wait_until};
+pub use util::{
+    grows_by, http_get, http_get_bearer, metric_sum, total_ranking, wait_converged, wait_until,
+};
 
 /// How long a node may take to become ready (start or restart).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -128,3 +128,20 @@ pub fn arg_u32(name: &str, default: u32) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// Waits until `counter` has grown by `n` from now, failing the test
+/// (`"{what} stalled"`) if it takes longer than `within`.
+pub async fn grows_by(
+    counter: &std::sync::atomic::AtomicU64,
+    n: u64,
+    within: std::time::Duration,
+    what: &str,
+) {
+    use std::sync::atomic::Ordering;
+    let target = counter.load(Ordering::Relaxed) + n;
+    let deadline = tokio::time::Instant::now() + within;
+    while counter.load(Ordering::Relaxed) < target {
+        assert!(tokio::time::Instant::now() < deadline, "{what} stalled");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

@@ -9,7 +9,7 @@
 
 use plaudit_client::proto::{BizConfig, LikeState};
 use plaudit_client::Client;
-use plaudit_tests::Cluster;
+use plaudit_tests::{grows_by, Cluster};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -90,14 +90,7 @@ async fn a_read_after_an_acknowledged_write_sees_it_through_leader_changes() {
     }
     let reads_past = |n: u64| {
         let s = s.clone();
-        async move {
-            let target = s.reads.load(Ordering::Relaxed) + n;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while s.reads.load(Ordering::Relaxed) < target {
-                assert!(tokio::time::Instant::now() < deadline, "reads stalled");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+        async move { grows_by(&s.reads, n, Duration::from_secs(30), "reads").await }
     };
     reads_past(200).await;
     let leaders_before = cluster.leaders();

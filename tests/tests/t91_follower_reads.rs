@@ -15,7 +15,7 @@ use plaudit_client::proto::scoring::{
 };
 use plaudit_client::proto::{BizConfig, LikeState, Request, Response};
 use plaudit_client::Client;
-use plaudit_tests::{metric_sum, total_ranking, Cluster};
+use plaudit_tests::{grows_by, metric_sum, total_ranking, Cluster};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -154,14 +154,7 @@ async fn reads_at_any_replica_see_every_acknowledged_write() {
     }
     let reads_past = |n: u64| {
         let s = s.clone();
-        async move {
-            let target = s.reads.load(Ordering::Relaxed) + n;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            while s.reads.load(Ordering::Relaxed) < target {
-                assert!(tokio::time::Instant::now() < deadline, "reads stalled");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
+        async move { grows_by(&s.reads, n, Duration::from_secs(60), "reads").await }
     };
     reads_past(300).await;
     let leaders_before = cluster.leaders();
