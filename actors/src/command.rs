@@ -153,6 +153,14 @@ pub enum Command {
     /// Sets or clears a ranking's own limit of live sub-boards (metadata
     /// group only).
     SetBoardLimit(BoardLimit),
+    /// One step of moving a sub-board between shards, on the source or the
+    /// target (`rankings/residence.rs`); proposed by the metadata leader's
+    /// mover, never by a client.
+    MoveBoard(crate::rankings::residence::MoveCmd),
+    /// Replaces the placements of moved sub-boards and the moves under way
+    /// (metadata group only); refused unless its epoch is above the
+    /// current one.
+    SetPlacements(Box<plaudit_proto::placement::Placements>),
 }
 
 impl Command {

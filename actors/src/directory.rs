@@ -4,7 +4,8 @@
 //! ranking's windows and filters) without a Raft round trip.
 //!
 //! Registry keys: a business is its 4-byte big-endian id; a ranking is
-//! `b'r'` + its 4-byte id; the cluster map is `b"cluster"`; at-most-once
+//! `b'r'` + its 4-byte id; the cluster map is `b"cluster"`; moved boards
+//! are `b"placements"` (read before the board limits' 10-byte keys); at-most-once
 //! request records (`shard/once.rs`) are 8 or 9 bytes; ranking owners
 //! (`directory/owners.rs`) are 6; tokens (`directory/tokens.rs`) are 11;
 //! board limits are 10 and board reservations 15 or more
@@ -20,12 +21,14 @@ use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::ClusterMap;
 use plaudit_proto::limits::MAX_BIZ_ID;
 use plaudit_proto::membership::ClusterState;
+use plaudit_proto::placement::Placements;
 use plaudit_proto::rankings::{RankDef, RankId, UpdateRank};
 use plaudit_proto::{codec, BizId, WireError};
 use plaudit_storage::keys::VALUE_V1;
 use plaudit_storage::{StateError, StateStore, WriteSet};
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 
@@ -43,6 +46,11 @@ pub struct Directory {
     cluster: Arc<watch::Sender<Option<Arc<ClusterMap>>>>,
     /// The map with its members and moves (`cluster` is its map).
     state: Arc<watch::Sender<Option<Arc<ClusterState>>>>,
+    /// Moved sub-boards and the moves under way.
+    placements: Arc<watch::Sender<Arc<Placements>>>,
+    /// Whether `placements` names any board: read on every staged score,
+    /// where a plain load costs less than the watch's lock.
+    any_placed: Arc<AtomicBool>,
 }
 
 impl Default for Directory {
@@ -55,6 +63,8 @@ impl Default for Directory {
             board_limits: Arc::default(),
             cluster: Arc::new(watch::channel(None).0),
             state: Arc::new(watch::channel(None).0),
+            placements: Arc::new(watch::channel(Arc::default()).0),
+            any_placed: Arc::default(),
         }
     }
 }
@@ -65,6 +75,14 @@ const RANK_TAG: u8 = b'r';
 const CLUSTER_KEY: &[u8] = b"cluster";
 /// The cluster state's key (`StateRecord`); wins over `CLUSTER_KEY`.
 const STATE_KEY: &[u8] = b"cluster-state";
+/// The placements' key (`PlacementsRecord`).
+const PLACEMENTS_KEY: &[u8] = b"placements";
+
+/// How the placements are stored: versioned, variants only appended.
+#[derive(serde::Serialize, serde::Deserialize)]
+enum PlacementsRecord {
+    V1(Placements),
+}
 
 /// How the cluster state is stored: versioned, variants only appended.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -88,7 +106,13 @@ impl Directory {
         let mut tokens = Vec::new();
         let mut owners = BTreeMap::new();
         let mut board_limits = board_limits::BoardLimits::default();
+        let mut placements = Placements::default();
         for (k, v) in store.registry_entries()? {
+            if k == PLACEMENTS_KEY {
+                let PlacementsRecord::V1(p) = decode::<PlacementsRecord>(&v)?;
+                placements = p;
+                continue;
+            }
             if board_limits.load_record(&k, &v)? {
                 continue;
             }
@@ -121,6 +145,8 @@ impl Directory {
             board_limits: Arc::new(board_limits),
             cluster: Arc::new(watch::channel(cluster).0),
             state: Arc::new(watch::channel(state).0),
+            any_placed: Arc::new(AtomicBool::new(names_any(&placements))),
+            placements: Arc::new(watch::channel(Arc::new(placements)).0),
         })
     }
 
@@ -144,6 +170,44 @@ impl Directory {
         self.cluster.send_replace(cluster);
         let state = fresh.state.borrow().clone();
         self.state.send_replace(state);
+        let placements = fresh.placements.borrow().clone();
+        self.set_placements(placements);
+        Ok(())
+    }
+
+    fn set_placements(&self, p: Arc<Placements>) {
+        self.any_placed.store(names_any(&p), Ordering::Release);
+        self.placements.send_replace(p);
+    }
+
+    /// Whether any board was moved or is moving (a load: no lock).
+    pub fn any_placed(&self) -> bool {
+        self.any_placed.load(Ordering::Acquire)
+    }
+
+    /// Moved sub-boards and the moves under way.
+    pub fn placements(&self) -> Arc<Placements> {
+        self.placements.borrow().clone()
+    }
+
+    /// Sees every change of the placements.
+    pub fn watch_placements(&self) -> watch::Receiver<Arc<Placements>> {
+        self.placements.subscribe()
+    }
+
+    /// Applies new placements; like the cluster state, only above the
+    /// current epoch (a change proposed twice, or from an older view,
+    /// changes nothing).
+    pub fn apply_set_placements(&self, p: &Placements, ws: &mut WriteSet) -> Result<(), WireError> {
+        let current = self.placements().epoch;
+        if p.epoch <= current {
+            return Err(WireError::bad_request(format!(
+                "placements epoch {} is not above the current {current}",
+                p.epoch
+            )));
+        }
+        ws.put_registry(PLACEMENTS_KEY, &encode(&PlacementsRecord::V1(p.clone()))?);
+        self.set_placements(Arc::new(p.clone()));
         Ok(())
     }
 
@@ -388,6 +452,10 @@ fn decode<T: serde::de::DeserializeOwned>(v: &[u8]) -> Result<T, StateError> {
         Some((&VALUE_V1, rest)) => codec::from_bytes(rest).map_err(|e| corrupt(e.to_string())),
         _ => Err(corrupt(format!("unknown format {:?}", v.first()))),
     }
+}
+
+fn names_any(p: &Placements) -> bool {
+    !p.placed.is_empty() || !p.moves.is_empty()
 }
 
 /// Up to `n` entries of `map` with keys above `after`, in key order.

@@ -7,7 +7,8 @@
 //! - `dedup`: the event ids a sub-board applied within its window, bounded;
 //! - `id_set`: the open-addressing set of ids it looks them up in;
 //! - `route`: an event's admission (dimensions, filters) and its sub-boards;
-//! - `all_or_nothing`: when and how an event is checked on all its boards first.
+//! - `all_or_nothing`: when and how an event is checked on all its boards first;
+//! - `residence`: a shard's side of moving a sub-board to another shard.
 
 pub mod all_or_nothing;
 pub mod board;
@@ -15,6 +16,7 @@ pub mod dedup;
 mod fenwick;
 pub mod id_set;
 pub mod order;
+pub mod residence;
 pub mod route;
 pub mod search;
 

@@ -35,6 +35,7 @@ mod handle;
 
 pub use delivery::OutboxSignal;
 mod likes;
+mod moves;
 mod once;
 mod rankings;
 mod registry;
@@ -125,6 +126,11 @@ pub enum ShardMsg {
     Reset(RpcReplyPort<()>),
     /// Freeze the shard's state for an export (`ShardHandle::freeze`).
     Freeze(RpcReplyPort<Result<Frozen, ShardError>>),
+    /// The copy of a board frozen here for a move (`shard/moves.rs`).
+    ExportBoard(
+        plaudit_proto::placement::BoardKey,
+        RpcReplyPort<Result<crate::rankings::residence::BoardCopy, ShardError>>,
+    ),
 }
 
 // A local message: never sent to another node (ractor's `cluster` feature
@@ -187,6 +193,8 @@ pub struct ShardState {
     floor: Option<Millis>,
     /// The checkpoint running on the blocking pool, if any.
     checkpointing: Option<tokio::task::JoinHandle<Result<(), plaudit_storage::StateError>>>,
+    /// Boards moved to or from this shard (`shard/moves.rs`; loaded lazily).
+    residences: Option<crate::rankings::residence::Residences>,
     /// Set by a failed apply: held boards may have lost changes that no
     /// tree holds, so nothing is applied or read here until a snapshot
     /// replaces the state (`Reset`). openraft stops the group on a failed
@@ -220,6 +228,7 @@ impl Actor for ShardActor {
             outbox_next: HashMap::new(),
             floor: None,
             checkpointing: None,
+            residences: None,
             broken: false,
         })
     }
@@ -268,12 +277,23 @@ impl Actor for ShardActor {
                 }
             }
             ShardMsg::BoardQuery { rank, type_key, rules, query, reply } => {
-                let out = self.live(state).and_then(|s| self.board(s, rank, type_key, rules));
-                let _ = reply.send(out.map(|b| b.answer(&query)).map_err(Into::into));
+                let out = self
+                    .live(state)
+                    .map_err(ShardError::from)
+                    .and_then(|s| self.board_readable(s, rank, &type_key).map(|()| s))
+                    .and_then(|s| Ok(self.board(s, rank, type_key, rules)?.answer(&query)));
+                let _ = reply.send(out);
             }
             ShardMsg::BoardCheck { rank, type_key, rules, item, event, reply } => {
-                let out = self.live(state).and_then(|s| self.board(s, rank, type_key, rules));
-                let _ = reply.send(out.map(|b| b.check(item, &event)).map_err(Into::into));
+                let out = self.live(state).map_err(ShardError::from).and_then(|s| {
+                    self.board_writable(s, rank, &type_key)?.map_err(ShardError::Rejected)?;
+                    Ok(self.board(s, rank, type_key, rules)?.check(item, &event))
+                });
+                let _ = reply.send(out);
+            }
+            ShardMsg::ExportBoard(board, reply) => {
+                let out = self.live(state).map_err(ShardError::from);
+                let _ = reply.send(out.and_then(|s| self.export_board(s, board)));
             }
             ShardMsg::CheckpointTick => {
                 if let Err(e) = self.checkpoint_if_due(state).await {
@@ -517,6 +537,7 @@ impl ShardActor {
         state.inbox.clear();
         state.outbox_next.clear();
         state.floor = None;
+        state.residences = None;
         self.publish(state);
     }
 

@@ -517,5 +517,6 @@ fn variant(r: &Response) -> &'static str {
         Response::Nodes(_) => "Nodes",
         Response::HotKeys(_) => "HotKeys",
         Response::HotSet(_) => "HotSet",
+        Response::Placements(_) => "Placements",
     }
 }

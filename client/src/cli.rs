@@ -10,7 +10,8 @@
 //! - `json`: one JSON object per command, for scripts;
 //! - `human`: aligned tables and sentences, for people;
 //! - `rank`, `board`, `admin`, `token`: one command family each (flags,
-//!   output).
+//!   output); `hotkeys`, `members` and `placement` are `admin` commands'
+//!   output and watching.
 //!
 //! `--addr` is a comma-separated seed list: the SDK finds the rest of the
 //! cluster from any seed that answers, and routes each request itself.
@@ -24,6 +25,7 @@ pub mod hotkeys;
 pub mod human;
 pub mod json;
 pub mod members;
+pub mod placement;
 pub mod rank;
 pub mod token;
 
@@ -111,6 +113,15 @@ pub enum Output {
         op: plaudit_proto::membership::MemberOp,
         done: bool,
     },
+    /// `admin move`: the board (its type id), its new shard, and how long
+    /// the move took (known only when waited for: not with `--no-wait`).
+    Moved {
+        rank: plaudit_proto::rankings::RankId,
+        board: String,
+        to_shard: u32,
+        took: Option<Duration>,
+    },
+    Placements(Box<plaudit_proto::placement::Placements>),
 }
 
 /// Which registry command produced an `Output::Biz` or `Output::Rank`.
@@ -244,8 +255,12 @@ pub async fn run(cli: &Cli) -> Result<Output, Failure> {
         .await
         .map_err(|e| Failure::cannot_connect(&cli.addr, &e))?;
     let failed = |e: ClientError| Failure::from_client(client.addr(), client.timeout(), &e);
+    let started = Instant::now();
     let out = execute(&client, &cli.command).await.map_err(failed)?;
     match (&cli.command, out) {
+        (Command::Admin(admin::AdminCommand::Move { board, to_shard, no_wait: false }), _) => {
+            placement::watch_move(&client, board, *to_shard, started).await.map_err(failed)
+        }
         (Command::Admin(admin::AdminCommand::Drain { node, wait: true }), _) => {
             watch_drain(&client, *node, cli.json).await.map_err(failed)
         }
@@ -309,6 +324,13 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
             let (op, _) = a.member_op().expect("a membership command");
             client.members(op).await?;
             Output::Members { op, done: false }
+        }
+        Command::Admin(admin::AdminCommand::Move { board, to_shard, .. }) => {
+            placement::move_board(client, board, *to_shard).await?;
+            placement::moved(board, *to_shard, None)
+        }
+        Command::Admin(admin::AdminCommand::Placements) => {
+            Output::Placements(Box::new(placement::placements(client).await?))
         }
         Command::Score(a) => Output::Score(client.score(a.request()).await?),
         Command::Top { rank, board, offset, limit } => {

@@ -5,7 +5,8 @@
 //! one attempt ─► Outcome ─┬─ Done(reply or error) ─────────────► return it
 //!                         ├─ NotLeader(hint) ─► View::learn ─► at the hinted node / wait / refresh
 //!                         ├─ NodeDown (dial, socket, silence) ─► mark it down, elsewhere
-//!                         └─ Busy (Overloaded, Timeout) ─────► back off, a few times
+//!                         ├─ Busy (Overloaded, Timeout) ─────► back off, a few times
+//!                         └─ Moving (Moved) ─────────────────► back off, as for an election
 //! ```
 //!
 //! Every request the SDK sends may be sent twice, so each must be safe to
@@ -51,6 +52,9 @@ pub(crate) enum Outcome {
     NodeDown(ClientError),
     /// The node shed the request or ran out of time on it.
     Busy(ClientError),
+    /// The sub-board is between shards (a move under way) and the node
+    /// could not follow it in time: like an election, it is waited out.
+    Moving(ClientError),
 }
 
 /// Sorts one attempt's result.
@@ -59,6 +63,7 @@ pub(crate) fn outcome(r: Result<Response, ClientError>) -> Outcome {
         Ok(Response::Error(e)) => match e.code {
             ErrorCode::NotLeader => Outcome::NotLeader(e.leader.clone(), ClientError::Server(e)),
             ErrorCode::Overloaded | ErrorCode::Timeout => Outcome::Busy(ClientError::Server(e)),
+            ErrorCode::Moved => Outcome::Moving(ClientError::Server(e)),
             _ => Outcome::Done(Err(ClientError::Server(e))),
         },
         Ok(reply) => Outcome::Done(Ok(reply)),

@@ -115,7 +115,10 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Routing
         // Any node passes it on to the node it names (or leads the change).
         | Request::DrainNode(_)
+        | Request::MoveBoard(_)
         | Request::Members(_) => Target::Any,
+        // Every node follows the metadata group: its leader has the newest.
+        Request::Placements => Target::Meta,
         Request::ClusterStatus | Request::Nodes | Request::HotKeys(_) => Target::Seed,
         // Each node tells its own; the SDK asks each (`cluster/cached.rs`).
         Request::HotSet(_) => Target::Any,

@@ -119,7 +119,10 @@ pub fn adds_state(cmd: &Command) -> bool {
         | Command::Ack { .. }
         | Command::DropBoard { .. }
         | Command::SetCluster(_)
-        | Command::SetClusterState(_) => false,
+        | Command::SetClusterState(_)
+        // A move under way finishes: it adds no board, it carries one.
+        | Command::MoveBoard(_)
+        | Command::SetPlacements(_) => false,
     }
 }
 

@@ -62,6 +62,10 @@ impl Engine {
             Request::HotKeys(top) => Ok(Response::HotKeys(Box::pin(self.hot_keys(top)).await)),
             Request::HotSet(r) => Ok(Response::HotSet(self.hot_set(&r))),
             Request::Members(op) => Box::pin(self.member_op(op, redirect)).await,
+            Request::MoveBoard(m) => Box::pin(self.move_board(m, redirect)).await,
+            Request::Placements => {
+                Ok(Response::Placements(Box::new((*self.directory.placements()).clone())))
+            }
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)
@@ -493,7 +497,7 @@ impl Engine {
             Request::Query(ref q) => {
                 let def = self.rank_def(q.rank).await?;
                 let t = plaudit_actors::rankings::route::board_of(&def, &q.board)?;
-                let shard = plaudit_proto::routing::board_shard(q.rank, &t.to_key(), shards);
+                let shard = self.board_home(q.rank, &t.to_key());
                 on(shard, req).await?
             }
             Request::GetBiz(_)

@@ -312,6 +312,10 @@ impl Engine {
         self.spawn(async move { e.balance_leaders().await });
         let e = self.clone();
         self.spawn(async move { e.manage_members().await });
+        if self.cfg.hot_move_min_rps > 0 {
+            let e = self.clone();
+            self.spawn(async move { e.manage_hot_moves().await });
+        }
         Ok(())
     }
 

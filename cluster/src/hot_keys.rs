@@ -169,16 +169,23 @@ impl Engine {
         self.hot
             .top(top as usize)
             .into_iter()
-            .map(|(key, requests_per_s)| HotKeyRow {
-                shard: shard_of_key(&key, self.cfg.shards),
-                relief: if cacheable(&key) && told.contains(&key) {
+            .map(|(key, requests_per_s)| {
+                let mut shard = shard_of_key(&key, self.cfg.shards);
+                let mut relief = if cacheable(&key) && told.contains(&key) {
                     Relief::ClientCache
                 } else {
                     Relief::None
-                },
-                key,
-                node,
-                requests_per_s,
+                };
+                // A moved board is where the placements say.
+                if let (HotKey::Board { rank, board }, Some(hashed)) = (&key, shard) {
+                    if let Some(t) = TypeId::parse(board) {
+                        let placed = self.board_home(*rank, &t.to_key());
+                        if placed != hashed {
+                            (shard, relief) = (Some(placed), Relief::Moved);
+                        }
+                    }
+                }
+                HotKeyRow { shard, relief, key, node, requests_per_s }
             })
             .collect()
     }

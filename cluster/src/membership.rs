@@ -42,6 +42,15 @@ impl Engine {
         self.router.group(self.router.meta_id).is_some_and(|g| g.is_leader())
     }
 
+    /// The metadata group, if this node leads it (else `NotLeader`).
+    pub(crate) fn led_meta(&self) -> Result<Arc<crate::group::Group>, WireError> {
+        let meta = self.router.meta_id;
+        self.router
+            .group(meta)
+            .filter(|g| g.is_leader())
+            .ok_or_else(|| crate::router::not_leader(meta, None, 0))
+    }
+
     /// Applies `change` to the newest cluster state and proposes the result
     /// at the next epoch; `change` returning `None` means nothing to do.
     /// Returns whether a new state was applied. Retried when another
@@ -51,11 +60,7 @@ impl Engine {
         mut change: impl FnMut(&mut ClusterState) -> Option<()>,
     ) -> Result<bool, WireError> {
         let _one = self.state_changes.lock().await;
-        let meta = self
-            .router
-            .group(self.router.meta_id)
-            .filter(|g| g.is_leader())
-            .ok_or_else(|| crate::router::not_leader(self.router.meta_id, None, 0))?;
+        let meta = self.led_meta()?;
         for _ in 0..3 {
             let Some(now) = self.directory.cluster_state() else {
                 return Err(crate::engine::internal("the cluster has no map yet"));
@@ -84,6 +89,8 @@ impl Engine {
     pub(crate) async fn manage_members(self: Arc<Self>) {
         let mut down_since: HashMap<NodeId, Instant> = HashMap::new();
         let mut movers: HashMap<u32, tokio::task::JoinHandle<()>> = HashMap::new();
+        // Boards' moves (`board_mover.rs`): one task, one move at a time.
+        let mut board_mover: Option<tokio::task::JoinHandle<()>> = None;
         let mut leading = false;
         loop {
             let _ = tokio::time::timeout(MANAGE_EVERY, self.nudge.notified()).await;
@@ -92,6 +99,9 @@ impl Engine {
                     leading = false;
                     down_since.clear();
                     for (_, m) in movers.drain() {
+                        m.abort();
+                    }
+                    if let Some(m) = board_mover.take() {
                         m.abort();
                     }
                 }
@@ -119,6 +129,11 @@ impl Engine {
             let Some(state) = self.directory.cluster_state() else { continue };
             if let Err(e) = self.sync_meta_group(&state).await {
                 warn!(error = %e, "changing the metadata group's members failed");
+            }
+            if board_mover.as_ref().is_none_or(|m| m.is_finished())
+                && !self.directory.placements().moves.is_empty()
+            {
+                board_mover = Some(tokio::spawn(self.clone().drive_board_moves()));
             }
             movers.retain(|_, m| !m.is_finished());
             for m in &state.moves {

@@ -144,6 +144,24 @@ impl Engine {
             },
             PeerRequest::Report => PeerResponse::Report(self.report()),
             PeerRequest::HotKeys { top } => PeerResponse::HotKeys(self.hot_keys_here(top)),
+            PeerRequest::ExportBoard { group, board } => match self.router.group(group) {
+                Some(g) if g.is_leader() => {
+                    let export = self.export_board_here(&g, board);
+                    match tokio::time::timeout(self.cfg.request_timeout, export).await {
+                        Ok(r) => PeerResponse::ExportBoard(r.map(Box::new)),
+                        Err(_) => {
+                            PeerResponse::ExportBoard(Err(timed_out(self.cfg.request_timeout)))
+                        }
+                    }
+                }
+                Some(g) => {
+                    let leader = g.raft.metrics().borrow().current_leader;
+                    PeerResponse::ExportBoard(Err(not_leader(group, leader, self.router.epoch())))
+                }
+                None => {
+                    PeerResponse::ExportBoard(Err(not_leader(group, None, self.router.epoch())))
+                }
+            },
             PeerRequest::ReadIndex { group } => {
                 let asked = self.read_index(group);
                 match tokio::time::timeout(self.cfg.request_timeout, asked).await {

@@ -31,7 +31,13 @@ use plaudit_proto::scoring::{
 use plaudit_proto::window::TypeId;
 use plaudit_proto::{Request, Response, WireError};
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The first and the longest wait between two `Moved` redirects of one
+/// request (`Engine::on_board`).
+const MOVED_PAUSE_MIN: Duration = Duration::from_millis(2);
+const MOVED_PAUSE_MAX: Duration = Duration::from_millis(50);
 
 pub(crate) fn now_secs() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
@@ -85,7 +91,7 @@ impl Engine {
                     return (type_id, None);
                 }
                 let cmd = score_cmd(&def, &r, &t.type_id, self.cfg.event_ids);
-                let shard = board_shard(r.rank, &cmd.type_key, self.cfg.shards);
+                let shard = self.board_home(r.rank, &cmd.type_key);
                 (type_id, Some((shard, cmd)))
             })
             .collect();
@@ -110,20 +116,34 @@ impl Engine {
         }
         let priority = def.settings.priority;
         let per_board = |(type_id, planned): (String, Option<(u32, ScoreCmd)>)| async move {
-            let Some((shard, cmd)) = planned else {
+            let Some((_, cmd)) = planned else {
                 return Ok(BoardOutcome { type_id, outcome: Outcome::Filtered, score: None });
             };
-            match self.propose_routed(shard, Command::ScoreV2(cmd), Some(priority)).await? {
-                None => Ok(BoardOutcome { type_id, outcome: Outcome::Shed, score: None }),
-                Some(CmdResult::Scored(events)) => match <[_; 1]>::try_from(events) {
-                    Ok([event]) => {
-                        let (outcome, score) = event?;
-                        Ok(BoardOutcome { type_id, outcome, score })
+            let (rank, key) = (cmd.rank, cmd.type_key.clone());
+            let cmd = &cmd;
+            // A board on its way to another shard refuses the event with
+            // `Moved` (nothing applied): it is sent where that says.
+            let event = self
+                .on_board(rank, &key, |shard| async move {
+                    let proposed = Command::ScoreV2(cmd.clone());
+                    match self.propose_routed(shard, proposed, Some(priority)).await? {
+                        None => Ok(None),
+                        Some(CmdResult::Scored(events)) => match <[_; 1]>::try_from(events) {
+                            Ok([Err(e)]) if e.moved_to().is_some() => Err(e),
+                            Ok([event]) => Ok(Some(event)),
+                            Err(v) => Err(internal(format!("{} results for one event", v.len()))),
+                        },
+                        Some(CmdResult::Failed(e)) => Err(e),
+                        Some(other) => Err(internal(format!("unexpected result {other:?}"))),
                     }
-                    Err(v) => Err(internal(format!("{} results for one event", v.len()))),
-                },
-                Some(CmdResult::Failed(e)) => Err(e),
-                Some(other) => Err(internal(format!("unexpected result {other:?}"))),
+                })
+                .await?;
+            match event {
+                None => Ok(BoardOutcome { type_id, outcome: Outcome::Shed, score: None }),
+                Some(event) => {
+                    let (outcome, score) = event?;
+                    Ok(BoardOutcome { type_id, outcome, score })
+                }
             }
         };
         // One board (an event on a ranking with one window and no
@@ -154,24 +174,25 @@ impl Engine {
         event_id: u64,
         live: &[(&str, u32, &ScoreCmd)],
     ) -> Result<(), WireError> {
-        let checks = live.iter().map(|&(type_id, shard, cmd)| async move {
+        let checks = live.iter().map(|&(type_id, _, cmd)| async move {
             let checked = self
-                .router
-                .on_leader(
-                    shard,
-                    false,
-                    |g| async move { self.check_score_here(&g, cmd).await },
-                    |n| async move {
-                        let req = PeerRequest::CheckScore { group: shard, cmd: cmd.clone() };
-                        self.router
-                            .call(n, req, |r| match r {
-                                PeerResponse::CheckScore(Ok(r)) => Ok(r),
-                                PeerResponse::CheckScore(Err(e)) => Err(Hop::Answer(e)),
-                                other => Err(Hop::unexpected(other)),
-                            })
-                            .await
-                    },
-                )
+                .on_board(cmd.rank, &cmd.type_key, |shard| {
+                    self.router.on_leader(
+                        shard,
+                        false,
+                        |g| async move { self.check_score_here(&g, cmd).await },
+                        move |n| async move {
+                            let req = PeerRequest::CheckScore { group: shard, cmd: cmd.clone() };
+                            self.router
+                                .call(n, req, |r| match r {
+                                    PeerResponse::CheckScore(Ok(r)) => Ok(r),
+                                    PeerResponse::CheckScore(Err(e)) => Err(Hop::Answer(e)),
+                                    other => Err(Hop::unexpected(other)),
+                                })
+                                .await
+                        },
+                    )
+                })
                 .await?;
             Ok::<_, WireError>((type_id.to_string(), checked))
         });
@@ -236,10 +257,10 @@ impl Engine {
     ) -> Result<Response, WireError> {
         let def = self.rank_def(q.rank).await?;
         let t = route::board_of(&def, &q.board)?;
-        let shard = board_shard(q.rank, &t.to_key(), self.cfg.shards);
+        let (rank, key) = (q.rank, t.to_key());
         let req = &Request::Query(q);
-        self.router
-            .on_leader(
+        self.on_board(rank, &key, |shard| {
+            self.router.on_leader(
                 shard,
                 redirect,
                 |g| async move {
@@ -250,7 +271,70 @@ impl Engine {
                 },
                 |n| async move { self.router.forward(n, req.clone()).await },
             )
-            .await
+        })
+        .await
+    }
+
+    /// The shard a sub-board lives on: its hash shard unless it was moved
+    /// (`board_mover.rs`).
+    pub(crate) fn board_home(&self, rank: u32, type_key: &[u8]) -> u32 {
+        if !self.directory.any_placed() {
+            return board_shard(rank, type_key, self.cfg.shards);
+        }
+        self.directory.placements().shard_of(rank, type_key, self.cfg.shards)
+    }
+
+    /// Whether a sub-board was moved or is moving: its requests take the
+    /// path that follows `Moved` answers.
+    pub(crate) fn board_moved(&self, rank: u32, type_key: &[u8]) -> bool {
+        if !self.directory.any_placed() {
+            return false;
+        }
+        let p = self.directory.placements();
+        let moving = p.moves.iter().any(|m| m.board.rank == rank && m.board.type_key == type_key);
+        moving
+            || p.shard_of(rank, type_key, self.cfg.shards)
+                != board_shard(rank, type_key, self.cfg.shards)
+    }
+
+    /// Runs `on(shard)` on the sub-board's shard, following `Moved`
+    /// answers until the request's deadline: a board between shards (from
+    /// its freeze to its activation, `rankings/residence.rs`) is refused
+    /// by both, so after the first redirect each further one waits a
+    /// little longer, up to `MOVED_PAUSE_MAX`.
+    pub(crate) async fn on_board<T, F, Fut>(
+        &self,
+        rank: u32,
+        type_key: &[u8],
+        on: F,
+    ) -> Result<T, WireError>
+    where
+        F: Fn(u32) -> Fut,
+        Fut: std::future::Future<Output = Result<T, WireError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.router.deadline;
+        let mut shard = self.board_home(rank, type_key);
+        let mut pause: Option<Duration> = None;
+        loop {
+            let e = match on(shard).await {
+                Err(e) if e.moved_to().is_some() => e,
+                done => return done,
+            };
+            if let Some(p) = pause {
+                if tokio::time::Instant::now() + p > deadline {
+                    return Err(e);
+                }
+                tokio::time::sleep(p).await;
+            }
+            pause = Some(pause.map_or(MOVED_PAUSE_MIN, |p| (p * 2).min(MOVED_PAUSE_MAX)));
+            // Another shard named: there. "Ask here again" (a copy not
+            // taking events yet): where the placements say now, which
+            // is the source again if the move was given up.
+            shard = match e.moved_to() {
+                Some(to) if to != shard => to,
+                _ => self.board_home(rank, type_key),
+            };
+        }
     }
 
     /// A board query on this node's replica of the board's shard: with
@@ -350,6 +434,9 @@ impl Engine {
             all.extend(page?);
         }
         all.sort_by(|x, y| x.0.cmp(&y.0));
+        // A board being moved is on two shards for a moment (frozen on
+        // one, copied to the other): listed once.
+        all.dedup_by(|x, y| x.0 == y.0);
         let more = all.len() > b.limit as usize;
         all.truncate(b.limit as usize);
         let boards = all

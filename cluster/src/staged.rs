@@ -134,8 +134,13 @@ impl Engine {
                 let reserved = |b: &BoardRoute| self.board_reserved(r.rank, &b.type_key);
                 let (board, reserved) =
                     routes.route_checked(&def, r, now, self.cfg.shards, reserved)?;
-                // A board not known reserved takes `handle_as`, which reserves it.
-                if all_or_nothing::must_check(def.aggregation, r.score, 1) || !reserved {
+                // A board not known reserved takes `handle_as`, which
+                // reserves it; so does a moved or moving board, which may
+                // answer `Moved` (`handle_as` follows it).
+                if all_or_nothing::must_check(def.aggregation, r.score, 1)
+                    || !reserved
+                    || self.board_moved(r.rank, &board.type_key)
+                {
                     return None;
                 }
                 let group = self.led_here(board.shard)?;

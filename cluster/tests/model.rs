@@ -242,6 +242,9 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
         score_future_horizon: Duration::from_secs(86_400),
         max_boards_per_ranking: 100_000,
         hot_cache_min_rps: 500,
+        move_step_pause: Duration::ZERO,
+        hot_move_min_rps: 0,
+        hot_move_after: Duration::from_secs(10),
         event_ids: plaudit_actors::command::Dedup::DEFAULT,
         // Small, so checkpoints interleave with applies and reads all the time.
         checkpoint: plaudit_storage::CheckpointPolicy {

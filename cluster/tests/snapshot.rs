@@ -114,6 +114,15 @@ fn like(user: u64, entity: u64, action: LikeAction) -> Command {
     Command::Like(LikeRequest { biz: 3, entity, user, owner: Some(9), action })
 }
 
+/// The test board's type key: one that routes to `SHARD` (a shard answers
+/// `Moved` for a board it does not hold, `rankings/residence.rs`).
+fn board_key() -> Vec<u8> {
+    (0..=u8::MAX)
+        .map(|n| vec![1, 2, n])
+        .find(|k| plaudit_proto::routing::board_shard(4, k, 4) == SHARD)
+        .expect("some key routes to the shard")
+}
+
 fn score(item: u64, event_id: u64) -> Command {
     scored(item, 10, event_id)
 }
@@ -121,7 +130,7 @@ fn score(item: u64, event_id: u64) -> Command {
 fn scored(item: u64, score: i64, event_id: u64) -> Command {
     Command::ScoreV2(ScoreCmd {
         rank: 4,
-        type_key: vec![1, 2, 3],
+        type_key: board_key(),
         item,
         aggregation: Aggregation::Incr,
         ties: TieMode::EarlierFirst,
@@ -182,11 +191,11 @@ async fn a_follower_installs_the_leaders_snapshot_and_holds_the_same_state() {
     assert_eq!(current.meta.snapshot_id, meta.snapshot_id);
 }
 
-/// The whole of board `[1, 2, 3]` of ranking 4 as `r` answers it.
+/// The whole of the test board of ranking 4 as `r` answers it.
 async fn board(r: &Replica) -> String {
     let rules = Rules { aggregation: Aggregation::Incr, ties: TieMode::EarlierFirst, cap: 100 };
     let top = BoardQuery::Top { offset: 0, limit: 1000 };
-    format!("{:?}", r.sm.handle.board_query(4, vec![1, 2, 3], rules, top).await.unwrap())
+    format!("{:?}", r.sm.handle.board_query(4, board_key(), rules, top).await.unwrap())
 }
 
 /// A board the shard holds is the truth, and its tree rows may be stale

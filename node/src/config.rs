@@ -101,6 +101,7 @@ pub const DEFAULT_SCORE_FUTURE_HORIZON_SECS: u64 = 86_400;
 /// hold (a board is a few KiB at least).
 pub const DEFAULT_MAX_BOARDS_PER_RANKING: u32 = 100_000;
 pub const DEFAULT_HOT_CACHE_MIN_RPS: u64 = 500;
+pub const DEFAULT_HOT_MOVE_AFTER_SECS: u64 = 10;
 /// A sub-board remembers an event id for ten minutes: longer than every
 /// retry the SDK and the CLI make (`actors/src/rankings/dedup.rs`).
 pub const DEFAULT_EVENT_ID_WINDOW_SECS: u32 = 600;
@@ -296,6 +297,12 @@ pub struct Config {
     /// a second) to serve its counts or pages from their own memory for a
     /// short time. 0: no key is hot, clients cache nothing.
     pub hot_cache_min_rps: u64,
+    /// A board taking at least this many requests a second (summed over the
+    /// nodes) for `hot_move_after_secs` is moved, on its own, to a shard led
+    /// by a quieter node. 0: boards move only when `plaudit admin move`
+    /// says so.
+    pub hot_move_min_rps: u64,
+    pub hot_move_after_secs: u64,
     /// Seconds a sub-board remembers a scoring event's id: a retry within
     /// this time is answered `duplicate` and counted once.
     pub event_id_window_secs: u32,
@@ -411,6 +418,8 @@ impl Default for Config {
             score_future_horizon_secs: DEFAULT_SCORE_FUTURE_HORIZON_SECS,
             max_boards_per_ranking: DEFAULT_MAX_BOARDS_PER_RANKING,
             hot_cache_min_rps: DEFAULT_HOT_CACHE_MIN_RPS,
+            hot_move_min_rps: 0,
+            hot_move_after_secs: DEFAULT_HOT_MOVE_AFTER_SECS,
             event_id_window_secs: DEFAULT_EVENT_ID_WINDOW_SECS,
             event_ids_per_board: DEFAULT_EVENT_IDS_PER_BOARD,
             sled_cache_mb: DEFAULT_SLED_CACHE_MB,

@@ -119,6 +119,14 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         score_future_horizon: std::time::Duration::from_secs(cfg.score_future_horizon_secs),
         max_boards_per_ranking: cfg.max_boards_per_ranking,
         hot_cache_min_rps: cfg.hot_cache_min_rps,
+        hot_move_min_rps: cfg.hot_move_min_rps,
+        hot_move_after: std::time::Duration::from_secs(cfg.hot_move_after_secs),
+        // Only a fault-injection node honours it: tests stop a move half way.
+        move_step_pause: std::env::var("PLAUDIT_MOVE_STEP_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|_| cfg.fault_injection)
+            .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis),
         event_ids: plaudit_actors::command::Dedup {
             window_s: cfg.event_id_window_secs,
             max_ids: cfg.event_ids_per_board,

@@ -163,6 +163,8 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         | Request::DrainNode(_)
         | Request::Nodes
         | Request::HotKeys(_)
+        | Request::MoveBoard(_)
+        | Request::Placements
         | Request::Members(_) => false,
     };
     if allowed {

@@ -26,6 +26,11 @@ pub enum ErrorCode {
     /// a node would leave too few for the replication factor); retrying
     /// will not help until that state changes.
     Refused,
+    /// The sub-board lives on another shard (it moved, or is moving):
+    /// `WireError::leader` names the shard to ask. A write the shard refused
+    /// this way was not applied anywhere; retrying it there (or after a
+    /// moment, while the board is between shards) is safe.
+    Moved,
 }
 
 impl ErrorCode {
@@ -40,11 +45,12 @@ impl ErrorCode {
             ErrorCode::Timeout => "Timeout",
             ErrorCode::Internal => "Internal",
             ErrorCode::Refused => "Refused",
+            ErrorCode::Moved => "Moved",
         }
     }
 
     /// Every code, for exhaustive tests and documentation.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 9] = [
         ErrorCode::BadRequest,
         ErrorCode::NotFound,
         ErrorCode::NotLeader,
@@ -53,6 +59,7 @@ impl ErrorCode {
         ErrorCode::Timeout,
         ErrorCode::Internal,
         ErrorCode::Refused,
+        ErrorCode::Moved,
     ];
 }
 
@@ -78,7 +85,7 @@ pub struct LeaderHint {
 pub struct WireError {
     pub code: ErrorCode,
     pub message: String,
-    /// Set with `NotLeader`.
+    /// Set with `NotLeader`, and with `Moved` (the shard to ask).
     pub leader: Option<LeaderHint>,
 }
 
@@ -107,5 +114,20 @@ impl WireError {
     }
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Unauthorized, message)
+    }
+
+    /// The sub-board lives on shard `to` (or is on its way there).
+    pub fn moved(to: u32, message: impl Into<String>) -> Self {
+        let mut e = Self::new(ErrorCode::Moved, message);
+        e.leader = Some(LeaderHint { shard: to, leader: None, epoch: 0 });
+        e
+    }
+
+    /// The shard a `Moved` error names.
+    pub fn moved_to(&self) -> Option<u32> {
+        match (self.code, &self.leader) {
+            (ErrorCode::Moved, Some(h)) => Some(h.shard),
+            _ => None,
+        }
     }
 }

@@ -74,6 +74,8 @@ pub enum Relief {
     /// Hot enough that the node tells clients to serve it from their own
     /// memory (`HotSet`): an entity's counts, a board's pages.
     ClientCache,
+    /// A board moved off its hash shard (`placement.rs`).
+    Moved,
 }
 
 impl Relief {
@@ -81,6 +83,7 @@ impl Relief {
         match self {
             Relief::None => "none",
             Relief::ClientCache => "client_cache",
+            Relief::Moved => "moved",
         }
     }
 }

@@ -28,7 +28,8 @@
 //! - `routing`: the stable key -> shard function;
 //! - `cluster`: members, placement, leaders and status of a cluster;
 //! - `membership`: members' identities and lifecycles, and replica moves;
-//! - `hotkeys`: the keys that take the most requests, per node.
+//! - `hotkeys`: the keys that take the most requests, per node;
+//! - `placement`: where moved sub-boards live, and the moves under way.
 
 pub mod addr;
 pub mod auth;
@@ -49,6 +50,7 @@ pub mod listing;
 pub mod membership;
 pub mod message;
 mod nesting;
+pub mod placement;
 pub mod prefetch;
 pub mod rankings;
 pub mod routing;

@@ -113,10 +113,16 @@ pub enum Request {
     /// asks the leader for its read index and reads once it has applied
     /// that far. Answered as the read it wraps.
     Replica(Box<Request>),
+    /// Moves a sub-board to another shard (admin only); answered `Done`
+    /// once the move is recorded. `Placements` shows its steps.
+    MoveBoard(crate::placement::MoveBoard),
+    /// Moved sub-boards and the moves under way (admin only); answered
+    /// `Placements`.
+    Placements,
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 38] = [
+pub const OPS: [&str; 40] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -155,6 +161,8 @@ pub const OPS: [&str; 38] = [
     "hotkeys",
     "hotset",
     "replica",
+    "move_board",
+    "placements",
 ];
 
 impl Request {
@@ -209,6 +217,8 @@ impl Request {
             // Like `Stale`: served off the leader, so its latency is
             // another story.
             Request::Replica(_) => "replica",
+            Request::MoveBoard(_) => "move_board",
+            Request::Placements => "placements",
         }
     }
 
@@ -229,6 +239,8 @@ impl Request {
                 }
             }
             Request::HotSet(r) => r.validate(),
+            Request::MoveBoard(m) => m.validate(),
+            Request::Placements => Ok(()),
             Request::Replica(req) => match **req {
                 Request::Status(_)
                 | Request::Counts(_)
@@ -305,6 +317,7 @@ impl Request {
             Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => None,
             Request::DrainNode(_) | Request::Nodes | Request::Members(_) => None,
             Request::HotKeys(_) | Request::HotSet(_) => None,
+            Request::MoveBoard(_) | Request::Placements => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::CreateRankInfo(i) => i.owner,
             Request::Once { req, .. } | Request::Stale(req) | Request::Replica(req) => req.biz(),
@@ -380,6 +393,8 @@ pub enum Response {
     HotKeys(Vec<crate::hotkeys::HotKeyRow>),
     /// The reply to `HotSet`.
     HotSet(Vec<crate::hotkeys::HotKey>),
+    /// The reply to `Placements`.
+    Placements(Box<crate::placement::Placements>),
 }
 
 #[cfg(test)]
@@ -452,6 +467,12 @@ mod tests {
             Request::ListTokens,
             Request::RevokeToken(1),
             Request::GetRankInfo(1),
+            Request::MoveBoard(crate::placement::MoveBoard {
+                rank: 1,
+                board: "total".into(),
+                to_shard: 2,
+            }),
+            Request::Placements,
         ]
     }
 

@@ -10,6 +10,7 @@
 //! | `i:` + source shard | `v1, highest applied delta seq u64` |
 //! | `o:` + target shard + seq | the encoded delta |
 //! | `n:` + target shard | `v1, next outbox seq u64` |
+//! | `r:` + ranking + type key | a sub-board's residence, encoded by the shard (`rankings/residence.rs`) |
 //!
 //! The inbox lets a shard skip a delta it has applied already; the outbox
 //! holds the deltas this shard owes other shards until they acknowledge
@@ -33,6 +34,17 @@ pub(crate) mod meta {
     pub const OUTBOX: u8 = b'o';
     /// `n:` + target shard -> next outbox seq for that target.
     pub const NEXT: u8 = b'n';
+    /// `r:` + ranking + type key -> a moved sub-board's residence.
+    pub const RESIDENCE: u8 = b'r';
+}
+
+/// A stored residence entry: `(ranking, type key, value)`.
+pub type ResidenceRow = (u32, Vec<u8>, Vec<u8>);
+
+fn residence_key(rank: u32, type_key: &[u8]) -> Vec<u8> {
+    let mut k = tagged(meta::RESIDENCE, rank);
+    k.extend_from_slice(type_key);
+    k
 }
 
 fn tagged(tag: u8, shard: u32) -> Vec<u8> {
@@ -128,6 +140,19 @@ impl StateStore {
         }
     }
 
+    /// The residence entries of `shard`: `(ranking, type key, value)`. Few
+    /// (one per board moved to or from the shard), read once per start.
+    pub fn residences(&self, shard: u32) -> Result<Vec<ResidenceRow>> {
+        let mut out = Vec::new();
+        let range = prefix_range(&[meta::RESIDENCE, b':']);
+        self.scan(shard, TreeRef::Shard(shard), range, false, |k, v| {
+            let rank = read_u32(&k[2..]).ok_or_else(|| corrupt("residence key", k))?;
+            out.push((rank, k[6..].to_vec(), v.to_vec()));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     /// Number of outbox entries waiting in `shard` (for metrics).
     pub fn outbox_len(&self, shard: u32) -> Result<usize> {
         let mut n = 0;
@@ -162,6 +187,15 @@ impl WriteSet {
         k.extend_from_slice(&seq.to_be_bytes());
         self.put(TreeRef::Shard(shard), k, encoded);
         self.put(TreeRef::Shard(shard), tagged(meta::NEXT, target), &u64_value(seq + 1));
+    }
+
+    /// Sets (`Some`) or removes a sub-board's residence entry.
+    pub fn put_residence(&mut self, shard: u32, rank: u32, type_key: &[u8], value: Option<&[u8]>) {
+        let k = residence_key(rank, type_key);
+        match value {
+            Some(v) => self.put(TreeRef::Shard(shard), k, v),
+            None => self.del(TreeRef::Shard(shard), k),
+        }
     }
 
     pub fn ack_outbox(&mut self, shard: u32, target: u32, seqs: impl IntoIterator<Item = u64>) {
@@ -200,5 +234,29 @@ mod tests {
         s.stage(ws);
         assert_eq!(s.outbox_len(0).unwrap(), 1);
         assert_eq!(s.outbox_targets(0).unwrap(), vec![1], "acknowledged targets drop out");
+    }
+
+    #[test]
+    fn residences_are_set_listed_and_removed() {
+        let (_d, s) = store();
+        let mut ws = WriteSet::new(2);
+        ws.put_residence(2, 7, b"total:0", Some(b"x"));
+        ws.put_residence(2, 1, b"day:20261206", Some(b"y"));
+        ws.push_outbox(2, 3, 1, b"a");
+        s.stage(ws);
+        let listed = s.residences(2).unwrap();
+        assert_eq!(
+            listed,
+            vec![
+                (1, b"day:20261206".to_vec(), b"y".to_vec()),
+                (7, b"total:0".to_vec(), b"x".to_vec())
+            ]
+        );
+        assert!(s.residences(3).unwrap().is_empty(), "another shard's are not listed");
+        let mut ws = WriteSet::new(2);
+        ws.put_residence(2, 7, b"total:0", None);
+        s.stage(ws);
+        assert_eq!(s.residences(2).unwrap().len(), 1);
+        assert_eq!(s.outbox_len(2).unwrap(), 1, "other meta keys untouched");
     }
 }

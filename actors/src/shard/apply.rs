@@ -80,17 +80,20 @@ impl ShardActor {
     /// entries are grouped into calls (openraft groups them one way while
     /// serving and another when replaying after a crash, and replicas group
     /// them differently): every write below is ordered as if the entries
-    /// were applied one at a time. An entry that drops a board is applied
-    /// in a call of its own, since its drops run after its other commands.
+    /// were applied one at a time. An entry that drops or moves a board is
+    /// applied in a call of its own, since its drops run after its other
+    /// commands and a move changes which boards take events.
     pub(super) async fn apply(
         &self,
         state: &mut ShardState,
         entries: Vec<ApplyEntry>,
     ) -> ApplyResult {
         let drops = |e: &ApplyEntry| {
-            e.batch
-                .as_ref()
-                .is_some_and(|b| b.cmds.iter().any(|c| matches!(c, Command::DropBoard { .. })))
+            e.batch.as_ref().is_some_and(|b| {
+                b.cmds
+                    .iter()
+                    .any(|c| matches!(c, Command::DropBoard { .. } | Command::MoveBoard(_)))
+            })
         };
         if !entries.iter().any(drops) {
             return self.apply_run(state, entries).await;
@@ -173,6 +176,7 @@ impl ShardActor {
                         boards.drop_board(*rank, type_key);
                         CmdResult::Done
                     }
+                    Command::MoveBoard(m) => self.apply_move(state, m, &mut boards, &mut out.ws)?,
                     Command::CreateBiz(_)
                     | Command::CreateBizV2(_)
                     | Command::UpdateBiz(_)
@@ -184,6 +188,7 @@ impl ShardActor {
                     | Command::CreateToken(_)
                     | Command::RevokeToken { .. }
                     | Command::SetBoardLimit(_)
+                    | Command::SetPlacements(_)
                     | Command::ReserveBoards { .. } => {
                         registry::apply(&self.directory, self.cfg.is_meta, cmd, now, &mut out.ws)
                     }

@@ -119,6 +119,14 @@ impl ShardHandle {
         Some(size)
     }
 
+    /// The copy of a board this shard froze for a move.
+    pub async fn export_board(
+        &self,
+        board: plaudit_proto::placement::BoardKey,
+    ) -> Result<crate::rankings::residence::BoardCopy, ShardError> {
+        self.ask(|r| ShardMsg::ExportBoard(board, r)).await?
+    }
+
     pub async fn reset(&self) -> Result<(), ShardError> {
         self.ask(ShardMsg::Reset).await
     }

@@ -75,6 +75,13 @@ impl ShardActor {
         let mut new = Vec::new();
         for (key, cmds, slots) in plan.boards.groups {
             let Some((first, _)) = cmds.first() else { continue };
+            // A board moved away, or on its way, takes no event here: each
+            // is answered with the shard to ask (`moves.rs`).
+            if let Err(e) = self.board_writable(state, key.0, key.1)? {
+                let refused = cmds.iter().map(|(c, _)| vec![Err(e.clone()); c.events.len()]);
+                done.push((slots, refused.collect()));
+                continue;
+            }
             let rules = rules_of(first);
             let host = self.board(state, key.0, key.1.to_vec(), rules)?;
             let reply = catch_unwind(AssertUnwindSafe(|| host.apply(&cmds)))

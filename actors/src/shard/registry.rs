@@ -46,6 +46,9 @@ pub(super) fn apply(
         Command::RevokeToken { id } => {
             directory.apply_revoke_token(*id, now, ws).map(CmdResult::Token)
         }
+        Command::SetPlacements(p) => {
+            directory.apply_set_placements(p, ws).map(|()| CmdResult::Done)
+        }
         Command::SetBoardLimit(l) => {
             directory.apply_set_board_limit(l, ws).map(|()| CmdResult::Done)
         }

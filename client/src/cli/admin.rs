@@ -1,5 +1,7 @@
-//! `plaudit admin status` and `plaudit admin drain`: the clap definitions,
-//! how a `ClusterStatus` prints, and how a drain is watched. `status` `--json` prints the status exactly as `proto::cluster::StatusView`
+//! `plaudit admin status` and `plaudit admin drain`: the clap definitions
+//! (of every `admin` command: `move` and `placements` are `placement.rs`),
+//! how a `ClusterStatus` prints, and how a drain is watched. `status`
+//! `--json` prints the status exactly as `proto::cluster::StatusView`
 //! serialises (the shape scripts and tests rely on); people get two tables:
 //!
 //! ```text
@@ -108,6 +110,34 @@ pub enum AdminCommand {
         #[arg(long)]
         wait: bool,
     },
+    /// Move one sub-board to another shard (e.g. a hot board off a busy
+    /// shard). Scores for it pause while it moves; reads keep being served.
+    ///
+    /// Waits until the move is over (the placements are read every 50 ms)
+    /// and prints how long it took; exits 1 (`Timeout`) if it is not within
+    /// 30 s, saying which step it is at. Refused (`Refused`, exit 1) while
+    /// the board is moving already. With --json:
+    /// `{"rank":7,"board":"total:0","to_shard":3,"ms":84}` (`"ms":null`
+    /// with --no-wait).
+    Move {
+        /// The sub-board: its ranking id, a colon, then its type id, e.g.
+        /// `7:total:0` or `7:day:1713052800_110000260`.
+        #[arg(long, value_name = "RANK:TYPE_ID", value_parser = super::placement::parse_board)]
+        board: super::placement::BoardName,
+        /// The shard to move it to.
+        #[arg(long, value_name = "S")]
+        to_shard: u32,
+        /// Return once the move is recorded, without waiting for its end.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// List the sub-boards that live off their hash shard (moved by `admin
+    /// move`) as RANK:TYPE_ID and shard, then the moves under way: from,
+    /// to, and the step each takes next (freeze, copy, release, activate).
+    /// With --json: `{"epoch":5,"placed":[{"rank":7,"board":"total:0",
+    /// "shard":3}],"moves":[{"rank":7,"board":"…","from":1,"to":2,
+    /// "step":"copy"}]}`.
+    Placements,
 }
 
 impl AdminCommand {

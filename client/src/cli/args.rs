@@ -52,7 +52,8 @@ pub enum Command {
     /// Manage ranking definitions: create, get, list, update.
     #[command(subcommand)]
     Rank(super::rank::RankCommand),
-    /// Operate the cluster: status, drain.
+    /// Operate the cluster: status, nodes, hotkeys, drain, decommission,
+    /// recommission, rebalance, move (a sub-board), placements.
     #[command(subcommand)]
     Admin(super::admin::AdminCommand),
     /// Manage business tokens: create, list, revoke (needs the admin token).
@@ -449,6 +450,54 @@ mod tests {
         }
         assert!(parse(&["token", "revoke"]).is_err());
         assert!(parse(&["token", "revoke", "-1"]).is_err());
+    }
+
+    #[test]
+    fn admin_move_splits_the_board_at_its_first_colon_and_waits_by_default() {
+        use super::super::admin::AdminCommand;
+        let args = ["admin", "move", "--board", "7:day:1713052800_42", "--to-shard", "3"];
+        match parse(&args).unwrap().command {
+            Command::Admin(AdminCommand::Move { board, to_shard, no_wait }) => {
+                assert_eq!((board.rank, to_shard, no_wait), (7, 3, false));
+                assert_eq!(board.type_id.format(), "day:1713052800_42");
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        let args = ["admin", "move", "--board", "12:total:0", "--to-shard", "0", "--no-wait"];
+        match parse(&args).unwrap() {
+            Cli { command: Command::Admin(AdminCommand::Move { board, no_wait, .. }), .. } => {
+                assert_eq!(
+                    (board.rank, board.type_id.format(), no_wait),
+                    (12, "total:0".into(), true)
+                )
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn admin_move_refuses_a_bad_board_or_shard() {
+        let bad = |board: &str| {
+            let e = parse(&["admin", "move", "--board", board, "--to-shard", "1"]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{board}");
+            e.to_string()
+        };
+        assert!(bad("total:0").contains("\"total\" is not a ranking id"));
+        assert!(bad("7").contains("is not RANK:TYPE_ID"));
+        assert!(bad("7:total").contains("\"total\" is not a type id"));
+        assert!(bad("7:day:01").contains("is not a type id"));
+        assert!(parse(&["admin", "move", "--board", "7:total:0", "--to-shard", "-1"]).is_err());
+        assert!(parse(&["admin", "move", "--board", "7:total:0"]).is_err());
+        assert!(parse(&["admin", "move", "--to-shard", "1"]).is_err());
+    }
+
+    #[test]
+    fn admin_placements_takes_no_argument_but_json() {
+        use super::super::admin::AdminCommand;
+        let cli = parse(&["admin", "placements", "--json"]).unwrap();
+        assert!(cli.json);
+        assert!(matches!(cli.command, Command::Admin(AdminCommand::Placements)));
+        assert!(parse(&["admin", "placements", "7"]).is_err());
     }
 
     #[test]

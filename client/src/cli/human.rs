@@ -141,6 +141,10 @@ pub fn output(o: &Output) -> String {
             format!("node {node} is handing its leaderships away (admin status shows them move)\n")
         }
         Output::Members { op, done } => super::members::result_human(*op, *done),
+        Output::Moved { rank, board, to_shard, took } => {
+            super::placement::moved_human(*rank, board, *to_shard, *took)
+        }
+        Output::Placements(p) => super::placement::placements_human(p),
         Output::TokenCreated { token, info } => super::token::created_human(token, info),
         Output::TokenRevoked(t) => {
             format!("revoked token {}\n", t.id)

@@ -134,6 +134,10 @@ pub fn output(o: &Output) -> String {
             format!("{{\"drain\":{{\"node\":{node},\"done\":{done}}}}}")
         }
         Output::Members { op, done } => super::members::result_json(*op, *done),
+        Output::Moved { rank, board, to_shard, took } => {
+            super::placement::moved_json(*rank, board, *to_shard, *took)
+        }
+        Output::Placements(p) => super::placement::placements_json(p),
         Output::TokenCreated { token, info } => super::token::created_json(token, info),
         Output::TokenRevoked(t) => super::token::info_json(t),
         Output::TokenList(list) => super::token::list_json(list),

@@ -11,6 +11,7 @@
 //!        NotLeader: View::learn ─► the hinted node now │ back off │ refresh first
 //!        node down: mark it down, wake the refresher ─► another node now │ back off
 //!        Overloaded / Timeout: back off (twice at most)
+//!        Moved (a board between shards): back off, as for an election
 //!        anything else: returned as it is
 //! ```
 //!
@@ -111,6 +112,11 @@ impl Cluster {
                     tracing::debug!(op = req.op(), addr = %dest.addr, ?hint, "not the leader");
                     call.last = Some(e);
                     self.not_leader(&mut call, &dest, hint).await
+                }
+                Outcome::Moving(e) => {
+                    lock(&self.view).mark_up(&dest.addr);
+                    call.last = Some(e);
+                    call.attempts.waited()
                 }
                 Outcome::NodeDown(e) => {
                     tracing::debug!(op = req.op(), addr = %dest.addr, error = %e, "node down");

@@ -77,7 +77,7 @@ impl Cluster {
                             lock(&self.view).learn(&hint, Instant::now().into_std());
                             None
                         }
-                        Outcome::NotLeader(None, _) => None,
+                        Outcome::NotLeader(None, _) | Outcome::Moving(_) => None,
                         Outcome::NodeDown(_) => {
                             maybe_applied[i] = was_sent;
                             None

@@ -95,6 +95,14 @@ pub struct EngineConfig {
     /// A key taking at least this many requests a second on this node is
     /// one clients are told to cache (`HotSet`); 0: none is.
     pub hot_cache_min_rps: u64,
+    /// A board at this many requests a second or more (summed over the
+    /// nodes), for `hot_move_after`, is moved to a quieter node's shard
+    /// (`hot_move.rs`); 0: never on its own.
+    pub hot_move_min_rps: u64,
+    pub hot_move_after: Duration,
+    /// A pause of the board mover before each step of a move (0 but in
+    /// fault-injection tests, which SIGKILL a node in the middle of one).
+    pub move_step_pause: Duration,
     /// How long a sub-board remembers an event id, and how many it holds
     /// (stamped into every score command this node proposes).
     pub event_ids: plaudit_actors::command::Dedup,

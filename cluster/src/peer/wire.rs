@@ -38,9 +38,11 @@ pub const KIND_CONTROL: u8 = 2;
 /// incarnation they are for (`Fence`), and group membership changes
 /// (`Membership`). 5: `TakeLead` names the vote it ends, and nodes ask
 /// each other for their hot keys (`HotKeys`). 6: a follower asks its
-/// leader for the read index (`ReadIndex`). Nodes of different versions
+/// leader for the read index (`ReadIndex`). 7: the board mover asks a
+/// shard's leader for a frozen board (`ExportBoard`), and shards answer
+/// `Moved` for boards they do not hold. Nodes of different versions
 /// do not talk: a cluster moves to a new one all at once.
-pub const VERSION: u8 = 6;
+pub const VERSION: u8 = 7;
 /// The largest handshake message either side reads: they are a few dozen
 /// bytes (a refusal a sentence), and neither side has proved anything
 /// yet, so neither may make the other hold more.
@@ -178,6 +180,12 @@ pub enum PeerRequest {
     ReadIndex {
         group: GroupId,
     },
+    /// The copy of a board frozen for a move on `group`, which the
+    /// receiver leads (`board_mover.rs`).
+    ExportBoard {
+        group: GroupId,
+        board: plaudit_proto::placement::BoardKey,
+    },
 }
 
 /// The incarnation a Raft message is meant for (`membership.rs`): a node
@@ -269,6 +277,7 @@ pub enum PeerResponse {
     Membership(Result<GroupMembers, WireError>),
     HotKeys(Vec<plaudit_proto::hotkeys::HotKeyRow>),
     ReadIndex(Result<u64, WireError>),
+    ExportBoard(Result<Box<plaudit_actors::rankings::residence::BoardCopy>, WireError>),
 }
 
 impl PeerRequest {

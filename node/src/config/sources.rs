@@ -73,6 +73,8 @@ impl Config {
             "score_future_horizon_secs" => self.score_future_horizon_secs = parse(value)?,
             "max_boards_per_ranking" => self.max_boards_per_ranking = parse(value)?,
             "hot_cache_min_rps" => self.hot_cache_min_rps = parse(value)?,
+            "hot_move_min_rps" => self.hot_move_min_rps = parse(value)?,
+            "hot_move_after_secs" => self.hot_move_after_secs = parse(value)?,
             "event_id_window_secs" => self.event_id_window_secs = parse(value)?,
             "event_ids_per_board" => self.event_ids_per_board = parse(value)?,
             "sled_cache_mb" => self.sled_cache_mb = parse(value)?,

@@ -132,6 +132,8 @@ fn every_field_can_be_set_from_the_environment() {
         score_future_horizon_secs: 23,
         max_boards_per_ranking: 38,
         hot_cache_min_rps: 41,
+        hot_move_min_rps: 42,
+        hot_move_after_secs: 43,
         event_id_window_secs: 33,
         event_ids_per_board: 34,
         sled_cache_mb: 11,

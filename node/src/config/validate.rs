@@ -214,6 +214,11 @@ impl Config {
             plaudit_proto::rankings::MAX_BOARD_LIMIT
         );
         ensure!(
+            (1..=86_400).contains(&self.hot_move_after_secs),
+            "hot_move_after_secs must be 1 to 86400, not {}",
+            self.hot_move_after_secs
+        );
+        ensure!(
             i64::try_from(self.score_future_horizon_secs).is_ok(),
             "score_future_horizon_secs must be at most {}",
             i64::MAX

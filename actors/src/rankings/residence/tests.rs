@@ -1,0 +1,187 @@
+use super::*;
+use proptest::prelude::*;
+
+const SHARDS: u32 = 4;
+
+fn board() -> BoardKey {
+    BoardKey { rank: 3, type_key: b"total:0".to_vec() }
+}
+
+fn home() -> ShardId {
+    board_shard(3, b"total:0", SHARDS)
+}
+
+fn copy() -> MoveCmd {
+    MoveCmd::Import(Box::new(BoardCopy {
+        board: board(),
+        members: vec![(1, 5, 0)],
+        next_stamp: 1,
+        cap: 0,
+        events: vec![],
+    }))
+}
+
+fn shards() -> Vec<Residences> {
+    (0..SHARDS).map(|s| Residences::new(s, SHARDS, [])).collect()
+}
+
+#[test]
+fn a_board_moves_away_and_back() {
+    let (b, h) = (board(), home());
+    let t = (h + 1) % SHARDS;
+    let mut s = shards();
+    assert_eq!(s[h as usize].writable(3, b"total:0"), Ok(()));
+    assert_eq!(s[t as usize].writable(3, b"total:0"), Err(h), "not here: ask its home");
+    assert_eq!(s[t as usize].readable(3, b"total:0"), Err(h));
+
+    let freeze = MoveCmd::Freeze { board: b.clone(), to: t };
+    assert_eq!(
+        s[h as usize].step(&freeze).unwrap(),
+        (Effect::None, Some(Residence::Frozen { to: t }))
+    );
+    assert_eq!(s[h as usize].writable(3, b"total:0"), Err(t));
+    assert_eq!(s[h as usize].readable(3, b"total:0"), Ok(()), "a frozen board is read");
+    assert_eq!(s[t as usize].step(&copy()).unwrap().0, Effect::Install);
+    assert_eq!(s[t as usize].readable(3, b"total:0"), Ok(()));
+    assert_eq!(s[t as usize].writable(3, b"total:0"), Err(t), "not active yet");
+    let release = MoveCmd::Release { board: b.clone(), to: t };
+    assert_eq!(s[h as usize].step(&release).unwrap().0, Effect::Drop);
+    assert_eq!(s[h as usize].readable(3, b"total:0"), Err(t));
+    let activate = MoveCmd::Activate { board: b.clone() };
+    assert_eq!(s[t as usize].step(&activate).unwrap(), (Effect::None, Some(Residence::Here)));
+    assert_eq!(s[t as usize].writable(3, b"total:0"), Ok(()));
+
+    // Back home: the entry at home ends as no entry at all.
+    s[t as usize].step(&MoveCmd::Freeze { board: b.clone(), to: h }).unwrap();
+    assert_eq!(s[h as usize].step(&copy()).unwrap().0, Effect::Install);
+    s[t as usize].step(&MoveCmd::Release { board: b.clone(), to: h }).unwrap();
+    assert_eq!(s[h as usize].step(&activate).unwrap(), (Effect::None, None));
+    assert_eq!(s[h as usize].writable(3, b"total:0"), Ok(()));
+    assert_eq!(s[t as usize].writable(3, b"total:0"), Err(h), "gone from the target");
+}
+
+#[test]
+fn repeats_change_nothing_and_misfits_fail() {
+    let (b, h) = (board(), home());
+    let t = (h + 1) % SHARDS;
+    let mut s = shards();
+    let freeze = MoveCmd::Freeze { board: b.clone(), to: t };
+    s[h as usize].step(&freeze).unwrap();
+    assert_eq!(s[h as usize].step(&freeze).unwrap().0, Effect::None);
+    let e = s[h as usize].step(&MoveCmd::Freeze { board: b.clone(), to: (t + 1) % SHARDS });
+    assert_eq!(e.unwrap_err().code, plaudit_proto::ErrorCode::Refused, "frozen for another");
+    assert!(s[h as usize].step(&copy()).is_err(), "the source cannot import its own board");
+    assert!(s[t as usize].step(&MoveCmd::Release { board: b.clone(), to: t }).is_err());
+    assert!(s[t as usize].step(&MoveCmd::Freeze { board: b.clone(), to: h }).is_err(), "not held");
+    let release = MoveCmd::Release { board: b.clone(), to: t };
+    s[h as usize].step(&release).unwrap();
+    assert_eq!(s[h as usize].step(&release).unwrap().0, Effect::None, "a repeat drops nothing");
+    s[t as usize].step(&copy()).unwrap();
+    assert_eq!(s[t as usize].step(&copy()).unwrap().0, Effect::Install, "the same copy again");
+    let activate = MoveCmd::Activate { board: b };
+    s[t as usize].step(&activate).unwrap();
+    assert_eq!(s[t as usize].step(&activate).unwrap().0, Effect::None);
+    assert!(s[t as usize].step(&copy()).is_err(), "an active board is not overwritten");
+}
+
+/// One thing that happens to the board: an event sent to a shard, or the
+/// mover's next step (maybe sent twice, as a mover that lost its leader
+/// does), or a new move to a shard.
+#[derive(Debug, Clone)]
+enum Op {
+    Event(ShardId),
+    Step {
+        twice: bool,
+    },
+    Move(ShardId),
+    /// The move given up before its Copy is recorded, with the copy made
+    /// on the target or not.
+    Abort {
+        copied: bool,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..SHARDS).prop_map(Op::Event),
+        3 => any::<bool>().prop_map(|twice| Op::Step { twice }),
+        1 => (0..SHARDS).prop_map(Op::Move),
+        1 => any::<bool>().prop_map(|copied| Op::Abort { copied }),
+    ]
+}
+
+proptest! {
+    /// Through any sequence of events and moves, at most one shard takes
+    /// events, and every shard that serves a read holds every event taken
+    /// (a copy made at the freeze, no event since).
+    #[test]
+    fn one_writer_and_reads_see_every_event(ops in prop::collection::vec(op(), 1..80)) {
+        let mut s = shards();
+        // The events each shard's copy holds; the home starts with the board.
+        let mut held: Vec<Option<u32>> = (0..SHARDS).map(|x| (x == home()).then_some(0)).collect();
+        let mut taken = 0u32;
+        let mut at = home();
+        // The move under way: (from, to, steps done).
+        let mut moving: Option<(ShardId, ShardId, usize)> = None;
+        for op in ops {
+            match op {
+                Op::Event(x) => {
+                    if s[x as usize].writable(3, b"total:0").is_ok() {
+                        taken += 1;
+                        let h = held[x as usize].as_mut().expect("a writer holds the board");
+                        *h += 1;
+                    }
+                }
+                Op::Move(to) if moving.is_none() && to != at => moving = Some((at, to, 0)),
+                Op::Move(_) => {}
+                Op::Abort { copied } => {
+                    // Only while the next step is Copy (frozen, not placed).
+                    let Some((from, to, 1)) = moving else { continue };
+                    let b = board();
+                    let mut run = |shard: ShardId, cmd: MoveCmd| {
+                        let (effect, _) = s[shard as usize].step(&cmd).expect("the abort fits");
+                        match effect {
+                            Effect::Install => held[to as usize] = held[from as usize],
+                            Effect::Drop => held[shard as usize] = None,
+                            Effect::None => {}
+                        }
+                    };
+                    if copied {
+                        run(to, copy());
+                    }
+                    run(to, MoveCmd::Discard { board: b.clone(), to: from });
+                    run(to, MoveCmd::Discard { board: b.clone(), to: from });
+                    run(from, MoveCmd::Unfreeze { board: b.clone() });
+                    run(from, MoveCmd::Unfreeze { board: b });
+                    moving = None;
+                }
+                Op::Step { twice } => {
+                    let Some((from, to, done)) = moving else { continue };
+                    let b = board();
+                    let (shard, cmd) = match done {
+                        0 => (from, MoveCmd::Freeze { board: b, to }),
+                        1 => (to, copy()),
+                        2 => (from, MoveCmd::Release { board: b, to }),
+                        _ => (to, MoveCmd::Activate { board: b }),
+                    };
+                    for _ in 0..(1 + usize::from(twice)) {
+                        let (effect, _) = s[shard as usize].step(&cmd).expect("the mover's step fits");
+                        match effect {
+                            Effect::Install => held[to as usize] = held[from as usize],
+                            Effect::Drop => held[from as usize] = None,
+                            Effect::None => {}
+                        }
+                    }
+                    moving = if done == 3 { at = to; None } else { Some((from, to, done + 1)) };
+                }
+            }
+            let writers = (0..SHARDS).filter(|&x| s[x as usize].writable(3, b"total:0").is_ok()).count();
+            prop_assert!(writers <= 1, "{writers} shards take events");
+            for x in 0..SHARDS {
+                if s[x as usize].readable(3, b"total:0").is_ok() {
+                    prop_assert_eq!(held[x as usize], Some(taken), "shard {} serves a stale board", x);
+                }
+            }
+        }
+    }
+}
