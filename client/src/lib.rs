@@ -63,6 +63,7 @@ mod connection;
 mod error;
 mod hot_cache;
 mod options;
+mod placed;
 mod pool;
 mod rankings;
 mod retry;

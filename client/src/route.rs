@@ -162,17 +162,32 @@ pub(crate) struct View {
     doubtful: HashMap<String, Instant>,
     /// A hint carried a newer map epoch than the table's.
     stale: bool,
+    /// Boards learned to live off their hash shard (`placed.rs`).
+    pub(crate) placed: crate::placed::Placed,
 }
 
 impl View {
     /// A view with no table yet: only the seeds.
     pub(crate) fn new(seeds: Vec<String>) -> View {
         let table = RoutingTable { map: Default::default(), leaders: vec![], meta_leader: None };
-        View { table, seeds, down: HashMap::new(), doubtful: HashMap::new(), stale: false }
+        View {
+            table,
+            seeds,
+            down: HashMap::new(),
+            doubtful: HashMap::new(),
+            stale: false,
+            placed: Default::default(),
+        }
     }
 
     pub(crate) fn table(&self) -> &RoutingTable {
         &self.table
+    }
+
+    /// Where `req` goes: `target`, with the boards learned to have moved
+    /// where they live.
+    pub(crate) fn target(&self, req: &Request) -> Target {
+        self.placed.target(req, target(req, self.shards()))
     }
 
     pub(crate) fn shards(&self) -> u32 {

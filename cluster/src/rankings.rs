@@ -284,17 +284,15 @@ impl Engine {
         self.directory.placements().shard_of(rank, type_key, self.cfg.shards)
     }
 
-    /// Whether a sub-board was moved or is moving: its requests take the
-    /// path that follows `Moved` answers.
-    pub(crate) fn board_moved(&self, rank: u32, type_key: &[u8]) -> bool {
-        if !self.directory.any_placed() {
-            return false;
-        }
-        let p = self.directory.placements();
-        let moving = p.moves.iter().any(|m| m.board.rank == rank && m.board.type_key == type_key);
-        moving
-            || p.shard_of(rank, type_key, self.cfg.shards)
-                != board_shard(rank, type_key, self.cfg.shards)
+    /// Whether a move of a sub-board is under way.
+    pub(crate) fn board_moving(&self, rank: u32, type_key: &[u8]) -> bool {
+        self.directory.any_placed()
+            && self
+                .directory
+                .placements()
+                .moves
+                .iter()
+                .any(|m| m.board.rank == rank && m.board.type_key == type_key)
     }
 
     /// Runs `on(shard)` on the sub-board's shard, following `Moved`

@@ -135,15 +135,18 @@ impl Engine {
                 let (board, reserved) =
                     routes.route_checked(&def, r, now, self.cfg.shards, reserved)?;
                 // A board not known reserved takes `handle_as`, which
-                // reserves it; so does a moved or moving board, which may
+                // reserves it; so does a board being moved, which may
                 // answer `Moved` (`handle_as` follows it).
-                if all_or_nothing::must_check(def.aggregation, r.score, 1)
-                    || !reserved
-                    || self.board_moved(r.rank, &board.type_key)
-                {
+                if all_or_nothing::must_check(def.aggregation, r.score, 1) || !reserved {
                     return None;
                 }
-                let group = self.led_here(board.shard)?;
+                let shard = match self.directory.any_placed() {
+                    false => board.shard,
+                    true if self.board_moving(r.rank, &board.type_key) => return None,
+                    // The memo remembers the hash shard; a moved board is elsewhere.
+                    true => self.board_home(r.rank, &board.type_key),
+                };
+                let group = self.led_here(shard)?;
                 if group.should_shed(def.settings.priority, MAX_PRIORITY) {
                     let outcome = Outcome::Shed;
                     let board =

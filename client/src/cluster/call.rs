@@ -23,7 +23,7 @@ use super::{lock, Cluster};
 use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::retry::{self, Attempts, Outcome, Step};
-use crate::route::{self, Dest, Learned, Target};
+use crate::route::{Dest, Learned, Target};
 use crate::split;
 use plaudit_proto::error::LeaderHint;
 use plaudit_proto::{ErrorCode, Request, Response};
@@ -91,7 +91,7 @@ impl Cluster {
             hinted: None,
         };
         loop {
-            let target = route::target(&req, lock(&self.view).shards());
+            let target = lock(&self.view).target(&req);
             let Some(dest) = call.hinted.take().or_else(|| self.pick(target)) else {
                 break;
             };
@@ -111,7 +111,7 @@ impl Cluster {
                 Outcome::NotLeader(hint, e) => {
                     tracing::debug!(op = req.op(), addr = %dest.addr, ?hint, "not the leader");
                     call.last = Some(e);
-                    self.not_leader(&mut call, &dest, hint).await
+                    self.not_leader(&mut call, &dest, &req, hint).await
                 }
                 Outcome::Moving(e) => {
                     lock(&self.view).mark_up(&dest.addr);
@@ -143,7 +143,13 @@ impl Cluster {
 
     /// After `NotLeader`: learn the hint, then go to the node it names, wait
     /// for an election, or fetch a table that knows the named node.
-    async fn not_leader(&self, call: &mut Call, dest: &Dest, hint: Option<LeaderHint>) -> Step {
+    async fn not_leader(
+        &self,
+        call: &mut Call,
+        dest: &Dest,
+        req: &Request,
+        hint: Option<LeaderHint>,
+    ) -> Step {
         if matches!(hint, Some(LeaderHint { leader: None, .. })) {
             // This node knows no leader for the group: try the others first.
             lock(&self.view).mark_doubtful(&dest.addr, Instant::now().into_std());
@@ -152,6 +158,10 @@ impl Cluster {
             Some(h) => {
                 let mut view = lock(&self.view);
                 view.mark_up(&dest.addr);
+                // A board query redirected to another shard than its hash
+                // shard: the board moved there (`placed.rs`).
+                let shards = view.shards();
+                view.placed.learn(req, h.shard, shards);
                 let learned = view.learn(&h, Instant::now().into_std());
                 if view.is_stale() {
                     self.wake.notify_one();

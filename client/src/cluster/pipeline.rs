@@ -73,8 +73,12 @@ impl Cluster {
                             Some(r)
                         }
                         Outcome::NotLeader(Some(hint), _) => {
-                            // Learned now, so the retry goes where it says.
-                            lock(&self.view).learn(&hint, Instant::now().into_std());
+                            // Learned now, so the retry goes where it says
+                            // (and a moved board's next query at once).
+                            let mut view = lock(&self.view);
+                            view.learn(&hint, Instant::now().into_std());
+                            let shards = view.shards();
+                            view.placed.learn(&reqs[i], hint.shard, shards);
                             None
                         }
                         Outcome::NotLeader(None, _) | Outcome::Moving(_) => None,
@@ -119,7 +123,7 @@ impl Cluster {
         let mut targets = TargetMemo::default();
         let mut routed: Vec<(Target, Option<usize>)> = Vec::new();
         for (i, req) in reqs.iter().enumerate() {
-            let target = targets.target(req, shards);
+            let target = view.placed.target(req, targets.target(req, shards));
             // A leader is one node; `Any` and `Replica` rotate over their
             // candidates per request (`View::pick`'s spin), which spreads a
             // pipeline's fan-outs and stale reads: those are picked each.
