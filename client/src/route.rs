@@ -94,18 +94,12 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
             Target::Leader(s) => Target::Replica(s),
             _ => Target::Any,
         },
-        // A read of one shard's entities goes to that shard's leader (the
-        // SDK splits one that spans shards: `split.rs`); the node fans out
-        // one that was sent whole.
-        Request::Counts(r) => match r.entities.split_first() {
-            Some((&first, rest)) => {
-                let shard = shard_of(r.biz, first, shards);
-                if rest.iter().all(|&e| shard_of(r.biz, e, shards) == shard) {
-                    Target::Leader(shard)
-                } else {
-                    Target::Any
-                }
-            }
+        // A read goes to the leader of its first entity's shard: the SDK
+        // splits a read by leader node (`split.rs`), so that node leads
+        // every shard of the part and reads it in place; a node that does
+        // not (a stale table, a read sent whole) fans the rest out.
+        Request::Counts(r) => match r.entities.first() {
+            Some(&first) => Target::Leader(shard_of(r.biz, first, shards)),
             None => Target::Any,
         },
         Request::Score(_)

@@ -1,5 +1,7 @@
-//! Reads that span shards, split by shard on the client so that each part
-//! goes straight to a node that serves its shard, and put back together.
+//! Reads that span shards, split on the client so that each part goes
+//! straight to the node that leads its shards, and put back together: one
+//! part per leader node (the shards of a node whose leader is not known
+//! go one part each).
 //!
 //! ```text
 //! [Like, Counts{e1..e20}, Status]  ─ plan ─►  [Like, Counts{shard 0's}, ..., Counts{shard 5's}, Status]
@@ -13,6 +15,7 @@
 //! map, so it sends each part where it is served. Pure: no IO, no clock.
 
 use crate::error::ClientError;
+use plaudit_proto::cluster::NodeId;
 use plaudit_proto::likes::{CountsRequest, EntityCounts};
 use plaudit_proto::routing::shard_of;
 use plaudit_proto::{BizId, EntityId, Request, Response};
@@ -39,8 +42,16 @@ enum Span {
 }
 
 /// The parts to send for `reqs` in a cluster of `shards` shards (0: no map,
-/// nothing is split), and the plan that merges their answers.
-pub(crate) fn plan(reqs: Vec<Request>, shards: u32) -> (Vec<Request>, Plan) {
+/// nothing is split) whose leaders are `leaders` (by shard, as far as the
+/// client knows), and the plan that merges their answers. A part's first
+/// entity's shard is led by the node every shard of the part is, so
+/// routing the part by it (`route::target`) sends it there; the node reads
+/// all of it in place if it still leads them.
+pub(crate) fn plan(
+    reqs: Vec<Request>,
+    shards: u32,
+    leaders: &[Option<NodeId>],
+) -> (Vec<Request>, Plan) {
     let mut parts = Vec::with_capacity(reqs.len());
     let mut plan = Plan { spans: Vec::with_capacity(reqs.len()), split: false };
     for req in reqs {
@@ -48,7 +59,7 @@ pub(crate) fn plan(reqs: Vec<Request>, shards: u32) -> (Vec<Request>, Plan) {
         // (its parts might each pass: 501 entities as parts of fewer).
         let groups = match &req {
             Request::Counts(r) if shards > 1 && r.validate().is_ok() => {
-                by_shard(r.biz, &r.entities, shards)
+                by_leader(r.biz, &r.entities, shards, leaders)
             }
             _ => Vec::new(),
         };
@@ -72,12 +83,29 @@ pub(crate) fn plan(reqs: Vec<Request>, shards: u32) -> (Vec<Request>, Plan) {
     (parts, plan)
 }
 
-/// The entities of each shard, in the order each shard first appears. A
-/// linear search: a request spans at most the cluster's shards, a few.
-fn by_shard(biz: BizId, entities: &[EntityId], shards: u32) -> Vec<(u32, Vec<EntityId>)> {
-    let mut groups: Vec<(u32, Vec<EntityId>)> = Vec::new();
+/// Who serves a part: the node leading its shards, or one shard whose
+/// leader is not known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Server {
+    Node(NodeId),
+    Shard(u32),
+}
+
+/// The entities of each server, in the order each first appears. A linear
+/// search: a request spans at most the cluster's shards, a few.
+fn by_leader(
+    biz: BizId,
+    entities: &[EntityId],
+    shards: u32,
+    leaders: &[Option<NodeId>],
+) -> Vec<(Server, Vec<EntityId>)> {
+    let mut groups: Vec<(Server, Vec<EntityId>)> = Vec::new();
     for &e in entities {
-        let s = shard_of(biz, e, shards);
+        let shard = shard_of(biz, e, shards);
+        let s = match leaders.get(shard as usize) {
+            Some(Some(n)) => Server::Node(*n),
+            _ => Server::Shard(shard),
+        };
         match groups.iter_mut().find(|(g, _)| *g == s) {
             Some((_, of)) => of.push(e),
             None => groups.push((s, vec![e])),
@@ -157,13 +185,13 @@ mod tests {
     #[test]
     fn nothing_is_split_without_a_map_or_within_one_shard() {
         let reqs = vec![counts(&[1, 2, 3, 4, 5]), Request::Ping];
-        let (parts, merger) = plan(reqs.clone(), 0);
+        let (parts, merger) = plan(reqs.clone(), 0, &[]);
         assert_eq!(parts, reqs);
         assert!(!merger.split);
         let one_shard: Vec<EntityId> = (0..1000).filter(|&e| shard_of(3, e, 6) == 2).collect();
-        let (parts, _) = plan(vec![counts(&one_shard)], 6);
+        let (parts, _) = plan(vec![counts(&one_shard)], 6, &[]);
         assert_eq!(parts, vec![counts(&one_shard)]);
-        let (parts, _) = plan(vec![counts(&[])], 6);
+        let (parts, _) = plan(vec![counts(&[])], 6, &[]);
         assert_eq!(parts, vec![counts(&[])]);
     }
 
@@ -171,7 +199,7 @@ mod tests {
     fn every_part_is_one_shard_and_answers_come_back_in_order() {
         let entities: Vec<EntityId> = (100..120).collect();
         let status = Request::Status(StatusRequest { biz: 3, user: 9, entities: vec![1] });
-        let (parts, merger) = plan(vec![Request::Ping, counts(&entities), status], 6);
+        let (parts, merger) = plan(vec![Request::Ping, counts(&entities), status], 6, &[]);
         assert!(parts.len() > 3);
         for part in &parts[1..parts.len() - 1] {
             let Request::Counts(r) = part else { panic!("{part:?}") };
@@ -187,14 +215,14 @@ mod tests {
 
     #[test]
     fn a_failed_part_fails_the_read_it_belongs_to_only() {
-        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7]), Request::Ping], 6);
+        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7]), Request::Ping], 6, &[]);
         let mut answers: Vec<Answer> = parts.iter().map(serve).collect();
         answers[0] = Err(ClientError::Timeout);
         let out = merger.merge(answers);
         assert!(matches!(out[0], Err(ClientError::Timeout)), "{out:?}");
         assert!(matches!(out[1], Ok(Response::Pong)), "{out:?}");
 
-        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7])], 6);
+        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7])], 6, &[]);
         let mut answers: Vec<Answer> = parts.iter().map(serve).collect();
         let refused = Response::Error(WireError::bad_request("no such business"));
         *answers.last_mut().unwrap() = Ok(refused.clone());
@@ -202,16 +230,42 @@ mod tests {
     }
 
     #[test]
+    fn parts_go_one_per_leader_node() {
+        let entities: Vec<EntityId> = (100..140).collect();
+        // Shards 0 and 3 on node 1, 1 and 4 on node 2, 2 on node 3; shard 5's
+        // leader unknown.
+        let leaders = [Some(1), Some(2), Some(3), Some(1), Some(2), None];
+        let (parts, merger) = plan(vec![counts(&entities)], 6, &leaders);
+        let by_node = |r: &CountsRequest| leaders[shard_of(3, r.entities[0], 6) as usize];
+        let mut seen = Vec::new();
+        for part in &parts {
+            let Request::Counts(r) = part else { panic!("{part:?}") };
+            let node = by_node(r);
+            let same = |e: &EntityId| leaders[shard_of(3, *e, 6) as usize] == node;
+            assert!(r.entities.iter().all(same), "one node's shards per part: {r:?}");
+            if node.is_none() {
+                let shard = shard_of(3, r.entities[0], 6);
+                assert!(r.entities.iter().all(|&e| shard_of(3, e, 6) == shard), "{r:?}");
+            }
+            seen.push(node);
+        }
+        assert_eq!(parts.len(), 4, "nodes 1, 2, 3 and the leaderless shard: {parts:?}");
+        let answers = merger.merge(parts.iter().map(serve).collect());
+        let Ok(Response::Counts(c)) = &answers[0] else { panic!("{answers:?}") };
+        assert_eq!(c.iter().map(|c| c.entity).collect::<Vec<_>>(), entities);
+    }
+
+    #[test]
     fn a_read_the_node_would_refuse_goes_whole() {
         let too_many: Vec<EntityId> = (0..=plaudit_proto::limits::MAX_BATCH as u64).collect();
-        let (parts, merger) = plan(vec![counts(&too_many)], 6);
+        let (parts, merger) = plan(vec![counts(&too_many)], 6, &[]);
         assert_eq!(parts, vec![counts(&too_many)]);
         assert!(!merger.split);
     }
 
     #[test]
     fn a_part_that_leaves_an_entity_out_is_a_protocol_error() {
-        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7])], 6);
+        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7])], 6, &[]);
         let mut answers: Vec<Answer> = parts.iter().map(serve).collect();
         answers[0] = Ok(Response::Counts(vec![]));
         assert!(matches!(merger.merge(answers)[0], Err(ClientError::Protocol(_))));
@@ -223,10 +277,11 @@ mod tests {
             reqs in proptest::collection::vec(
                 proptest::collection::vec(0u64..50, 0..30), 0..8),
             shards in 0u32..9,
+            leaders in proptest::collection::vec(proptest::option::of(1u64..4), 0..9),
         ) {
             let reqs: Vec<Request> = reqs.iter().map(|e| counts(e)).collect();
             let whole: Vec<Answer> = reqs.iter().map(serve).collect();
-            let (parts, merger) = plan(reqs, shards);
+            let (parts, merger) = plan(reqs, shards, &leaders);
             let merged = merger.merge(parts.iter().map(serve).collect());
             prop_assert_eq!(format!("{merged:?}"), format!("{whole:?}"));
         }

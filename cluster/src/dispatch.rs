@@ -215,15 +215,16 @@ impl Engine {
         Ok(EntityCounts { entity, likes: c.likes, dislikes: c.dislikes })
     }
 
-    /// Counts read in place when this node is the only voter of every shard
-    /// they live on (a single node): the per-shard path's read barrier is
-    /// a no-op there, and its sub-request and future per shard were a
-    /// quarter of a counts request's CPU. `None`: some shard is replicated.
+    /// Counts read in place when every shard they live on can be read here
+    /// now (`Group::reads_now`: the only voter, or the leader on its lease):
+    /// the per-shard path's read barrier is a no-op there, and its
+    /// sub-request and future per shard were a quarter of a counts
+    /// request's CPU. `None`: some shard cannot.
     async fn counts_all_here(
         &self,
         r: &CountsRequest,
     ) -> Result<Option<Vec<EntityCounts>>, WireError> {
-        let Some(shards) = self.sole_shards(r.biz, &r.entities) else { return Ok(None) };
+        let Some(shards) = self.now_shards(r.biz, &r.entities) else { return Ok(None) };
         self.require_business(r.biz).await?;
         // Prefetched after the await, which may yield and let the lines go.
         Ok(Some(self.counts_in_place(r.biz, &r.entities, &shards)?))

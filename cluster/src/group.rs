@@ -395,6 +395,14 @@ impl Group {
             && self.lease.holds(&m.vote, m.id, &configs[0], self.read_lease)
     }
 
+    /// Whether a read of this replica's state served right now, without
+    /// waiting for anything, is linearizable: this node is the group's only
+    /// voter, or a leader on its lease that no follower has read through
+    /// lately, where `read_barrier` would return at once and do nothing.
+    pub fn reads_now(&self) -> bool {
+        self.is_sole_voter() || (self.lease_holds() && !self.followers_reading())
+    }
+
     /// This leader gave a follower its read index (`follower_read.rs`).
     pub(crate) fn note_follower_read(&self) {
         let ms = self.opened.elapsed().as_millis() as u64;

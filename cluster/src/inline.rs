@@ -4,19 +4,21 @@
 //! request the usual way (`handle_as`) when the answer is `None`.
 //!
 //! ```text
-//! Query  ─> ranking known? ─> its shard: this node its only voter? ─> board active? ─> read its view
-//! Counts ─> business known? ─> every entity's shard: only voter here? ─> counters in place
-//! Status ─> business known? ─> the user's shard: only voter here? ─> states in place
+//! Query  ─> ranking known? ─> its shard: read here now? ─> board active? ─> read its view
+//! Counts ─> business known? ─> every entity's shard: read here now? ─> counters in place
+//! Status ─> business known? ─> the user's shard: read here now? ─> states in place
 //!                 any "no" ─> None: the future path (which loads, catches up, barriers or forwards)
 //! ```
 //!
-//! Why this is the same answer the future path gives: on a group whose
-//! only voter is this node (a single node) the read barrier is a no-op,
-//! and what is read here is what the future path would read a moment
-//! later: the store's staged-and-stored state, or a board's view, which
-//! holds every batch its shard has applied (`actors/src/active_boards.rs`).
-//! Replicated groups take the future path: their reads need a read-index
-//! check, which waits.
+//! "Read here now" (`Group::reads_now`): this node is the group's only
+//! voter (a single node), or leads it on its read lease with no follower
+//! reading through it lately. Why this is the same answer the future path
+//! gives: there the read barrier would return at once and do nothing, and
+//! what is read here is what the future path would read a moment later:
+//! the store's staged-and-stored state, or a board's view, which holds
+//! every batch its shard has applied (`actors/src/active_boards.rs`). A
+//! leader without its lease (a read-index round to wait for), a follower,
+//! or a node without a replica takes the future path.
 //!
 //! Measured on one node, server on one core: a request served here costs
 //! no task wake-up, timer entry or boxed future, and a board query no
@@ -52,10 +54,10 @@ impl Engine {
         answer.map(|r| r.unwrap_or_else(Response::Error))
     }
 
-    /// The group of `shard` if this node is its only voter (and so leads it
-    /// with no read barrier to pass).
-    fn sole_group(&self, shard: u32) -> Option<Arc<Group>> {
-        self.router.group(shard).filter(|g| g.is_sole_voter())
+    /// The group of `shard` if a read of this node's replica now is
+    /// linearizable (`Group::reads_now`).
+    fn now_group(&self, shard: u32) -> Option<Arc<Group>> {
+        self.router.group(shard).filter(|g| g.reads_now())
     }
 
     fn known_business(&self, biz: BizId) -> Option<()> {
@@ -66,7 +68,7 @@ impl Engine {
         let def = self.directory.rank(q.rank)?;
         // A bad board reference is reported by the future path.
         board_memo::with_named(&def, &q.board, self.cfg.shards, |b| {
-            let g = self.sole_group(b.shard)?;
+            let g = self.now_group(b.shard)?;
             let out = g.handle.board_query_now(q.rank, &b.key, &q.query)?;
             Some(Ok(Response::Query(query_reply(|| b.type_text.clone(), &q.query, out))))
         })
@@ -76,22 +78,21 @@ impl Engine {
 
     fn counts_now(&self, r: &CountsRequest) -> Option<Result<Response, WireError>> {
         self.known_business(r.biz)?;
-        let shards = self.sole_shards(r.biz, &r.entities)?;
+        let shards = self.now_shards(r.biz, &r.entities)?;
         Some(self.counts_in_place(r.biz, &r.entities, &shards).map(Response::Counts))
     }
 
-    /// The shard of each of `entities` if this node is the only voter of
-    /// every one. Each shard is looked up once: a batch of 20 entities
+    /// The shard of each of `entities` if every one can be read here now. Each shard is looked up once: a batch of 20 entities
     /// spans most shards (about 12 of 16 at the old default), and each
     /// lookup locks the router.
-    pub(crate) fn sole_shards(&self, biz: BizId, entities: &[EntityId]) -> Option<Vec<u32>> {
+    pub(crate) fn now_shards(&self, biz: BizId, entities: &[EntityId]) -> Option<Vec<u32>> {
         let mut shards = Vec::with_capacity(entities.len());
         let mut checked = 0u128;
         for &e in entities {
             let shard = shard_of(biz, e, self.cfg.shards);
             let bit = 1u128.checked_shl(shard).unwrap_or(0);
             if checked & bit == 0 {
-                self.sole_group(shard)?;
+                self.now_group(shard)?;
                 checked |= bit;
             }
             shards.push(shard);
@@ -99,7 +100,7 @@ impl Engine {
         Some(shards)
     }
 
-    /// The counts of `entities` (on `shards`, as `sole_shards` gave them),
+    /// The counts of `entities` (on `shards`, as `now_shards` gave them),
     /// read in place: all prefetched first, so their cache misses overlap.
     pub(crate) fn counts_in_place(
         &self,
@@ -115,7 +116,7 @@ impl Engine {
 
     fn status_now(&self, r: &StatusRequest) -> Option<Result<Response, WireError>> {
         self.known_business(r.biz)?;
-        let g = self.sole_group(shard_of(r.biz, r.user, self.cfg.shards))?;
+        let g = self.now_group(shard_of(r.biz, r.user, self.cfg.shards))?;
         Some(self.states_here(g.id, r).map(Response::Status))
     }
 

@@ -62,8 +62,10 @@ impl Cluster {
         if matches!(req, Request::Counts(_)) && self.split_reads {
             // A read that spans shards goes as one part per shard, as in a
             // pipeline; one that does not is a call like any other.
-            let shards = lock(&self.view).shards();
-            let (mut parts, plan) = split::plan(vec![req], shards);
+            let (mut parts, plan) = {
+                let view = lock(&self.view);
+                split::plan(vec![req], view.shards(), &view.table().leaders)
+            };
             if parts.len() > 1 {
                 let answers = self.send_all(parts).await;
                 return plan.merge(answers).pop().unwrap_or(Err(ClientError::Closed));

@@ -41,8 +41,11 @@ impl Cluster {
     /// each as `call` would return it. A read that spans shards goes as
     /// one part per shard, each to a node that serves it (`split`).
     pub(crate) async fn pipeline(&self, reqs: Vec<Request>) -> Vec<Answer> {
-        let shards = if self.split_reads { lock(&self.view).shards() } else { 0 };
-        let (parts, plan) = split::plan(reqs, shards);
+        let (parts, plan) = {
+            let view = lock(&self.view);
+            let shards = if self.split_reads { view.shards() } else { 0 };
+            split::plan(reqs, shards, &view.table().leaders)
+        };
         plan.merge(self.send_all(parts).await)
     }
 

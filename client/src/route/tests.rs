@@ -65,11 +65,13 @@ fn registry_requests_go_to_the_metadata_leader_and_fan_outs_anywhere() {
     assert_eq!(target(&Request::GetBiz(1), 3), Target::Meta);
     let once = Request::Once { id: 1, req: Box::new(Request::ListBiz) };
     assert_eq!(target(&once, 3), Target::Meta);
-    // Counts of entities on two shards go to any node (which fans out);
-    // of one shard's, to its leader.
+    // Counts go to the leader of their first entity's shard (the SDK
+    // splits them by leader node; a node that leads not all fans out).
     let apart = (2..).find(|&e| shard_of(1, e, 3) != shard_of(1, 1, 3)).unwrap();
     let counts = Request::Counts(CountsRequest { biz: 1, entities: vec![1, apart] });
-    assert_eq!(target(&counts, 3), Target::Any);
+    assert_eq!(target(&counts, 3), Target::Leader(shard_of(1, 1, 3)));
+    let none = Request::Counts(CountsRequest { biz: 1, entities: vec![] });
+    assert_eq!(target(&none, 3), Target::Any);
     let together = (2..).find(|&e| shard_of(1, e, 3) == shard_of(1, 1, 3)).unwrap();
     let counts = Request::Counts(CountsRequest { biz: 1, entities: vec![1, together] });
     assert_eq!(target(&counts, 3), Target::Leader(shard_of(1, 1, 3)));
