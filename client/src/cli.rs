@@ -309,8 +309,8 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
             Output::ClusterStatus(client.cluster_status().await?)
         }
         Command::Admin(admin::AdminCommand::Nodes) => Output::Nodes(client.nodes().await?),
-        Command::Admin(admin::AdminCommand::Hotkeys { top, by: admin::HotBy::Requests }) => {
-            Output::HotKeys(client.hot_keys(*top).await?)
+        Command::Admin(admin::AdminCommand::Hotkeys { top, by }) => {
+            Output::HotKeys(hotkeys::ranked(client.hot_keys(*top).await?, *by, *top))
         }
         Command::Admin(admin::AdminCommand::Drain { node, .. }) => {
             client.drain_node(*node).await?;

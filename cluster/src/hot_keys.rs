@@ -13,8 +13,12 @@
 //! The sample keeps the cost of a request that is not sampled at one
 //! atomic increment; a sampled one locks the window and counts its keys
 //! (a counts read of 20 entities counts 20). Rates are the sampled counts
-//! times `SAMPLE`, over the seconds the window covers.
+//! times `SAMPLE`, over the seconds the window covers. A sampled request's
+//! CPU time on this node (`cpu_meter.rs`) goes into a second window, its
+//! keys sharing it evenly: `admin hotkeys --by cpu`, each key's share of
+//! the node's CPU (`getrusage`, marked once a second).
 
+use crate::cpu_meter::process_cpu_us;
 use crate::engine::Engine;
 use crate::hot_sketch::Window;
 use crate::peer::wire::{PeerRequest, PeerResponse};
@@ -22,6 +26,7 @@ use plaudit_proto::hotkeys::{HotKey, HotKeyRow, HotSetRequest, Relief};
 use plaudit_proto::routing::{board_shard, shard_of};
 use plaudit_proto::window::TypeId;
 use plaudit_proto::{Request, ShardId};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -47,39 +52,124 @@ const MAX_HOT_SET: usize = 2 * SLOTS;
 pub struct HotKeys {
     seen: AtomicU64,
     window: Mutex<Window<HotKey>>,
+    /// The CPU microseconds sampled requests cost, by key (`add_cpu`).
+    cpu: Mutex<Window<HotKey>>,
+    /// The process's CPU time at the first sample of recent seconds (and
+    /// when counting began): `(when, microseconds)`, oldest first, for the
+    /// node's CPU over the window.
+    marks: Mutex<VecDeque<(Instant, u64)>>,
+    /// The second of the newest mark (so a sample marks at most once a second).
+    marked: AtomicU64,
     start: Instant,
 }
+
+/// A sampled request's keys, to charge the CPU its serving took to
+/// (`HotKeys::add_cpu`).
+#[derive(Debug)]
+pub struct Sampled(Vec<HotKey>);
 
 impl Default for HotKeys {
     fn default() -> Self {
         HotKeys {
             seen: AtomicU64::new(0),
             window: Mutex::new(Window::new(SPAN_SECS, SLOTS)),
+            cpu: Mutex::new(Window::new(SPAN_SECS, SLOTS)),
+            marks: Mutex::new(VecDeque::from([(Instant::now(), process_cpu_us())])),
+            marked: AtomicU64::new(u64::MAX),
             start: Instant::now(),
         }
     }
 }
 
 impl HotKeys {
-    /// Counts `req`'s keys, one time in `SAMPLE`.
-    pub fn record(&self, req: &Request) {
+    /// Counts `req`'s keys, one time in `SAMPLE`; a sampled request's keys
+    /// come back, for the caller to charge its CPU time to.
+    pub fn record(&self, req: &Request) -> Option<Sampled> {
         // Which requests are counted is mixed (Fibonacci hashing of the
         // sequence number), so a load that repeats with a period dividing
         // SAMPLE is not sampled on one phase only.
         let mixed = self.seen.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         if mixed >> (64 - SAMPLE.trailing_zeros()) != 0 {
-            return;
+            return None;
         }
         let now = self.start.elapsed().as_secs();
-        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
-        keys_of(req, mixed, &mut |k, weight| w.add(now, &k, weight));
+        let mut keys = Vec::new();
+        {
+            let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+            keys_of(req, mixed, &mut |k, weight| {
+                w.add(now, &k, weight);
+                keys.push(k);
+            });
+        }
+        self.mark(now);
+        (!keys.is_empty()).then_some(Sampled(keys))
+    }
+
+    /// Charges `ns` of CPU time to a sampled request's keys, shared evenly.
+    pub fn add_cpu(&self, s: Sampled, ns: u64) {
+        let each = (ns / 1000 / s.0.len() as u64).max(1);
+        let now = self.start.elapsed().as_secs();
+        let mut w = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        for k in &s.0 {
+            w.add(now, k, each);
+        }
+    }
+
+    /// Notes the process's CPU time at the first sample of a second.
+    fn mark(&self, now: u64) {
+        if self.marked.swap(now, Ordering::Relaxed) == now {
+            return;
+        }
+        let cpu = process_cpu_us();
+        let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        marks.push_back((Instant::now(), cpu));
+        while marks.len() as u64 > SPAN_SECS + 1 {
+            marks.pop_front();
+        }
+    }
+
+    /// The node's CPU microseconds a second over the window (0 until a
+    /// sample came a tenth of a second after counting began).
+    pub fn node_cpu_us_per_s(&self) -> u64 {
+        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        match (marks.front(), marks.back()) {
+            (Some(a), Some(b)) => {
+                let secs = b.0.duration_since(a.0).as_secs_f64();
+                if secs < 0.1 {
+                    return 0;
+                }
+                (b.1.saturating_sub(a.1) as f64 / secs) as u64
+            }
+            _ => 0,
+        }
+    }
+
+    /// The `n` keys whose requests cost the most CPU, with their CPU
+    /// microseconds a second.
+    pub fn top_cpu(&self, n: usize) -> Vec<(HotKey, u64)> {
+        let (now, secs) = self.span();
+        let w = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        w.top(now, n).into_iter().map(|h| (h.key, h.count * SAMPLE / secs)).collect()
+    }
+
+    /// `key`'s requests a second and CPU microseconds a second.
+    pub fn rates_of(&self, key: &HotKey) -> (u64, u64) {
+        let (now, secs) = self.span();
+        let requests = self.window.lock().unwrap_or_else(|e| e.into_inner()).count_of(now, key);
+        let cpu = self.cpu.lock().unwrap_or_else(|e| e.into_inner()).count_of(now, key);
+        (requests * SAMPLE / secs, cpu * SAMPLE / secs)
+    }
+
+    /// The current second and the seconds the window covers (a young
+    /// node's window covers only the seconds it has run).
+    fn span(&self) -> (u64, u64) {
+        let now = self.start.elapsed().as_secs();
+        (now, (now + 1).min(SPAN_SECS))
     }
 
     /// The `n` heaviest keys now, with their estimated requests a second.
     pub fn top(&self, n: usize) -> Vec<(HotKey, u64)> {
-        let now = self.start.elapsed().as_secs();
-        // A young node's window covers only the seconds it has run.
-        let secs = (now + 1).min(SPAN_SECS);
+        let (now, secs) = self.span();
         let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
         w.top(now, n).into_iter().map(|h| (h.key, h.count * SAMPLE / secs)).collect()
     }
@@ -161,15 +251,23 @@ pub fn shard_of_key(key: &HotKey, shards: u32) -> Option<ShardId> {
 }
 
 impl Engine {
-    /// This node's `top` heaviest keys, as rows.
+    /// This node's `top` heaviest keys by requests and its `top` by CPU,
+    /// as rows (a key in both once), each with both figures.
     pub(crate) fn hot_keys_here(&self, top: u32) -> Vec<HotKeyRow> {
         let node = self.node_id();
         let told: Vec<HotKey> =
             self.hot.hot_now(self.cfg.hot_cache_min_rps).into_iter().map(|(k, _)| k).collect();
-        self.hot
-            .top(top as usize)
-            .into_iter()
-            .map(|(key, requests_per_s)| {
+        let node_cpu_us_per_s = self.hot.node_cpu_us_per_s();
+        let mut keys: Vec<HotKey> =
+            self.hot.top(top as usize).into_iter().map(|(k, _)| k).collect();
+        for (k, _) in self.hot.top_cpu(top as usize) {
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        keys.into_iter()
+            .map(|key| {
+                let (requests_per_s, cpu_us_per_s) = self.hot.rates_of(&key);
                 let mut shard = shard_of_key(&key, self.cfg.shards);
                 let mut relief = if cacheable(&key) && told.contains(&key) {
                     Relief::ClientCache
@@ -185,7 +283,15 @@ impl Engine {
                         }
                     }
                 }
-                HotKeyRow { shard, relief, key, node, requests_per_s }
+                HotKeyRow {
+                    shard,
+                    relief,
+                    key,
+                    node,
+                    requests_per_s,
+                    cpu_us_per_s,
+                    node_cpu_us_per_s,
+                }
             })
             .collect()
     }
@@ -218,8 +324,21 @@ impl Engine {
                 rows.extend(more);
             }
         }
+        // The `top` by requests and the `top` by CPU (`admin hotkeys --by`
+        // sorts by either).
+        let by_cpu = |a: &HotKeyRow, b: &HotKeyRow| {
+            b.cpu_us_per_s.cmp(&a.cpu_us_per_s).then(a.key.cmp(&b.key))
+        };
+        let mut heavy: Vec<HotKeyRow> = rows.clone();
+        heavy.sort_by(by_cpu);
+        heavy.truncate(top as usize);
         rows.sort_by(|a, b| b.requests_per_s.cmp(&a.requests_per_s).then(a.key.cmp(&b.key)));
         rows.truncate(top as usize);
+        for r in heavy {
+            if !rows.iter().any(|x| x.key == r.key && x.node == r.node) {
+                rows.push(r);
+            }
+        }
         rows
     }
 }
@@ -307,5 +426,29 @@ mod tests {
         assert!(shard_of_key(&named, 6).is_some());
         let by_dims = HotKey::Board { rank: 4, board: "room=7".into() };
         assert_eq!(shard_of_key(&by_dims, 6), None);
+    }
+
+    #[test]
+    fn sampled_requests_charge_their_cpu_to_their_keys() {
+        let hot = HotKeys::default();
+        let counts = |e| Request::Counts(CountsRequest { biz: 1, entities: vec![e] });
+        let mut sampled = 0;
+        for i in 0..8_000u64 {
+            // Entity 5 is asked for half the time, but its reads are cheap;
+            // entity 9's are ten times dearer.
+            let (entity, ns) = if i % 2 == 0 { (5, 1_000) } else { (9, 10_000) };
+            if let Some(s) = hot.record(&counts(entity)) {
+                sampled += 1;
+                hot.add_cpu(s, ns);
+            }
+        }
+        assert!(sampled > 800 && sampled < 1_200, "one in {SAMPLE}: {sampled}");
+        let by_cpu = hot.top_cpu(2);
+        assert_eq!(by_cpu[0].0, HotKey::Entity { biz: 1, entity: 9 }, "{by_cpu:?}");
+        let (requests, cpu) = hot.rates_of(&HotKey::Entity { biz: 1, entity: 5 });
+        assert!(requests > 0 && cpu > 0, "{requests} {cpu}");
+        let (_, dear) = hot.rates_of(&HotKey::Entity { biz: 1, entity: 9 });
+        assert!(dear > 5 * cpu, "{dear} against {cpu}");
+        assert_eq!(hot.rates_of(&HotKey::User { biz: 1, user: 1 }), (0, 0), "never seen");
     }
 }

@@ -64,6 +64,11 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
         self.index.insert(key.clone(), i);
     }
 
+    /// `key`'s count, if it is tracked.
+    pub fn count_of(&self, key: &K) -> Option<u64> {
+        self.index.get(key).map(|&i| self.slots[i].count)
+    }
+
     /// Every tracked key: `(key, count, err)`.
     pub fn iter(&self) -> impl Iterator<Item = (&K, u64, u64)> {
         self.slots.iter().map(|s| (&s.key, s.count, s.err))
@@ -112,6 +117,16 @@ impl<K: Hash + Eq + Clone> Window<K> {
         while self.buckets.front().is_some_and(|(s, _)| s + self.span <= now) {
             self.buckets.pop_front();
         }
+    }
+
+    /// `key`'s count over the seconds `(now - span, now]` (0 in the buckets
+    /// that did not track it).
+    pub fn count_of(&self, now: u64, key: &K) -> u64 {
+        self.buckets
+            .iter()
+            .filter(|(s, _)| s + self.span > now && *s <= now)
+            .filter_map(|(_, b)| b.count_of(key))
+            .sum()
     }
 
     /// The `n` heaviest keys of the seconds `(now - span, now]`, heaviest

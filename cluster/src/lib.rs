@@ -21,6 +21,7 @@ pub mod board_memo;
 mod board_mover;
 mod bootstrap;
 pub mod control;
+pub mod cpu_meter;
 pub mod disk;
 mod dispatch;
 pub mod durable;

@@ -122,4 +122,21 @@ pub struct HotKeyRow {
     /// from a sample, rounded.
     pub requests_per_s: u64,
     pub relief: Relief,
+    /// CPU microseconds a second its requests cost the node that received
+    /// them (estimated from the same sample; `cluster/src/cpu_meter.rs`).
+    pub cpu_us_per_s: u64,
+    /// The node's own CPU microseconds a second over the window (its
+    /// `cpu_share` is `cpu_us_per_s / node_cpu_us_per_s`; 0: not known yet).
+    pub node_cpu_us_per_s: u64,
+}
+
+impl HotKeyRow {
+    /// The share of its node's CPU the key's requests took (0 when the
+    /// node's CPU is not known yet).
+    pub fn cpu_share(&self) -> f64 {
+        if self.node_cpu_us_per_s == 0 {
+            return 0.0;
+        }
+        self.cpu_us_per_s as f64 / self.node_cpu_us_per_s as f64
+    }
 }

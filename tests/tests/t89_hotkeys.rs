@@ -67,6 +67,17 @@ async fn the_hottest_keys_are_listed_with_their_shards() {
     assert!(first["requests_per_s"].as_u64().unwrap() > 0, "{first}");
     assert_eq!(first["relief"], "none", "{first}");
 
+    // By CPU: the hot entity's reads cost its node a measured share.
+    let (code, lines) = node.cli_lines(&["admin", "hotkeys", "--top", "10", "--by", "cpu"]);
+    assert_eq!(code, 0, "{lines:?}");
+    let keys = lines[0]["keys"].as_array().cloned().unwrap_or_default();
+    let hot = keys
+        .iter()
+        .find(|k| k["kind"] == "entity" && k["key"] == "777")
+        .unwrap_or_else(|| panic!("the hot entity among the heaviest by CPU: {keys:?}"));
+    let share = hot["cpu_share"].as_f64().unwrap_or(0.0);
+    assert!(share > 0.0 && share < 1.0, "{hot}");
+
     // Each node counts what its clients send it, and shows its top: the
     // node that counted the hot entity shows a key in first place.
     let text = cluster.node(first["node"].as_u64().unwrap()).metrics_text();

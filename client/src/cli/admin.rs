@@ -30,6 +30,8 @@ use std::fmt::Write;
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum HotBy {
     Requests,
+    /// The CPU time their requests cost the nodes that received them.
+    Cpu,
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,18 +52,21 @@ pub enum AdminCommand {
     /// --json: `{"nodes":[{"id":1,"incarnation":"…","addr":"…","state":"up",
     /// "replicas":4,"leaders":2,"peer":"…","zone":null}]}`.
     Nodes,
-    /// The keys taking the most requests on every node over the last 10 s
-    /// (sampled), heaviest first: kind (entity, user, board), business or
-    /// ranking, key, the node that counted them, shard, requests a second
-    /// and relief. With --json: `{"keys":[{"kind":"entity","biz":1,
-    /// "key":"42","node":2,"shard":3,"requests_per_s":1200,
-    /// "cpu_share":null,"relief":"none"}]}` (`"rank"` for a board).
+    /// The keys taking the most requests (or CPU, `--by cpu`) on every node
+    /// over the last 10 s (sampled), heaviest first: kind (entity, user,
+    /// board), business or ranking, key, the node that counted them,
+    /// shard, requests a second, the share of that node's CPU their
+    /// requests cost it, and relief. With --json: `{"keys":[{"kind":
+    /// "entity","biz":1,"key":"42","node":2,"shard":3,"requests_per_s":
+    /// 1200,"cpu_share":0.031,"relief":"none"}]}` (`"rank"` for a board;
+    /// `cpu_share` null while the node's CPU is not known yet).
     Hotkeys {
         /// How many keys to list (1 to 1000).
         #[arg(long, default_value_t = 10)]
         top: u32,
-        /// What "most" means: requests (the CPU time per key is not
-        /// measured yet).
+        /// What "most" means: requests, or cpu (the CPU time their requests
+        /// cost the node that received them: the connection's and the
+        /// request's own work there, not the apply of writes).
         #[arg(long, value_enum, default_value = "requests")]
         by: HotBy,
     },

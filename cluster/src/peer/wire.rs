@@ -40,9 +40,10 @@ pub const KIND_CONTROL: u8 = 2;
 /// each other for their hot keys (`HotKeys`). 6: a follower asks its
 /// leader for the read index (`ReadIndex`). 7: the board mover asks a
 /// shard's leader for a frozen board (`ExportBoard`), and shards answer
-/// `Moved` for boards they do not hold. Nodes of different versions
+/// `Moved` for boards they do not hold. 8: a hot key's row carries the CPU
+/// its requests cost. Nodes of different versions
 /// do not talk: a cluster moves to a new one all at once.
-pub const VERSION: u8 = 7;
+pub const VERSION: u8 = 8;
 /// The largest handshake message either side reads: they are a few dozen
 /// bytes (a refusal a sentence), and neither side has proved anything
 /// yet, so neither may make the other hold more.

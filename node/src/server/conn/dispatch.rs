@@ -5,6 +5,7 @@ use super::super::admission::{Kind, Offer, Seat};
 use super::super::done::{error_code, Done, Ended, Granted};
 use super::super::Server;
 use super::Conn;
+use plaudit_cluster::cpu_meter::Metered;
 use plaudit_cluster::score_route::with_routes;
 use plaudit_cluster::staged::{Answer, Stage};
 use plaudit_proto::auth::Role;
@@ -41,8 +42,17 @@ impl<S: super::Socket> Conn<S> {
             self.push_reply(req_id, Response::Error(e));
             return;
         }
-        self.server.engine.hot.record(&body);
+        // One request in `hot_keys::SAMPLE` is sampled: its CPU time here is
+        // charged to its keys (`admin hotkeys --by cpu`).
+        let sampled = self.server.engine.hot.record(&body);
+        let started = sampled.as_ref().map(|_| Instant::now());
+        let charge = |engine: &plaudit_cluster::engine::Engine, sampled| {
+            if let (Some(s), Some(t0)) = (sampled, started) {
+                engine.hot.add_cpu(s, t0.elapsed().as_nanos() as u64);
+            }
+        };
         if let Some(resp) = self.server.engine.answer_now(&body) {
+            charge(&self.server.engine, sampled);
             // A read this node answers at once (`cluster/inline.rs`): no
             // future, timer or slot to hold, so no in-flight cap applies.
             let code = error_code(body.op(), &resp);
@@ -61,6 +71,8 @@ impl<S: super::Socket> Conn<S> {
             Routing::Forward => None,
         };
         if let Some(stage) = staged {
+            // The part of a staged write's cost that is this request's alone.
+            charge(&self.server.engine, sampled);
             self.stage(req_id, body.op(), now, stage);
             return;
         }
@@ -128,9 +140,16 @@ impl<S: super::Socket> Conn<S> {
                 self.requests += 1;
                 self.in_flight.push(Box::pin(async move {
                     let op = body.op();
-                    let resp = match tokio::time::timeout(timeout, engine.handle_as(body, routing))
-                        .await
-                    {
+                    let handled = tokio::time::timeout(timeout, engine.handle_as(body, routing));
+                    let handled = match sampled {
+                        None => handled.await,
+                        Some(s) => {
+                            let (r, ns) = Metered::new(handled).await;
+                            engine.hot.add_cpu(s, ns);
+                            r
+                        }
+                    };
+                    let resp = match handled {
                         Ok(r) => r,
                         Err(_) => Response::Error(WireError::timeout(format!(
                             "no result within {} ms; the request may still apply",
