@@ -339,9 +339,10 @@ impl Engine {
         g.read_barrier().await?;
         let copy = g.handle.export_board(board).await.map_err(ShardError::into_wire)?;
         let bytes = plaudit_proto::codec::to_bytes(&copy).map_err(internal)?.len();
-        if bytes > MAX_COPY_BYTES {
+        let most = self.cfg.move_max_copy_bytes;
+        if bytes > most {
             return Err(WireError::bad_request(format!(
-                "the board is too large to move: its copy is {bytes} bytes, at most {MAX_COPY_BYTES}"
+                "the board is too large to move: its copy is {bytes} bytes, at most {most}"
             )));
         }
         Ok(copy)

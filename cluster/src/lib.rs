@@ -18,7 +18,7 @@ mod actor_budget;
 mod auth;
 pub mod board_limit;
 pub mod board_memo;
-mod board_mover;
+pub mod board_mover;
 mod bootstrap;
 pub mod control;
 pub mod cpu_meter;

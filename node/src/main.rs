@@ -121,12 +121,12 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         hot_cache_min_rps: cfg.hot_cache_min_rps,
         hot_move_min_rps: cfg.hot_move_min_rps,
         hot_move_after: std::time::Duration::from_secs(cfg.hot_move_after_secs),
-        // Only a fault-injection node honours it: tests stop a move half way.
-        move_step_pause: std::env::var("PLAUDIT_MOVE_STEP_PAUSE_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|_| cfg.fault_injection)
+        // Only a fault-injection node honours these: tests stop a move half
+        // way, or make any copy too large so the move is given up.
+        move_step_pause: test_setting(&cfg, "PLAUDIT_MOVE_STEP_PAUSE_MS")
             .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis),
+        move_max_copy_bytes: test_setting(&cfg, "PLAUDIT_MOVE_MAX_COPY_BYTES")
+            .map_or(plaudit_cluster::board_mover::MAX_COPY_BYTES, |n| n as usize),
         event_ids: plaudit_actors::command::Dedup {
             window_s: cfg.event_id_window_secs,
             max_ids: cfg.event_ids_per_board,
@@ -210,4 +210,9 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let _ = admin_task.await;
     info!("plaudit-node stopped");
     Ok(())
+}
+
+/// A number from the environment that only a fault-injection node reads.
+fn test_setting(cfg: &Config, name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|_| cfg.fault_injection)
 }

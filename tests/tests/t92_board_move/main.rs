@@ -496,3 +496,53 @@ async fn moves_to_where_the_board_is_or_to_no_shard_are_refused() {
     let scores = admin.scores(RANK, board(), &[1]).await.expect("scores");
     assert_eq!(scores, vec![(1, Some(3))], "the moved board kept its scores");
 }
+
+/// A move whose copy cannot be made is given up: here every copy is too
+/// large (`PLAUDIT_MOVE_MAX_COPY_BYTES`), so the move stops at its Copy
+/// step, the target drops what it may hold, the source takes events again,
+/// and the board stays whole where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_whose_copy_cannot_be_made_is_given_up_and_the_board_stays() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::builder(3)
+        .shards(SHARDS)
+        .env("PLAUDIT_MOVE_STEP_PAUSE_MS", STEP_PAUSE_MS)
+        .env("PLAUDIT_MOVE_MAX_COPY_BYTES", 64)
+        .start();
+    cluster.wait_converged().await;
+    let admin = cluster.client().await;
+    admin.create_rank(ranking()).await.expect("the ranking");
+    for item in 1..=ITEMS {
+        let r = admin.score(event(item, item as i64, item)).await.expect("an event");
+        assert_eq!(r.boards[0].outcome, Outcome::Applied, "{r:?}");
+    }
+    let key = board_key();
+    let home = board_shard(RANK, &key.type_key, SHARDS);
+    let to = (home + 1) % SHARDS;
+    match move_board(&admin, to).await {
+        Ok(Response::Done) => {}
+        other => panic!("a move to shard {to}: {other:?}"),
+    }
+    // It is seen frozen (at Copy), then given up.
+    let m = wait_step(&cluster, &admin, to, &[MoveStep::Copy, MoveStep::Abort]).await;
+    eprintln!("t92: the move at step {:?}", m.step);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let p = loop {
+        let p = placements(&admin).await.expect("placements");
+        if p.moves.is_empty() {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the move was not given up: {p:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(p.placed.is_empty(), "nothing placed: {p:?}");
+    assert_eq!(p.shard_of(RANK, &key.type_key, SHARDS), home);
+    // The board is whole, and takes events again where it was.
+    let rows = admin.scores(RANK, board(), &all_items()).await.expect("scores");
+    let want: Vec<(u64, Option<i64>)> = all_items().iter().map(|&i| (i, Some(i as i64))).collect();
+    assert_eq!(rows, want, "the board after the move was given up");
+    let r = admin.score(event(1, 100, 1 << 40)).await.expect("an event after");
+    assert_eq!((r.boards[0].outcome, r.boards[0].score), (Outcome::Applied, Some(101)), "{r:?}");
+    // And every replica agrees (the target dropped its copy, if it took one).
+    cluster.wait_converged().await;
+}
