@@ -25,7 +25,6 @@ use crate::engine::{internal, Engine};
 use crate::hot_move::{HotMoves, Look, Policy};
 use crate::peer::wire::{PeerRequest, PeerResponse};
 use crate::router::Hop;
-use crate::router::Leader;
 use plaudit_actors::rankings::residence::{BoardCopy, MoveCmd};
 use plaudit_actors::rankings::route;
 use plaudit_actors::{CmdResult, Command, ShardError};
@@ -158,14 +157,7 @@ impl Engine {
             *summed.entry(row.key).or_default() += row.requests_per_s;
         }
         let shards = self.cfg.shards;
-        let me = self.node_id();
-        let leaders: Vec<Option<u64>> = (0..shards)
-            .map(|s| match self.router.leader(s) {
-                Leader::Here(_) => Some(me),
-                Leader::There(n) => Some(n),
-                Leader::Unknown => None,
-            })
-            .collect();
+        let leaders: Vec<Option<u64>> = (0..shards).map(|s| self.leader_id(s)).collect();
         let mut look = Look { leaders, ..Look::default() };
         for (key, rps) in summed {
             let on: Vec<(Option<BoardKey>, ShardId)> = match &key {

@@ -26,16 +26,20 @@ use std::time::Duration;
 const REPORT_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Engine {
-    pub(crate) fn routing_table(&self) -> RoutingTable {
-        let map = self.directory.cluster().map(|m| (*m).clone()).unwrap_or_default();
-        let leader = |g| match self.router.leader(g) {
+    /// The node leading group `g`, as far as this node knows.
+    pub(crate) fn leader_id(&self, g: u32) -> Option<NodeId> {
+        match self.router.leader(g) {
             Leader::Here(_) => Some(self.node_id()),
             Leader::There(n) => Some(n),
             Leader::Unknown => None,
-        };
+        }
+    }
+
+    pub(crate) fn routing_table(&self) -> RoutingTable {
+        let map = self.directory.cluster().map(|m| (*m).clone()).unwrap_or_default();
         RoutingTable {
-            leaders: (0..self.cfg.shards).map(leader).collect(),
-            meta_leader: leader(self.router.meta_id),
+            leaders: (0..self.cfg.shards).map(|g| self.leader_id(g)).collect(),
+            meta_leader: self.leader_id(self.router.meta_id),
             map,
         }
     }

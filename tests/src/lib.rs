@@ -42,7 +42,8 @@ pub use cluster::Cluster;
 pub use ports::{free_port, free_ports, localhost};
 pub(crate) use util::http_request;
 pub use util::{
-    grows_by, http_get, http_get_bearer, metric_sum, total_ranking, wait_converged, wait_until,
+    grows_by, http_get, http_get_bearer, metric_sum, now_secs, score_event, total_ranking,
+    wait_converged, wait_until,
 };
 
 /// How long a node may take to become ready (start or restart).

@@ -7,6 +7,30 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+/// The wall clock in seconds, as scoring events carry it.
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// A scoring event now, without dimensions or sub-score: `score` for
+/// `item` on a ranking's all-time board (`total_ranking`).
+pub fn score_event(
+    rank: u32,
+    item: u64,
+    score: i64,
+    event_id: u64,
+) -> plaudit_client::proto::scoring::ScoreRequest {
+    plaudit_client::proto::scoring::ScoreRequest {
+        rank,
+        item,
+        score,
+        sub: None,
+        dims: vec![],
+        ts: now_secs(),
+        event_id,
+    }
+}
+
 /// A ranking with one all-time board, no dimensions, summed scores and
 /// earlier-first ties: what most scoring tests need.
 pub fn total_ranking(id: u32, name: &str) -> plaudit_client::proto::rankings::RankDef {

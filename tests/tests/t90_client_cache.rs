@@ -7,12 +7,10 @@
 //! least every event acknowledged before it was sent; many of them must
 //! have come from the cache, or the test shows nothing.
 
-use plaudit_client::proto::scoring::{
-    BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest, ScoreRequest,
-};
+use plaudit_client::proto::scoring::{BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest};
 use plaudit_client::proto::{Request, Response};
 use plaudit_client::{Client, ClientOptions};
-use plaudit_tests::{total_ranking, Cluster};
+use plaudit_tests::{score_event, total_ranking, Cluster};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -86,20 +84,9 @@ async fn a_client_reads_its_own_writes_through_its_cache() {
     // pause in which the readers may be served from the cache.
     let started = tokio::time::Instant::now();
     let mut event_id = 0;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
-        as i64;
     while started.elapsed() < Duration::from_secs(10) {
         event_id += 1;
-        let event = ScoreRequest {
-            rank: RANK,
-            item: MEMBER,
-            score: 1,
-            sub: None,
-            dims: vec![],
-            ts: now,
-            event_id,
-        };
-        let reply = client.score(event).await.expect("a score");
+        let reply = client.score(score_event(RANK, MEMBER, 1, event_id)).await.expect("a score");
         assert_eq!(reply.boards[0].outcome, Outcome::Applied, "{reply:?}");
         let acked = s.acked.fetch_add(1, Ordering::SeqCst) + 1;
         check(&client, &s, acked).await;

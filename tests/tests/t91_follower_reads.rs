@@ -10,12 +10,10 @@
 //! has applied. Followers must have served reads.
 
 use plaudit_client::proto::likes::StatusRequest;
-use plaudit_client::proto::scoring::{
-    BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest, ScoreRequest,
-};
+use plaudit_client::proto::scoring::{BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest};
 use plaudit_client::proto::{BizConfig, LikeState, Request, Response};
 use plaudit_client::Client;
-use plaudit_tests::{grows_by, metric_sum, total_ranking, Cluster};
+use plaudit_tests::{grows_by, metric_sum, score_event, total_ranking, Cluster};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,23 +40,11 @@ fn board() -> BoardRef {
     BoardRef::TypeId("total:0".into())
 }
 
-fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
-}
-
 async fn score(client: Client, member: u64, s: Arc<Shared>) {
     let mut event_id = member << 32;
     while !s.stop.load(Ordering::Relaxed) {
         event_id += 1;
-        let event = ScoreRequest {
-            rank: RANK,
-            item: member,
-            score: 1,
-            sub: None,
-            dims: vec![],
-            ts: now(),
-            event_id,
-        };
+        let event = score_event(RANK, member, 1, event_id);
         // A failed call may or may not have applied: only an applied
         // answer raises the floor.
         if let Ok(r) = client.score(event).await {

@@ -17,7 +17,7 @@ use plaudit_client::proto::scoring::{BoardRef, Outcome, ScoreRequest};
 use plaudit_client::proto::window::TypeId;
 use plaudit_client::proto::{Request, Response};
 use plaudit_client::Client;
-use plaudit_tests::{total_ranking, Cluster};
+use plaudit_tests::{now_secs, total_ranking, Cluster};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,10 +25,6 @@ use std::time::{Duration, Instant};
 const RANK: u32 = 93;
 const SHARDS: u32 = 6;
 const ITEMS: u64 = 20;
-
-fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
-}
 
 fn type_id(room: u64) -> String {
     format!("total:0_{room}")
@@ -54,7 +50,7 @@ async fn score_room(client: &Client, room: u64) {
             score: item as i64,
             sub: None,
             dims: vec![("room".into(), room)],
-            ts: now(),
+            ts: now_secs(),
             event_id: room << 32 | item,
         };
         let reply = client.score(event).await.expect("a score");
@@ -155,7 +151,7 @@ async fn a_board_that_stays_hot_moves_to_a_quieter_node_on_its_own() {
         score: 5,
         sub: None,
         dims: vec![("room".into(), room)],
-        ts: now(),
+        ts: now_secs(),
         event_id: 7 << 40,
     };
     let reply = admin.score(event).await.expect("a score after the move");

@@ -1,7 +1,7 @@
 //! The scorers' ledger: every event acknowledged, each counted once, what
 //! failed on the way, and the scorer tasks that fill it.
 
-use super::{now, ITEMS, RANK, STEP_PAUSE_MS};
+use super::{ITEMS, RANK, STEP_PAUSE_MS};
 use plaudit_client::proto::scoring::{Outcome, ScoreRequest};
 use plaudit_client::{Client, ClientError};
 use plaudit_tests::history::Rng;
@@ -94,7 +94,7 @@ impl Ledger {
 /// violation). The event in hand when `stop` is set is finished first.
 /// The event `id`: `score` for `item` on the ranking's board, now.
 pub(crate) fn event(item: u64, score: i64, id: u64) -> ScoreRequest {
-    ScoreRequest { rank: RANK, item, score, sub: None, dims: vec![], ts: now(), event_id: id }
+    plaudit_tests::score_event(RANK, item, score, id)
 }
 
 pub(crate) async fn scorer(client: Client, task: u64, l: Arc<Ledger>) {

@@ -26,9 +26,7 @@
 use plaudit_client::proto::placement::{BoardKey, BoardMove, MoveBoard, MoveStep, Placements};
 use plaudit_client::proto::rankings::{RankDef, RankSettings};
 use plaudit_client::proto::routing::board_shard;
-use plaudit_client::proto::scoring::{
-    BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest, ScoreRequest,
-};
+use plaudit_client::proto::scoring::{BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest};
 use plaudit_client::proto::window::TypeId;
 use plaudit_client::proto::{ErrorCode, Request, Response};
 use plaudit_client::{Client, ClientError};
@@ -70,10 +68,6 @@ fn board_key() -> BoardKey {
 fn ranking() -> RankDef {
     let settings = RankSettings { priority: 9, ..RankSettings::default() };
     RankDef { settings, ..total_ranking(RANK, "moved") }
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
 }
 
 /// `Request::Placements` through `client`.
@@ -445,16 +439,7 @@ async fn moves_to_where_the_board_is_or_to_no_shard_are_refused() {
     cluster.wait_converged().await;
     let admin = cluster.client().await;
     admin.create_rank(ranking()).await.expect("the ranking");
-    let event = ScoreRequest {
-        rank: RANK,
-        item: 1,
-        score: 3,
-        sub: None,
-        dims: vec![],
-        ts: now(),
-        event_id: 1,
-    };
-    let r = admin.score(event).await.expect("an event");
+    let r = admin.score(event(1, 3, 1)).await.expect("an event");
     assert_eq!(r.boards[0].outcome, Outcome::Applied, "{r:?}");
 
     // No move yet: every board on its hash shard.
