@@ -338,9 +338,12 @@ impl Group {
     }
 
     /// Resolves when the group's leader changes; never, if the group has
-    /// stopped (callers bound the wait).
+    /// stopped (callers bound the wait). It watches the server metrics,
+    /// which openraft sends only when the state, vote, leader or membership
+    /// change: the full metrics are sent after every batch the core handles,
+    /// and a follower's delivery worker waiting here woke for each.
     pub async fn leader_changed(&self) {
-        let mut m = self.raft.metrics();
+        let mut m = self.raft.server_metrics();
         let leader = m.borrow().current_leader;
         while m.changed().await.is_ok() {
             if m.borrow().current_leader != leader {
