@@ -32,6 +32,7 @@ use crate::retry;
 use crate::route::View;
 use plaudit_proto::auth::TokenSecret;
 use plaudit_proto::cluster::RoutingTable;
+use plaudit_proto::rankings::RankId;
 use plaudit_proto::{ErrorCode, Request, Response, WireError};
 use std::collections::HashMap;
 use std::io;
@@ -89,6 +90,8 @@ pub(crate) struct Cluster {
     /// the task that polls the nodes for them.
     hot: Option<Mutex<HotCache>>,
     poller: Mutex<Option<JoinHandle<()>>>,
+    /// This cluster, for the tasks it starts (they must not keep it alive).
+    me: Weak<Cluster>,
 }
 
 impl Cluster {
@@ -110,7 +113,8 @@ impl Cluster {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "no node address given");
             return Err(ClientError::Io(e));
         }
-        let cluster = Arc::new(Cluster {
+        let cluster = Arc::new_cyclic(|me| Cluster {
+            me: me.clone(),
             label: seeds.join(","),
             seeds: seeds.clone(),
             pool_size,
@@ -335,6 +339,26 @@ impl std::fmt::Debug for Cluster {
 /// The background refresher: refreshes every `REFRESH_EVERY`, or sooner
 /// when a call wakes it, at most once per `MIN_REFRESH_GAP`; stops when the
 /// cluster is dropped.
+impl Cluster {
+    /// Asks, in the background, for the definitions of these rankings, to
+    /// route their scoring events by board (`rank_shapes.rs`); their events
+    /// go to any node meanwhile. Each was marked asked by `should_ask`.
+    pub(crate) fn learn_shapes(&self, ranks: Vec<RankId>) {
+        for rank in ranks {
+            let me = self.me.clone();
+            tokio::spawn(async move {
+                let Some(cluster) = me.upgrade() else { return };
+                let def = match cluster.call(Request::GetRank(rank)).await {
+                    Ok(Response::Rank(d)) => Some(d),
+                    Ok(_) | Err(_) => None,
+                };
+                let now = std::time::Instant::now();
+                lock(&cluster.view).shapes.learned(rank, def.as_deref(), now);
+            });
+        }
+    }
+}
+
 async fn refresher(cluster: Weak<Cluster>, wake: Arc<Notify>) {
     loop {
         let _ = tokio::time::timeout(REFRESH_EVERY, wake.notified()).await;

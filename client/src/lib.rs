@@ -65,6 +65,7 @@ mod hot_cache;
 mod options;
 mod placed;
 mod pool;
+mod rank_shapes;
 mod rankings;
 mod retry;
 mod route;

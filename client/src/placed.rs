@@ -62,6 +62,14 @@ impl Placed {
         }
     }
 
+    /// Where a learned placement says the board `rank`/`board` lives.
+    pub(crate) fn board(&self, rank: RankId, board: &TypeId) -> Option<ShardId> {
+        if self.len == 0 {
+            return None;
+        }
+        self.boards.get(&rank)?.get(board.format().as_str()).copied()
+    }
+
     /// Learns from a `NotLeader` answer to `req` that named `hinted`, in a
     /// cluster of `shards`: a board query redirected to a shard other than
     /// its hash shard lives there; one redirected to its hash shard is home.
@@ -113,6 +121,9 @@ mod tests {
         assert_eq!(p.target(&q, Target::Leader(h)), Target::Leader(away));
         let stale = Request::Stale(Box::new(q.clone()));
         assert_eq!(p.target(&stale, Target::Replica(h)), Target::Replica(away));
+        let board = TypeId::parse("total:0").unwrap();
+        assert_eq!(p.board(3, &board), Some(away), "a scoring event's board, by its type id");
+        assert_eq!(p.board(4, &board), None, "another ranking");
         let other = query(3, "total:0_1");
         assert_eq!(p.target(&other, Target::Leader(1)), Target::Leader(1), "another board");
         assert_eq!(p.target(&Request::Ping, Target::Any), Target::Any);

@@ -158,6 +158,8 @@ pub(crate) struct View {
     stale: bool,
     /// Boards learned to live off their hash shard (`placed.rs`).
     pub(crate) placed: crate::placed::Placed,
+    /// The rankings' shapes, which route scoring events (`rank_shapes.rs`).
+    pub(crate) shapes: crate::rank_shapes::RankShapes,
 }
 
 impl View {
@@ -171,6 +173,7 @@ impl View {
             doubtful: HashMap::new(),
             stale: false,
             placed: Default::default(),
+            shapes: Default::default(),
         }
     }
 
@@ -181,7 +184,28 @@ impl View {
     /// Where `req` goes: `target`, with the boards learned to have moved
     /// where they live.
     pub(crate) fn target(&self, req: &Request) -> Target {
+        if let Some(t) = self.score_target(req) {
+            return t;
+        }
         self.placed.target(req, target(req, self.shards()))
+    }
+
+    /// A scoring event's target: the leader of its sub-board's shard (where
+    /// a learned placement says, or its hash shard) when the ranking's shape
+    /// names one board; `None` for any other request, or an event that goes
+    /// to any node (`rank_shapes.rs`).
+    pub(crate) fn score_target(&self, req: &Request) -> Option<Target> {
+        let Request::Score(e) = req else { return None };
+        let shards = self.shards();
+        if shards == 0 {
+            return None;
+        }
+        let board = self.shapes.board(e)?;
+        let shard = self
+            .placed
+            .board(e.rank, &board)
+            .unwrap_or_else(|| board_shard(e.rank, &board.to_key(), shards));
+        Some(Target::Leader(shard))
     }
 
     pub(crate) fn shards(&self) -> u32 {

@@ -86,7 +86,7 @@ impl Engine {
             | Request::Once { .. } => Box::pin(self.registry(req, redirect)).await,
             // Answered by the connection it was sent on (`node/server/conn.rs`).
             Request::Auth(_) => Err(WireError::bad_request("Auth is a connection's own request")),
-            Request::Score(r) => self.score(r).await,
+            Request::Score(r) => self.score(r, redirect).await,
             Request::Query(q) => self.query(q, redirect).await,
             Request::Boards(b) => Box::pin(self.boards(b)).await,
             Request::Counts(r) => self.counts(r, redirect).await,

@@ -58,7 +58,17 @@ impl Engine {
         self.directory.rank(rank).ok_or_else(|| unknown_rank(rank))
     }
 
-    pub(crate) async fn score(&self, r: ScoreRequest) -> Result<Response, WireError> {
+    /// Scores one event on every sub-board it names. A client that asked
+    /// to be redirected (the SDK) is answered `NotLeader` for an event on
+    /// one board whose shard another node leads, as a like is, rather than
+    /// having its command passed on: the SDK sends such an event to the
+    /// board's leader, so arriving here means its table is stale (this
+    /// node just handed the shard away, or is stopping).
+    pub(crate) async fn score(
+        &self,
+        r: ScoreRequest,
+        redirect: bool,
+    ) -> Result<Response, WireError> {
         let def = self.rank_def(r.rank).await?;
         // Expiry and the future horizon are decided here, at the edge, with
         // this node's clock: the command that reaches the log is already
@@ -115,6 +125,7 @@ impl Engine {
             Box::pin(self.reserve_boards(r.rank, &keys, def.settings.priority)).await?;
         }
         let priority = def.settings.priority;
+        let redirect = redirect && live.len() == 1;
         let per_board = |(type_id, planned): (String, Option<(u32, ScoreCmd)>)| async move {
             let Some((_, cmd)) = planned else {
                 return Ok(BoardOutcome { type_id, outcome: Outcome::Filtered, score: None });
@@ -126,7 +137,7 @@ impl Engine {
             let event = self
                 .on_board(rank, &key, |shard| async move {
                     let proposed = Command::ScoreV2(cmd.clone());
-                    match self.propose_routed(shard, proposed, Some(priority)).await? {
+                    match self.propose_on(shard, proposed, Some(priority), redirect).await? {
                         None => Ok(None),
                         Some(CmdResult::Scored(events)) => match <[_; 1]>::try_from(events) {
                             Ok([Err(e)]) if e.moved_to().is_some() => Err(e),
@@ -230,11 +241,23 @@ impl Engine {
         cmd: Command,
         shed: Option<u8>,
     ) -> Result<Option<CmdResult>, WireError> {
+        self.propose_on(shard, cmd, shed, false).await
+    }
+
+    /// `propose_routed`, or with `redirect`, `NotLeader` naming the leader
+    /// when another node leads the shard.
+    async fn propose_on(
+        &self,
+        shard: u32,
+        cmd: Command,
+        shed: Option<u8>,
+        redirect: bool,
+    ) -> Result<Option<CmdResult>, WireError> {
         let cmd = &cmd;
         self.router
             .on_leader(
                 shard,
-                false,
+                redirect,
                 |g| async move { propose_here(&g, cmd.clone(), shed).await },
                 |n| async move {
                     let req = PeerRequest::Propose { group: shard, cmd: cmd.clone(), shed };

@@ -8,13 +8,15 @@
 use plaudit_client::proto::auth::{AuthRequest, TokenSecret};
 use plaudit_client::proto::likes::{CountsRequest, LikeRequest, StatusRequest};
 use plaudit_client::proto::rankings::RankDef;
+use plaudit_client::proto::routing::board_shard;
 use plaudit_client::proto::scoring::{
     BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest, RankedItem, ScoreRequest,
 };
-use plaudit_client::proto::window::Granularity;
+use plaudit_client::proto::window::{Granularity, TypeId};
 use plaudit_client::proto::{BizConfig, ErrorCode, LikeAction, LikeState, Request, Response};
 use plaudit_client::{Client, ClientError, ClientOptions};
 use plaudit_tests::{metric_sum, total_ranking, wait_until, Cluster, Node};
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 fn now() -> i64 {
@@ -257,6 +259,56 @@ async fn a_pipeline_reaches_every_leader_of_a_cluster() {
         assert_eq!(likes(a), want);
         assert_eq!(likes(b), want);
     }
+
+    // Scoring events go to the leader of their board's shard once the SDK
+    // knows the ranking's shape (`client/src/rank_shapes.rs`), which a new
+    // client asks for in the background after its first event: each node
+    // then receives exactly the events of the boards it leads. Two
+    // dimensions, named in the other order than the ranking's: a board
+    // named with them swapped lives on another shard.
+    let rank2 = 52;
+    let two = RankDef { dims: vec!["anchor".into(), "room".into()], ..ranking(rank2) };
+    client.create_rank(two).await.unwrap();
+    let leaders = cluster.leaders();
+    let leader_of = |anchor: u64, room: u64| {
+        let board = TypeId { gran: Granularity::Total, start: 0, dims: vec![anchor, room] };
+        leaders[board_shard(rank2, &board.to_key(), 6) as usize].expect("every shard led")
+    };
+    let scored = |id: u64| -> f64 {
+        let text = cluster.node(id).metrics_text();
+        metric_sum(&text, "plaudit_requests_total{op=\"score\"}").unwrap_or(0.0)
+    };
+    let fresh = cluster.client().await;
+    let mut id = 50_000u64;
+    let mut event = |room: u64, anchor: u64| {
+        id += 1;
+        let dims = vec![("room".into(), room), ("anchor".into(), anchor)];
+        ScoreRequest { rank: rank2, item: 1, score: 1, sub: None, dims, ts: now(), event_id: id }
+    };
+    let mut rounds = 0;
+    wait_until(Duration::from_secs(10), "each node receives the events of its boards", || {
+        rounds += 1;
+        let boards: Vec<(u64, u64)> = (0..24u64).map(|b| (b / 6 + 1, b % 6)).collect();
+        let mut want: BTreeMap<u64, f64> = cluster.ids().iter().map(|&n| (n, 0.0)).collect();
+        for &(anchor, room) in boards.iter().chain([&(9, 9)]) {
+            *want.get_mut(&leader_of(anchor, room)).unwrap() += 1.0;
+        }
+        let before: BTreeMap<u64, f64> = cluster.ids().iter().map(|&n| (n, scored(n))).collect();
+        let events: Vec<Request> =
+            boards.iter().map(|&(anchor, room)| Request::Score(event(room, anchor))).collect();
+        let single = event(9, 9);
+        let (fresh, cluster, before) = (&fresh, &cluster, before);
+        async move {
+            for a in fresh.pipeline(events).await {
+                assert!(matches!(a, Ok(Response::Score(_))), "{a:?}");
+            }
+            fresh.score(single).await.unwrap();
+            cluster.ids().iter().all(|&n| scored(n) - before[&n] == want[&n])
+        }
+    })
+    .await;
+    // The first round went before the shape was known: to any node.
+    assert!(rounds > 1, "the first events cannot have been routed by board");
 }
 
 /// The writes of one pipeline that go to the same group are proposed

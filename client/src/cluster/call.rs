@@ -85,6 +85,12 @@ impl Cluster {
         maybe_applied: bool,
     ) -> Result<Response, ClientError> {
         let req = retry::once(req, retry::random_u64);
+        if let Request::Score(e) = &req {
+            let now = std::time::Instant::now();
+            if lock(&self.view).shapes.should_ask(e.rank, now) {
+                self.learn_shapes(vec![e.rank]);
+            }
+        }
         let mut call = Call {
             deadline,
             attempts: Attempts::default(),

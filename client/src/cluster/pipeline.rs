@@ -120,13 +120,22 @@ impl Cluster {
         // hashed once): requests for one board or shard repeat, and routing
         // each was a seventh of the client's CPU on rank-of. The view is
         // locked and the clock read once for the whole pipeline.
-        let view = lock(&self.view);
+        let mut view = lock(&self.view);
         let now = Instant::now().into_std();
         let shards = view.shards();
         let mut targets = TargetMemo::default();
         let mut routed: Vec<(Target, Option<usize>)> = Vec::new();
+        let mut ask = Vec::new();
         for (i, req) in reqs.iter().enumerate() {
-            let target = view.placed.target(req, targets.target(req, shards));
+            if let Request::Score(e) = req {
+                if view.shapes.should_ask(e.rank, now) {
+                    ask.push(e.rank);
+                }
+            }
+            let target = match view.score_target(req) {
+                Some(t) => t,
+                None => view.placed.target(req, targets.target(req, shards)),
+            };
             // A leader is one node; `Any` and `Replica` rotate over their
             // candidates per request (`View::pick`'s spin), which spreads a
             // pipeline's fan-outs and stale reads: those are picked each.
@@ -154,6 +163,10 @@ impl Cluster {
             if let Some(g) = group {
                 groups[g].1.push(i);
             }
+        }
+        drop(view);
+        if !ask.is_empty() {
+            self.learn_shapes(ask);
         }
         groups
     }
