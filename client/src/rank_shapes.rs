@@ -27,7 +27,7 @@
 //!
 //! Pure, and bounded: past `MAX_SHAPES` rankings it starts over.
 
-use plaudit_proto::rankings::{RankDef, RankId};
+use plaudit_proto::rankings::{dims_in_order, RankDef, RankId};
 use plaudit_proto::scoring::ScoreRequest;
 use plaudit_proto::window::{window_start, Granularity, TypeId, UtcOffset};
 use std::collections::HashMap;
@@ -69,17 +69,10 @@ impl RankShapes {
     /// exactly one; `None` sends it to any node.
     pub(crate) fn board(&self, e: &ScoreRequest) -> Option<TypeId> {
         let Some(Known::One(shape)) = self.known.get(&e.rank) else { return None };
-        // The ranking's order, as the node's `dim_values` reads them; an
-        // event that names a dimension twice, names one the ranking lacks,
-        // or leaves one out is the node's to refuse.
-        let mut dims: Vec<Option<u64>> = vec![None; shape.dims.len()];
-        for (name, v) in &e.dims {
-            let i = shape.dims.iter().position(|d| d == name)?;
-            if dims[i].replace(*v).is_some() {
-                return None;
-            }
-        }
-        let dims = dims.into_iter().collect::<Option<Vec<u64>>>()?;
+        // In the ranking's order, by the node's own rule; an event that
+        // names a dimension twice, names one the ranking lacks, or leaves
+        // one out is the node's to refuse.
+        let dims = dims_in_order(&shape.dims, &e.dims).ok()?;
         let start = window_start(shape.gran, shape.offset, e.ts);
         Some(TypeId { gran: shape.gran, start, dims })
     }

@@ -245,6 +245,37 @@ impl RankDef {
     }
 }
 
+/// Why an event's dimension values do not fit a ranking's dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DimsMismatch<'a> {
+    /// A value for a dimension the ranking does not have.
+    Unknown(&'a str),
+    /// Two values for one dimension.
+    Twice(&'a str),
+    /// No value for one of the ranking's dimensions.
+    Missing(&'a str),
+}
+
+/// An event's dimension values, given by name in any order, in the order
+/// of `names` (a ranking's dimensions): what names its sub-board. The node
+/// admits events by it, and the SDK routes them by it (one rule, so both
+/// name the same board).
+pub fn dims_in_order<'a>(
+    names: &'a [String],
+    given: &'a [(String, u64)],
+) -> Result<Vec<u64>, DimsMismatch<'a>> {
+    let mut out: Vec<Option<u64>> = vec![None; names.len()];
+    for (name, v) in given {
+        let Some(i) = names.iter().position(|d| d == name) else {
+            return Err(DimsMismatch::Unknown(name));
+        };
+        if out[i].replace(*v).is_some() {
+            return Err(DimsMismatch::Twice(name));
+        }
+    }
+    out.iter().zip(names).map(|(v, name)| v.ok_or(DimsMismatch::Missing(name))).collect()
+}
+
 impl RankSettings {
     pub fn validate(&self, dims: &[String]) -> Result<(), WireError> {
         if self.cap == 0 || self.cap > MAX_CAP {
@@ -306,6 +337,23 @@ pub struct UpdateRank {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dimension_values_come_in_the_rankings_order() {
+        let names: Vec<String> = vec!["anchor".into(), "room".into()];
+        let given = |d: &[(&str, u64)]| -> Vec<(String, u64)> {
+            d.iter().map(|(n, v)| (n.to_string(), *v)).collect()
+        };
+        let ok = given(&[("room", 7), ("anchor", 3)]);
+        assert_eq!(dims_in_order(&names, &ok), Ok(vec![3, 7]));
+        let foreign = given(&[("room", 7), ("city", 3)]);
+        assert_eq!(dims_in_order(&names, &foreign), Err(DimsMismatch::Unknown("city")));
+        let twice = given(&[("room", 7), ("room", 8), ("anchor", 1)]);
+        assert_eq!(dims_in_order(&names, &twice), Err(DimsMismatch::Twice("room")));
+        let short = given(&[("room", 7)]);
+        assert_eq!(dims_in_order(&names, &short), Err(DimsMismatch::Missing("anchor")));
+        assert_eq!(dims_in_order(&[], &[]), Ok(vec![]));
+    }
 
     fn def() -> RankDef {
         RankDef {

@@ -16,7 +16,7 @@
 //! before anything is proposed, so the log only carries admitted events and
 //! apply stays free of clocks.
 
-use plaudit_proto::rankings::RankDef;
+use plaudit_proto::rankings::{dims_in_order, DimsMismatch, RankDef};
 use plaudit_proto::scoring::{BoardRef, ScoreRequest};
 use plaudit_proto::window::{window_back, window_start, Granularity, TypeId};
 use plaudit_proto::WireError;
@@ -38,24 +38,15 @@ pub enum Admission {
 
 /// Dimension values in the ranking's order; every dimension exactly once.
 pub fn dim_values(def: &RankDef, given: &[(String, u64)]) -> Result<Vec<u64>, WireError> {
-    let mut out: Vec<Option<u64>> = vec![None; def.dims.len()];
-    for (name, v) in given {
-        let Some(i) = def.dim_index(name) else {
-            return Err(WireError::bad_request(format!(
-                "ranking {} has no dimension {name:?} (it has {:?})",
-                def.id, def.dims
-            )));
-        };
-        if out[i].replace(*v).is_some() {
-            return Err(WireError::bad_request(format!("dimension {name:?} given twice")));
-        }
-    }
-    out.iter()
-        .zip(&def.dims)
-        .map(|(v, name)| {
-            v.ok_or_else(|| WireError::bad_request(format!("dimension {name:?} is missing")))
+    dims_in_order(&def.dims, given).map_err(|m| {
+        WireError::bad_request(match m {
+            DimsMismatch::Unknown(name) => {
+                format!("ranking {} has no dimension {name:?} (it has {:?})", def.id, def.dims)
+            }
+            DimsMismatch::Twice(name) => format!("dimension {name:?} given twice"),
+            DimsMismatch::Missing(name) => format!("dimension {name:?} is missing"),
         })
-        .collect()
+    })
 }
 
 /// Is a window starting at `start` still kept at `now` (both epoch seconds)?
