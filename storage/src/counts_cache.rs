@@ -4,7 +4,9 @@
 //! entities take most of it, so they are cached in memory. Commits write
 //! through; a read that misses fills the cache only if no commit of that
 //! shard ran meanwhile (a seqlock-style epoch per shard: odd while a commit
-//! is applying), so a stale value is never installed. `StateStore::stage`
+//! is applying), so a stale value is never installed, and reads the
+//! store only between two commits (`commit_epoch.rs`), so that it never
+//! sees a commit the cache does not show yet. `StateStore::stage`
 //! writes through, `StateStore::get_counts` fills, and
 //! a snapshot install drops a shard's entries.
 //!

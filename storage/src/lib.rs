@@ -32,6 +32,7 @@
 
 pub mod board_image;
 pub mod boards;
+mod commit_epoch;
 mod compact;
 mod counts_cache;
 pub mod disk_space;

@@ -7,6 +7,7 @@
 //! Counts are read through the counts cache (`counts_cache.rs`): `put_counts`
 //! records what it wrote so that staging can write it through.
 
+use crate::commit_epoch::read_between;
 use crate::keys::{self, decode_u64_value, read_u32, read_u64, u64_value, VALUE_V1};
 use crate::pending::prefix_range;
 use crate::state::{corrupt, Result, StateStore, WriteSet};
@@ -47,10 +48,14 @@ impl StateStore {
         mid: UserId,
         entity: EntityId,
     ) -> Result<Option<(LikeState, Millis)>> {
-        match self.get(shard, TreeRef::Biz(biz), &keys::state(shard, mid, entity))? {
+        // Between commits: a status of more entities reads the states
+        // cache, which a commit writes after the store (`commit_epoch.rs`).
+        let key = keys::state(shard, mid, entity);
+        let read = || match self.get(shard, TreeRef::Biz(biz), &key)? {
             None => Ok(None),
             Some(v) => decode_state(&v).map(Some),
-        }
+        };
+        Ok(read_between(self.counts_cache.epoch(shard), read)?.0)
     }
 
     /// The states of `entities` for one user, in order. A user's states
@@ -74,20 +79,25 @@ impl StateStore {
         if let Some(held) = self.states_cache.part(shard, mid).get(&key) {
             return Ok(answer(held, entities));
         }
-        let before = self.counts_cache.epoch(shard).load(Ordering::Acquire);
         let prefix = keys::state_prefix(shard, mid);
         let at = prefix.len();
-        let mut held: Vec<(EntityId, (LikeState, Millis))> = Vec::new();
-        let mut complete = true;
-        self.scan(shard, TreeRef::Biz(biz), prefix_range(&prefix), false, |k, v| {
-            if held.len() == STATES_SCAN {
-                complete = false;
-                return Ok(false);
-            }
-            let entity = read_u64(k, at).ok_or_else(|| corrupt("state key", k))?;
-            held.push((entity, decode_state(v)?));
-            Ok(true)
-        })?;
+        // The walk runs between commits (`commit_epoch.rs`); `before` is
+        // the epoch it ran at.
+        let walk = || -> Result<_> {
+            let mut held: Vec<(EntityId, (LikeState, Millis))> = Vec::new();
+            let mut complete = true;
+            self.scan(shard, TreeRef::Biz(biz), prefix_range(&prefix), false, |k, v| {
+                if held.len() == STATES_SCAN {
+                    complete = false;
+                    return Ok(false);
+                }
+                let entity = read_u64(k, at).ok_or_else(|| corrupt("state key", k))?;
+                held.push((entity, decode_state(v)?));
+                Ok(true)
+            })?;
+            Ok((held, complete))
+        };
+        let ((held, complete), before) = read_between(self.counts_cache.epoch(shard), walk)?;
         if !complete {
             return one_by_one();
         }
@@ -108,11 +118,14 @@ impl StateStore {
         if let Some(c) = cache.get(key) {
             return Ok(c);
         }
-        let before = cache.epoch(shard).load(Ordering::Acquire);
-        let c = match self.get(shard, TreeRef::Biz(biz), &keys::counts(shard, entity))? {
-            None => CountsRec::default(),
-            Some(v) => decode_counts(&v)?,
+        // Between commits, so that a hit on a value a commit has not
+        // written through yet cannot follow it (`commit_epoch.rs`).
+        let counts_key = keys::counts(shard, entity);
+        let read = || match self.get(shard, TreeRef::Biz(biz), &counts_key)? {
+            None => Ok(CountsRec::default()),
+            Some(v) => decode_counts(&v),
         };
+        let (c, before) = read_between(cache.epoch(shard), read)?;
         self.fill_counts(key, c, before);
         Ok(c)
     }

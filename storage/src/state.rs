@@ -28,6 +28,7 @@
 //! reads them in (`legacy.rs`), and a shard's snapshot file, if it has one,
 //! replaces its part.
 
+use crate::commit_epoch::Committing;
 use crate::compact::Bytes;
 use crate::counts_cache::CountsCache;
 use crate::keys::read_u32;
@@ -216,8 +217,8 @@ impl StateStore {
             ws.owner
         );
         let slot = self.slot(ws.owner);
-        let epoch = self.counts_cache.epoch(ws.owner);
-        epoch.fetch_add(1, Ordering::AcqRel);
+        // Odd until the caches are written through (`commit_epoch.rs`).
+        let _committing = Committing::begin(self.counts_cache.epoch(ws.owner));
         {
             let mut layers = slot.layers();
             if layers.active.is_empty() {
@@ -234,7 +235,6 @@ impl StateStore {
             let mut part = self.states_cache.part(shard, user);
             part.write((biz, shard, user), entity, state, crate::likes::STATES_SCAN);
         }
-        epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     pub fn checkpoint_policy(&self) -> CheckpointPolicy {
