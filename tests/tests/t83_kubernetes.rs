@@ -56,7 +56,12 @@ fn decommission_and_scale_down(pods: &mut Pods) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_statefulset_forms_scales_restarts_and_shrinks_under_load() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
+    // The checkout this run is in (cargo sets it when it runs the test),
+    // not the one the binary was built in: a shared target directory can
+    // hand a clone another clone's up-to-date binary.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf(), Into::into);
+    let dir = manifest.join("../deploy/kubernetes");
     let ns = format!("t83-{}", std::process::id());
     let mut pods = Pods::apply(&dir, &ns, secrets(&ns));
     assert_eq!(pods.replicas(), 3, "the StatefulSet starts three pods");
