@@ -337,20 +337,17 @@ impl Group {
         })
     }
 
-    /// Resolves when the group's leader changes; never, if the group has
-    /// stopped (callers bound the wait). It watches the server metrics,
-    /// which openraft sends only when the state, vote, leader or membership
-    /// change: the full metrics are sent after every batch the core handles,
-    /// and a follower's delivery worker waiting here woke for each.
-    pub async fn leader_changed(&self) {
-        let mut m = self.raft.server_metrics();
-        let leader = m.borrow().current_leader;
-        while m.changed().await.is_ok() {
-            if m.borrow().current_leader != leader {
-                return;
-            }
-        }
-        std::future::pending::<()>().await
+    /// A watch on the group's leadership, to take *before* looking at
+    /// `is_leader`: its `changed` then returns on any change after the
+    /// look, so one between the look and the wait is not missed (taking
+    /// the leader to compare with at the wait missed it: a new node's
+    /// delivery worker that looked just before its group's first election
+    /// slept out its whole `IDLE_CHECK`, and `t72` read counts the likes had
+    /// not been delivered to yet). It watches openraft's server metrics,
+    /// sent only when the state, vote, leader or membership change; the
+    /// full metrics are sent after every batch the core handles.
+    pub fn leadership_watch(&self) -> LeadershipWatch {
+        LeadershipWatch(self.raft.server_metrics())
     }
 
     /// Whether this node leads the group and is still in touch with a
@@ -569,4 +566,20 @@ async fn open_log(
         commit.flush().await?;
     }
     Ok(log)
+}
+
+/// See [`Group::leadership_watch`].
+pub struct LeadershipWatch(
+    tokio::sync::watch::Receiver<openraft::metrics::RaftServerMetrics<NodeId, BasicNode>>,
+);
+
+impl LeadershipWatch {
+    /// Returns once the group's state, vote, leader or membership changed
+    /// since the watch was taken; never, if the group has stopped (callers
+    /// bound the wait).
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await
+        }
+    }
 }

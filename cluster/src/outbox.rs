@@ -75,9 +75,11 @@ impl Delivery {
     pub async fn run(self) {
         loop {
             let Some(own) = self.own() else { return };
+            // Taken before the look, so a change right after it wakes us.
+            let mut leadership = own.leadership_watch();
             if !own.is_leader() {
                 // Followers keep the replicated outbox but never deliver it.
-                let _ = tokio::time::timeout(IDLE_CHECK, own.leader_changed()).await;
+                let _ = tokio::time::timeout(IDLE_CHECK, leadership.changed()).await;
                 continue;
             }
             drop(own);
