@@ -40,6 +40,7 @@
 //! made current: a node never trades a good snapshot for a bad one.
 
 use crate::board_image::{BoardImage, Merged};
+use crate::commit_epoch::Committing;
 use crate::keys;
 use crate::pending::{prefix_range, KeyRange};
 use crate::state::{Result, StateError, StateStore};
@@ -488,9 +489,8 @@ impl StateStore {
         }
         // Counts and states change behind the caches: hold the shard's
         // epoch odd throughout so no read refills them, and drop what they
-        // hold.
-        let epoch = self.counts_cache.epoch(shard);
-        epoch.fetch_add(1, Ordering::AcqRel);
+        // hold (`commit_epoch.rs`: reads wait at most a moment for it).
+        let _installing = Committing::begin(self.counts_cache.epoch(shard));
         self.counts_cache.drop_shard(shard);
         self.states_cache.drop_shard(shard);
         slot.incomplete.store(true, Ordering::Release);
@@ -503,7 +503,6 @@ impl StateStore {
         if res.is_ok() {
             slot.incomplete.store(false, Ordering::Release);
         }
-        epoch.fetch_add(1, Ordering::AcqRel);
         res
     }
 
