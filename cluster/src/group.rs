@@ -17,6 +17,7 @@
 //! `Overloaded` at once instead of letting latency grow without limit.
 
 use crate::group_watch::{quorum_in_touch, read_loop, watch_quorum, watch_sole_voter};
+use crate::leadership_watch::LeadershipWatch;
 use crate::proposer::{Proposal, Queued};
 use crate::state_machine::ShardStateMachine;
 use crate::types::{NodeId, Raft, TypeConfig};
@@ -347,7 +348,7 @@ impl Group {
     /// sent only when the state, vote, leader or membership change; the
     /// full metrics are sent after every batch the core handles.
     pub fn leadership_watch(&self) -> LeadershipWatch {
-        LeadershipWatch(self.raft.server_metrics())
+        LeadershipWatch::taking(self.raft.server_metrics())
     }
 
     /// Whether this node leads the group and is still in touch with a
@@ -566,20 +567,4 @@ async fn open_log(
         commit.flush().await?;
     }
     Ok(log)
-}
-
-/// See [`Group::leadership_watch`].
-pub struct LeadershipWatch(
-    tokio::sync::watch::Receiver<openraft::metrics::RaftServerMetrics<NodeId, BasicNode>>,
-);
-
-impl LeadershipWatch {
-    /// Returns once the group's state, vote, leader or membership changed
-    /// since the watch was taken; never, if the group has stopped (callers
-    /// bound the wait).
-    pub async fn changed(&mut self) {
-        if self.0.changed().await.is_err() {
-            std::future::pending::<()>().await
-        }
-    }
 }

@@ -39,6 +39,7 @@ mod hot_sketch;
 pub mod identity;
 mod inline;
 mod leaders;
+pub mod leadership_watch;
 pub mod lease;
 pub mod lifecycle;
 pub mod liveness;
