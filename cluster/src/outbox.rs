@@ -79,7 +79,7 @@ impl Delivery {
             let mut leadership = own.leadership_watch();
             if !own.is_leader() {
                 // Followers keep the replicated outbox but never deliver it.
-                let _ = tokio::time::timeout(IDLE_CHECK, leadership.changed()).await;
+                leadership.wait(IDLE_CHECK).await;
                 continue;
             }
             drop(own);
