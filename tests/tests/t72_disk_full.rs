@@ -102,6 +102,12 @@ async fn a_full_disk_refuses_writes_serves_reads_and_recovers_by_itself() {
         c.like(biz, e, 7, None).await.unwrap();
     }
     c.score(score(1)).await.unwrap();
+    // Counts follow likes by delivery, itself a write that a full disk
+    // refuses: let it land first, so the reads below have it.
+    wait_until(Duration::from_secs(10), "the likes are delivered to their counts", || async {
+        c.counts(biz, &[1, 2, 3]).await.is_ok_and(|cs| cs.iter().all(|e| e.likes == 1))
+    })
+    .await;
 
     // Leave less than the reserve.
     let filler = fill(&fs, (RESERVE_MB - 16) * MIB);
