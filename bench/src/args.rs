@@ -73,6 +73,10 @@ pub struct Common {
     /// any replica (the SDK's `spread_hot_reads`).
     #[arg(long)]
     pub spread_hot_reads: bool,
+    /// Send every read to any replica of its shard (the SDK's
+    /// `spread_reads`), not to its leader.
+    #[arg(long)]
+    pub spread_reads: bool,
     /// Random seed; 0 picks one from the clock.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

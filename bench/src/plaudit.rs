@@ -46,6 +46,7 @@ pub async fn connect_pooled(c: &Common, n: usize, pool_size: usize) -> anyhow::R
             split_reads: !c.whole_reads,
             cache_ttl: c.cache_ttl,
             spread_hot_reads: c.spread_hot_reads,
+            spread_reads: c.spread_reads,
             ..Default::default()
         };
         clients.push(

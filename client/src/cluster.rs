@@ -76,6 +76,8 @@ pub(crate) struct Cluster {
     timeout: Duration,
     /// `ClientOptions::split_reads`.
     split_reads: bool,
+    /// `ClientOptions::spread_reads`.
+    spread_reads: bool,
     dialer: Dialer,
     view: Mutex<View>,
     pools: Mutex<HashMap<String, Arc<Pool>>>,
@@ -107,7 +109,14 @@ impl Cluster {
         token: Option<TokenSecret>,
     ) -> Result<Arc<Cluster>, ClientError> {
         let ClientOptions {
-            pool_size, timeout, tls, split_reads, cache_ttl, spread_hot_reads, ..
+            pool_size,
+            timeout,
+            tls,
+            split_reads,
+            cache_ttl,
+            spread_hot_reads,
+            spread_reads,
+            ..
         } = opts;
         if seeds.is_empty() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "no node address given");
@@ -120,6 +129,7 @@ impl Cluster {
             pool_size,
             timeout,
             split_reads,
+            spread_reads,
             dialer: Dialer { timeout: timeout.min(MAX_DIAL), token, tls },
             view: Mutex::new(View::new(seeds.clone())),
             pools: Mutex::new(HashMap::new()),

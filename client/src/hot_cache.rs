@@ -349,11 +349,10 @@ pub(crate) fn merge_part(have: Vec<Option<EntityCounts>>, answer: Response) -> O
     Some(Response::Counts(all))
 }
 
-/// A read of hot keys sent to any replica of its shard (`Request::Replica`,
-/// still linearizable), so that the refreshes of every client's cache do
-/// not all land on one leader.
+/// A read of hot keys sent to any replica of its shard (`spread.rs`), so
+/// that the refreshes of every client's cache do not all land on one leader.
 fn spread(req: Request) -> Request {
-    Request::Replica(Box::new(req))
+    crate::spread::to_any_replica(req)
 }
 
 fn remember<T: PartialEq + Copy>(list: &mut Vec<T>, id: T) {

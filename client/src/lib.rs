@@ -70,6 +70,7 @@ mod rankings;
 mod retry;
 mod route;
 mod split;
+mod spread;
 mod tls;
 mod tokens;
 

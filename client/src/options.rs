@@ -45,6 +45,15 @@ pub struct ClientOptions {
     /// on nodes that share cores costs more than it spreads
     /// (docs/benchmarks.md, "Hot keys").
     pub spread_hot_reads: bool,
+    /// Send every linearizable read (status, counts, lists, received
+    /// totals, board queries) to any replica of its shard, in turn, not to
+    /// its leader (`Request::Replica`): the leaders' read load is spread
+    /// over every replica, each read still sees every write acknowledged
+    /// before it was sent. Default `false`, for the same reason as
+    /// `spread_hot_reads`: each read then waits for a read-index round
+    /// trip to the leader, dearer than the leader's own lease read when
+    /// the nodes share cores.
+    pub spread_reads: bool,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -57,6 +66,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("split_reads", &self.split_reads)
             .field("cache_ttl", &self.cache_ttl)
             .field("spread_hot_reads", &self.spread_hot_reads)
+            .field("spread_reads", &self.spread_reads)
             .finish()
     }
 }
@@ -77,6 +87,7 @@ impl Default for ClientOptions {
             split_reads: true,
             cache_ttl: Self::DEFAULT_CACHE_TTL,
             spread_hot_reads: false,
+            spread_reads: false,
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::connection::Connection;
 use crate::error::ClientError;
 use crate::retry::{self, Attempts, Outcome, Step};
 use crate::route::{Dest, Learned, Target};
-use crate::split;
+use crate::{split, spread};
 use plaudit_proto::error::LeaderHint;
 use plaudit_proto::{ErrorCode, Request, Response};
 use std::io;
@@ -67,13 +67,32 @@ impl Cluster {
                 split::plan(vec![req], view.shards(), &view.table().leaders)
             };
             if parts.len() > 1 {
-                let answers = self.send_all(parts).await;
+                let answers = self.send_all(self.reads_to(parts)).await;
                 return plan.merge(answers).pop().unwrap_or(Err(ClientError::Closed));
             }
             let Some(req) = parts.pop() else { return Err(ClientError::Closed) };
-            return self.call_until(req, Instant::now() + self.timeout, false).await;
+            return self.call_until(self.read_to(req), Instant::now() + self.timeout, false).await;
         }
-        self.call_until(req, Instant::now() + self.timeout, false).await
+        self.call_until(self.read_to(req), Instant::now() + self.timeout, false).await
+    }
+
+    /// `req`, as a read of any replica if this client spreads its reads
+    /// (`ClientOptions::spread_reads`).
+    fn read_to(&self, req: Request) -> Request {
+        if self.spread_reads {
+            spread::to_any_replica(req)
+        } else {
+            req
+        }
+    }
+
+    /// `read_to` of each request.
+    pub(super) fn reads_to(&self, reqs: Vec<Request>) -> Vec<Request> {
+        if self.spread_reads {
+            reqs.into_iter().map(spread::to_any_replica).collect()
+        } else {
+            reqs
+        }
     }
 
     /// `call`, with the deadline given, and whether an earlier attempt

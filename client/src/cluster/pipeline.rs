@@ -46,7 +46,7 @@ impl Cluster {
             let shards = if self.split_reads { view.shards() } else { 0 };
             split::plan(reqs, shards, &view.table().leaders)
         };
-        plan.merge(self.send_all(parts).await)
+        plan.merge(self.send_all(self.reads_to(parts)).await)
     }
 
     /// `pipeline` of requests that each go to one node.
