@@ -250,6 +250,24 @@ impl Node {
         self.child.as_ref().map(Child::id)
     }
 
+    /// The CPU time the node has used so far, user and system, in seconds
+    /// (`/proc/PID/stat`).
+    pub fn cpu_seconds(&self) -> f64 {
+        let pid = self.pid().unwrap_or_else(|| self.fail("cpu of a node that is not running"));
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The command name may hold spaces: count fields after its ')'.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        // utime and stime are fields 14 and 15; 3 is the first after ')'.
+        let ticks: u64 =
+            fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+        // SAFETY: sysconf only reads a constant of the running system.
+        let per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        ticks as f64 / per_s
+    }
+
     /// The node's resident memory now, in bytes (`VmRSS`).
     pub fn rss_bytes(&self) -> u64 {
         let pid = self.pid().unwrap_or_else(|| self.fail("rss of a node that is not running"));
