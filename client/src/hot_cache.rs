@@ -25,6 +25,7 @@
 //! An age is counted from when the read that filled the entry was sent: the
 //! answer held at some moment after that, so the age is an upper bound.
 
+use crate::spread::to_any_replica;
 use plaudit_proto::hotkeys::{HotKey, HotSetRequest, MAX_HOT_SCOPE};
 use plaudit_proto::likes::{CountsRequest, EntityCounts};
 use plaudit_proto::scoring::{QueryReply, QueryRequest};
@@ -172,7 +173,7 @@ impl HotCache {
                         Response::Query(e.value.clone()),
                         now.saturating_duration_since(e.sent),
                     ),
-                    None if self.spread => Plan::Send(spread(Request::Query(q))),
+                    None if self.spread => Plan::Send(to_any_replica(Request::Query(q))),
                     None => Plan::Send(Request::Query(q)),
                 }
             }
@@ -218,7 +219,7 @@ impl HotCache {
         } else {
             Request::Counts(CountsRequest { biz: c.biz, entities: missing })
         };
-        let send = if all_hot && self.spread { spread(send) } else { send };
+        let send = if all_hot && self.spread { to_any_replica(send) } else { send };
         if have.iter().all(Option::is_none) {
             return Plan::Send(send);
         }
@@ -347,12 +348,6 @@ pub(crate) fn merge_part(have: Vec<Option<EntityCounts>>, answer: Response) -> O
         });
     }
     Some(Response::Counts(all))
-}
-
-/// A read of hot keys sent to any replica of its shard (`spread.rs`), so
-/// that the refreshes of every client's cache do not all land on one leader.
-fn spread(req: Request) -> Request {
-    crate::spread::to_any_replica(req)
 }
 
 fn remember<T: PartialEq + Copy>(list: &mut Vec<T>, id: T) {

@@ -355,6 +355,18 @@ impl Cluster {
         (1..=self.nodes.len() as u64).collect()
     }
 
+    /// The sum of a counter over every running node; each must export it.
+    pub fn metric_total(&self, name: &str) -> f64 {
+        self.running()
+            .into_iter()
+            .map(|id| {
+                let node = self.node(id);
+                metric_sum(&node.metrics_text(), name)
+                    .unwrap_or_else(|| node.fail(&format!("no {name} in /metrics")))
+            })
+            .sum()
+    }
+
     /// Ids of the nodes whose process runs (paused ones included).
     pub fn running(&self) -> Vec<u64> {
         self.nodes.iter().filter(|n| n.is_running()).map(Node::id).collect()

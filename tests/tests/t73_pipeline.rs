@@ -230,16 +230,7 @@ async fn a_pipeline_reaches_every_leader_of_a_cluster() {
     // one a node's own fan-out gives.
     let entities: Vec<u64> = (1..=20).collect();
     let counts = || Request::Counts(CountsRequest { biz, entities: entities.clone() });
-    let forwarded = || -> f64 {
-        cluster
-            .ids()
-            .iter()
-            .map(|&id| {
-                let text = cluster.node(id).metrics_text();
-                metric_sum(&text, "plaudit_forwarded_requests_total").expect("the metric")
-            })
-            .sum()
-    };
+    let forwarded = || cluster.metric_total("plaudit_forwarded_requests_total");
     let before = forwarded();
     let split = client.pipeline((0..30).map(|_| counts()).collect()).await;
     let single = client.counts(biz, &entities).await.unwrap();

@@ -13,7 +13,7 @@ use plaudit_client::proto::likes::StatusRequest;
 use plaudit_client::proto::scoring::{BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest};
 use plaudit_client::proto::{BizConfig, LikeState, Request, Response};
 use plaudit_client::Client;
-use plaudit_tests::{grows_by, metric_sum, score_event, total_ranking, Cluster};
+use plaudit_tests::{grows_by, score_event, total_ranking, Cluster};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -173,13 +173,6 @@ async fn reads_at_any_replica_see_every_acknowledged_write() {
         s.reads.load(Ordering::Relaxed),
         &violations[..violations.len().min(10)]
     );
-    let served: f64 = cluster
-        .ids()
-        .into_iter()
-        .map(|id| {
-            metric_sum(&cluster.node(id).metrics_text(), "plaudit_follower_reads_total")
-                .unwrap_or(0.0)
-        })
-        .sum();
+    let served = cluster.metric_total("plaudit_follower_reads_total");
     assert!(served > 100.0, "followers served {served} reads");
 }

@@ -10,7 +10,7 @@
 use plaudit_client::proto::scoring::BoardRef;
 use plaudit_client::proto::{BizConfig, LikeState};
 use plaudit_client::{Client, ClientOptions};
-use plaudit_tests::{metric_sum, score_event, total_ranking, wait_until, Cluster};
+use plaudit_tests::{score_event, total_ranking, wait_until, Cluster};
 use std::time::Duration;
 
 const RANK: u32 = 94;
@@ -18,14 +18,7 @@ const CLIENTS: u64 = 4;
 const ROUNDS: u64 = 60;
 
 fn follower_reads(cluster: &Cluster) -> f64 {
-    cluster
-        .ids()
-        .into_iter()
-        .map(|id| {
-            metric_sum(&cluster.node(id).metrics_text(), "plaudit_follower_reads_total")
-                .unwrap_or(0.0)
-        })
-        .sum()
+    cluster.metric_total("plaudit_follower_reads_total")
 }
 
 /// Likes and scores as `user` and member `user`, reading each back at once.
