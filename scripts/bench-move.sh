@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Moving a hot board on a three-node cluster (RF=3), under load: how long
-# its writes pause, and what the load sees.
+# Moving a hot board, or the hottest entity, on a three-node cluster
+# (RF=3), under load: how long its writes are held back, and what the load
+# sees.
 #
 # Runs `plaudit-bench hot` (Zipf 1.2 over a million entities, one board
 # taking half of all scoring and of the top reads, 90% reads; the SDK's
 # cache off) for DURATION. MOVE_AT into it, `plaudit admin move` sends the
-# hot board to a shard led by another node and waits until the move is
-# over. The node that ran the move logs how long the board took no events
-# (from its freeze to its activation); the bench's score row shows what
-# the load felt (its max is the event that waited longest).
+# hot board (KIND=board) or the hottest entity (KIND=entity) to a shard
+# led by another node and waits until the move is over. The node that ran
+# the move logs how long the actor took no writes (from its freeze to its
+# activation): a board's events wait that long (the bench's score row
+# shows what the load felt, its max being the event that waited longest);
+# an entity's likes never wait, its counts lag that long at most. The
+# bench checks every answer (a count never below one read before), so
+# `stale` must stay 0 across the move.
 #
 # Every process shares this machine's cores, as in bench-cluster.sh.
 #
 # Environment (defaults in brackets):
-#   DURATION [20s]  MOVE_AT [8]  CONNECTIONS [32]  PIPELINE [16]  SHARDS [6]
-#   BASE_PORT [7750]  KEEP [0]  SKIP_BUILD [0]
+#   KIND [board]  DURATION [20s]  MOVE_AT [8]  CONNECTIONS [32]  PIPELINE [16]
+#   SHARDS [6]  BASE_PORT [7750]  KEEP [0]  SKIP_BUILD [0]
 #
 # The last line reads:
 #   board move: writes paused P ms (move M ms end to end), score p99 S ms, max X ms, errors E
+#   entity move: deltas held H ms (move M ms end to end), counts p99 C ms, like p99 L ms, errors E, stale S
 set -euo pipefail
 
+KIND=${KIND:-board}
 DURATION=${DURATION:-20s}
 MOVE_AT=${MOVE_AT:-8}
 CONNECTIONS=${CONNECTIONS:-32}
@@ -43,39 +50,55 @@ BOARD=total:0_0
 
 start_cluster3 --shards "$SHARDS" || exit 1
 export PLAUDIT_ADDR=$CLUSTER_SEEDS
-log "load for $DURATION; the hot board moves ${MOVE_AT}s in"
+log "load for $DURATION; the hot $KIND moves ${MOVE_AT}s in"
 "$BENCH" hot --connections "$CONNECTIONS" --pipeline "$PIPELINE" --duration "$DURATION" \
-    --warmup 0s --biz 53 --rank "$RANK" --cache-ttl 0s --addr "$CLUSTER_SEEDS" >"$WORK/hot.txt" &
+    --warmup 0s --biz 53 --rank "$RANK" --cache-ttl 0s --addr "$CLUSTER_SEEDS" >"$WORK/hot.txt" 2>"$WORK/hot.err" &
 load=$!
 sleep "$MOVE_AT"
 
-# The board's shard (the hot keys list it, by the top reads that name it),
-# and a shard led by another node.
+# The actor's shard (the hot keys list it: the board by the top reads
+# that name it, the hottest entity of the bench's business first), and a
+# shard led by another node.
 "$CLI" --json admin hotkeys --top 50 >"$WORK/hotkeys.json"
 "$CLI" --json admin status >"$WORK/status.json"
-target=$(python3 - "$WORK/hotkeys.json" "$WORK/status.json" "$RANK" "$BOARD" <<'EOF'
+read -r name target < <(python3 - "$WORK/hotkeys.json" "$WORK/status.json" "$KIND" "$RANK" "$BOARD" <<'EOF'
 import json, sys
 keys = json.load(open(sys.argv[1]))["keys"]
 status = json.load(open(sys.argv[2]))
-rank, board = int(sys.argv[3]), sys.argv[4]
-shard = next(k["shard"] for k in keys if k["kind"] == "board" and k["rank"] == rank and k["key"] == board)
+kind, rank, board = sys.argv[3], int(sys.argv[4]), sys.argv[5]
+if kind == "board":
+    row = next(k for k in keys if k["kind"] == "board" and k["rank"] == rank and k["key"] == board)
+    name = f"{rank}:{board}"
+else:
+    row = next(k for k in keys if k["kind"] == "entity" and k["biz"] == 53)
+    name = f"53:{row['key']}"
 leaders = {g["shard"]: g["leader"] for g in status["shards"]}
-src = leaders[shard]
-print(min(s for s, l in leaders.items() if l is not None and l != src))
+src = leaders[row["shard"]]
+print(name, min(s for s, l in leaders.items() if l is not None and l != src))
 EOF
 )
-log "moving board $RANK:$BOARD to shard $target"
-"$CLI" --json admin move --board "$RANK:$BOARD" --to-shard "$target" >"$WORK/move.json"
+log "moving $KIND $name to shard $target"
+"$CLI" --json admin move "--$KIND" "$name" --to-shard "$target" >"$WORK/move.json"
 wait "$load"
 
-cat "$WORK/hot.txt"
+cat "$WORK/hot.err" "$WORK/hot.txt"
 echo "move: $(cat "$WORK/move.json")"
-paused=$(grep -ho 'writes paused for [0-9]* ms' "$WORK"/n*.log | tail -1 | grep -o '[0-9]*' || echo "?")
+held=$(grep -ho 'writes held back for [0-9]* ms' "$WORK"/n*.log | tail -1 | grep -o '[0-9]*' || echo "?")
 moved=$(grep -o '"ms":[0-9]*' "$WORK/move.json" | cut -d: -f2)
-score=$(grep -E '^ *score ' "$WORK/hot.txt" | head -1)
-p99=$(awk '{print $5}' <<<"$score")
-max=$(awk '{print $7}' <<<"$score")
-errors=$(awk '{print $8}' <<<"$score")
-awk -v p="$paused" -v m="$moved" -v p99="$p99" -v max="$max" -v e="$errors" 'BEGIN {
-    printf "board move: writes paused %s ms (move %s ms end to end), score p99 %.1f ms, max %.1f ms, errors %s\n",
-        p, m, p99 / 1000, max / 1000, e }'
+row() { grep -E "^ *$1 " "$WORK/hot.txt" | head -1; }
+col() { awk -v n="$1" '{print $n}'; }
+if [[ $KIND == board ]]; then
+    score=$(row score)
+    awk -v p="$held" -v m="$moved" -v p99="$(col 5 <<<"$score")" -v max="$(col 7 <<<"$score")" \
+        -v e="$(col 8 <<<"$score")" 'BEGIN {
+        printf "board move: writes paused %s ms (move %s ms end to end), score p99 %.1f ms, max %.1f ms, errors %s\n",
+            p, m, p99 / 1000, max / 1000, e }'
+else
+    counts=$(row counts) like=$(row like)
+    stale=$(grep -o '[0-9]* stale' "$WORK/hot.err" | head -1 | cut -d' ' -f1 || true)
+    errors=$(($(col 8 <<<"$counts") + $(col 8 <<<"$like")))
+    awk -v h="$held" -v m="$moved" -v c="$(col 5 <<<"$counts")" -v l="$(col 5 <<<"$like")" \
+        -v e="$errors" -v s="${stale:-?}" 'BEGIN {
+        printf "entity move: deltas held %s ms (move %s ms end to end), counts p99 %.1f ms, like p99 %.1f ms, errors %s, stale %s\n",
+            h, m, c / 1000, l / 1000, e, s }'
+fi

@@ -161,6 +161,14 @@ pub enum Command {
     /// (metadata group only); refused unless its epoch is above the
     /// current one.
     SetPlacements(Box<plaudit_proto::placement::Placements>),
+    /// One step of moving an entity's counts and likers between shards, on
+    /// the source or the target (`likes/residence.rs`); proposed by the
+    /// metadata leader's mover, never by a client.
+    MoveEntity(crate::likes::residence::EntityMoveCmd),
+    /// Replaces the placements of moved entities and the moves under way
+    /// (metadata group only); refused unless its epoch is above the
+    /// current one.
+    SetEntityPlacements(Box<plaudit_proto::placement::EntityPlacements>),
 }
 
 impl Command {

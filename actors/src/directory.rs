@@ -5,30 +5,38 @@
 //!
 //! Registry keys: a business is its 4-byte big-endian id; a ranking is
 //! `b'r'` + its 4-byte id; the cluster map is `b"cluster"`; moved boards
-//! are `b"placements"` (read before the board limits' 10-byte keys); at-most-once
+//! are `b"placements"` and moved entities `b"entity-placements"` (both
+//! read before the board limits' keys); at-most-once
 //! request records (`shard/once.rs`) are 8 or 9 bytes; ranking owners
 //! (`directory/owners.rs`) are 6; tokens (`directory/tokens.rs`) are 11;
 //! board limits are 10 and board reservations 15 or more
 //! (`directory/board_limits.rs`). Lengths differ, so no two kinds collide.
 
 mod board_limits;
+mod moved_entities;
 mod owners;
+mod placements;
 mod tokens;
 
+pub use moved_entities::MovedEntities;
+use placements::{
+    names_any, names_any_entity, EntityPlacementsRecord, PlacementsRecord, ENTITY_PLACEMENTS_KEY,
+    PLACEMENTS_KEY,
+};
 pub use tokens::{hash_secret, same_hash, TokenRecord};
 
 use plaudit_proto::business::{Business, CreateBiz, UpdateBiz};
 use plaudit_proto::cluster::ClusterMap;
 use plaudit_proto::limits::MAX_BIZ_ID;
 use plaudit_proto::membership::ClusterState;
-use plaudit_proto::placement::Placements;
+use plaudit_proto::placement::{EntityPlacements, Placements};
 use plaudit_proto::rankings::{RankDef, RankId, UpdateRank};
 use plaudit_proto::{codec, BizId, WireError};
 use plaudit_storage::keys::VALUE_V1;
 use plaudit_storage::{StateError, StateStore, WriteSet};
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use tokio::sync::watch;
 
@@ -51,6 +59,14 @@ pub struct Directory {
     /// Whether `placements` names any board: read on every staged score,
     /// where a plain load costs less than the watch's lock.
     any_placed: Arc<AtomicBool>,
+    /// Moved entities and the moves under way.
+    entity_placements: Arc<watch::Sender<Arc<EntityPlacements>>>,
+    /// Whether `entity_placements` names any entity: read on every
+    /// counts read.
+    any_entity_placed: Arc<AtomicBool>,
+    /// Entities this node's shard replicas gave away (not registry state:
+    /// the shards' own, shared here so that reads can see it).
+    moved_entities: Arc<MovedEntities>,
 }
 
 impl Default for Directory {
@@ -65,6 +81,9 @@ impl Default for Directory {
             state: Arc::new(watch::channel(None).0),
             placements: Arc::new(watch::channel(Arc::default()).0),
             any_placed: Arc::default(),
+            entity_placements: Arc::new(watch::channel(Arc::default()).0),
+            any_entity_placed: Arc::default(),
+            moved_entities: Arc::default(),
         }
     }
 }
@@ -75,15 +94,6 @@ const RANK_TAG: u8 = b'r';
 const CLUSTER_KEY: &[u8] = b"cluster";
 /// The cluster state's key (`StateRecord`); wins over `CLUSTER_KEY`.
 const STATE_KEY: &[u8] = b"cluster-state";
-/// The placements' key (`PlacementsRecord`).
-const PLACEMENTS_KEY: &[u8] = b"placements";
-
-/// How the placements are stored: versioned, variants only appended.
-#[derive(serde::Serialize, serde::Deserialize)]
-enum PlacementsRecord {
-    V1(Placements),
-}
-
 /// How the cluster state is stored: versioned, variants only appended.
 #[derive(serde::Serialize, serde::Deserialize)]
 enum StateRecord {
@@ -107,10 +117,16 @@ impl Directory {
         let mut owners = BTreeMap::new();
         let mut board_limits = board_limits::BoardLimits::default();
         let mut placements = Placements::default();
+        let mut entity_placements = EntityPlacements::default();
         for (k, v) in store.registry_entries()? {
             if k == PLACEMENTS_KEY {
                 let PlacementsRecord::V1(p) = decode::<PlacementsRecord>(&v)?;
                 placements = p;
+                continue;
+            }
+            if k == ENTITY_PLACEMENTS_KEY {
+                let EntityPlacementsRecord::V1(p) = decode::<EntityPlacementsRecord>(&v)?;
+                entity_placements = p;
                 continue;
             }
             if board_limits.load_record(&k, &v)? {
@@ -147,6 +163,9 @@ impl Directory {
             state: Arc::new(watch::channel(state).0),
             any_placed: Arc::new(AtomicBool::new(names_any(&placements))),
             placements: Arc::new(watch::channel(Arc::new(placements)).0),
+            any_entity_placed: Arc::new(AtomicBool::new(names_any_entity(&entity_placements))),
+            entity_placements: Arc::new(watch::channel(Arc::new(entity_placements)).0),
+            moved_entities: Arc::default(),
         })
     }
 
@@ -172,42 +191,8 @@ impl Directory {
         self.state.send_replace(state);
         let placements = fresh.placements.borrow().clone();
         self.set_placements(placements);
-        Ok(())
-    }
-
-    fn set_placements(&self, p: Arc<Placements>) {
-        self.any_placed.store(names_any(&p), Ordering::Release);
-        self.placements.send_replace(p);
-    }
-
-    /// Whether any board was moved or is moving (a load: no lock).
-    pub fn any_placed(&self) -> bool {
-        self.any_placed.load(Ordering::Acquire)
-    }
-
-    /// Moved sub-boards and the moves under way.
-    pub fn placements(&self) -> Arc<Placements> {
-        self.placements.borrow().clone()
-    }
-
-    /// Sees every change of the placements.
-    pub fn watch_placements(&self) -> watch::Receiver<Arc<Placements>> {
-        self.placements.subscribe()
-    }
-
-    /// Applies new placements; like the cluster state, only above the
-    /// current epoch (a change proposed twice, or from an older view,
-    /// changes nothing).
-    pub fn apply_set_placements(&self, p: &Placements, ws: &mut WriteSet) -> Result<(), WireError> {
-        let current = self.placements().epoch;
-        if p.epoch <= current {
-            return Err(WireError::bad_request(format!(
-                "placements epoch {} is not above the current {current}",
-                p.epoch
-            )));
-        }
-        ws.put_registry(PLACEMENTS_KEY, &encode(&PlacementsRecord::V1(p.clone()))?);
-        self.set_placements(Arc::new(p.clone()));
+        let entity_placements = fresh.entity_placements.borrow().clone();
+        self.set_entity_placements(entity_placements);
         Ok(())
     }
 
@@ -440,7 +425,7 @@ pub fn assigned_id<V>(taken: &BTreeMap<BizId, V>, rule: IdRule, max: BizId) -> O
     }
 }
 
-fn encode<T: serde::Serialize>(x: &T) -> Result<Vec<u8>, WireError> {
+pub(super) fn encode<T: serde::Serialize>(x: &T) -> Result<Vec<u8>, WireError> {
     let mut v = vec![VALUE_V1];
     codec::encode_into(x, &mut v).map_err(|e| WireError::internal(e.to_string()))?;
     Ok(v)
@@ -452,10 +437,6 @@ fn decode<T: serde::de::DeserializeOwned>(v: &[u8]) -> Result<T, StateError> {
         Some((&VALUE_V1, rest)) => codec::from_bytes(rest).map_err(|e| corrupt(e.to_string())),
         _ => Err(corrupt(format!("unknown format {:?}", v.first()))),
     }
-}
-
-fn names_any(p: &Placements) -> bool {
-    !p.placed.is_empty() || !p.moves.is_empty()
 }
 
 /// Up to `n` entries of `map` with keys above `after`, in key order.

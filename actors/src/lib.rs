@@ -17,7 +17,7 @@
 //!
 //! Modules: `command` (what the Raft log carries), `coalesce` (a leader's
 //! batch, merged per board member before proposing), `likes` and `rankings`
-//! (cores), `directory` (business and ranking registry), `active` (LRU
+//! (cores), `residence` (a shard's side of moving an actor), `directory` (business and ranking registry), `active` (LRU
 //! active set), `user_actor`, `entity_actor`, `board_host`, `shard` (the
 //! scheduler, with one apply module per command family), `error` (a
 //! rejected request vs a broken replica).
@@ -32,6 +32,7 @@ pub mod entity_actor;
 pub mod error;
 pub mod likes;
 pub mod rankings;
+pub mod residence;
 pub mod shard;
 pub mod user_actor;
 

@@ -29,8 +29,11 @@
 //! hold no unsaved state between batches, so passivating one never loses
 //! anything; a board is written back first.
 
+mod activation;
 mod apply;
 mod delivery;
+mod entity_moves;
+pub use entity_moves::entity_moved;
 mod handle;
 
 pub use delivery::OutboxSignal;
@@ -131,6 +134,11 @@ pub enum ShardMsg {
         plaudit_proto::placement::BoardKey,
         RpcReplyPort<Result<crate::rankings::residence::BoardCopy, ShardError>>,
     ),
+    /// The copy of an entity frozen here for a move (`shard/entity_moves.rs`).
+    ExportEntity(
+        plaudit_proto::placement::EntityKey,
+        RpcReplyPort<Result<crate::likes::residence::EntityCopy, ShardError>>,
+    ),
 }
 
 // A local message: never sent to another node (ractor's `cluster` feature
@@ -194,7 +202,11 @@ pub struct ShardState {
     /// The checkpoint running on the blocking pool, if any.
     checkpointing: Option<tokio::task::JoinHandle<Result<(), plaudit_storage::StateError>>>,
     /// Boards moved to or from this shard (`shard/moves.rs`; loaded lazily).
-    residences: Option<crate::rankings::residence::Residences>,
+    residences: Option<crate::rankings::residence::BoardResidences>,
+    /// Entities moved to or from this shard (`shard/entity_moves.rs`).
+    entity_residences: Option<crate::likes::residence::EntityResidences>,
+    /// Deltas held for entities frozen here (loaded lazily).
+    held: entity_moves::Held,
     /// Set by a failed apply: held boards may have lost changes that no
     /// tree holds, so nothing is applied or read here until a snapshot
     /// replaces the state (`Reset`). openraft stops the group on a failed
@@ -219,7 +231,7 @@ impl Actor for ShardActor {
         myself.send_interval(period, || ShardMsg::Sweep);
         let period = (self.store.checkpoint_policy().max_age / 2).max(Duration::from_millis(10));
         myself.send_interval(period, || ShardMsg::CheckpointTick);
-        Ok(ShardState {
+        let mut state = ShardState {
             users: ActiveSet::default(),
             entities: ActiveSet::default(),
             boards: ActiveSet::default(),
@@ -229,8 +241,14 @@ impl Actor for ShardActor {
             floor: None,
             checkpointing: None,
             residences: None,
+            entity_residences: None,
+            held: Default::default(),
             broken: false,
-        })
+        };
+        // At start, not at first use: reads of counts consult what this
+        // shard published as moved away.
+        self.load_entity_residences(&mut state)?;
+        Ok(state)
     }
 
     async fn handle(
@@ -267,6 +285,10 @@ impl Actor for ShardActor {
                 }
             }
             ShardMsg::LikerPage { biz, entity, after, limit, reply } => {
+                if let Err(e) = self.entity_readable(state, biz, entity) {
+                    let _ = reply.send(Err(e));
+                    return Ok(());
+                }
                 match self.entity(&myself, state, biz, entity).await {
                     Ok(a) => {
                         let _ = a.cast(EntityMsg::Page(after, limit, reply));
@@ -294,6 +316,10 @@ impl Actor for ShardActor {
             ShardMsg::ExportBoard(board, reply) => {
                 let out = self.live(state).map_err(ShardError::from);
                 let _ = reply.send(out.and_then(|s| self.export_board(s, board)));
+            }
+            ShardMsg::ExportEntity(key, reply) => {
+                let out = self.live(state).map_err(ShardError::from);
+                let _ = reply.send(out.and_then(|s| self.export_entity(s, key)));
             }
             ShardMsg::CheckpointTick => {
                 if let Err(e) = self.checkpoint_if_due(state).await {
@@ -378,114 +404,7 @@ impl<M: ractor::Message> Identified for ActorRef<M> {
     }
 }
 
-/// Activation of the virtual actors a shard hosts.
 impl ShardActor {
-    fn list_memory(&self, biz: BizId, user_side: bool) -> usize {
-        self.directory
-            .get(biz)
-            .map(|b| if user_side { b.config.user_list_memory } else { b.config.liker_list_memory })
-            .unwrap_or(100) as usize
-    }
-
-    async fn user(
-        &self,
-        myself: &ActorRef<ShardMsg>,
-        state: &mut ShardState,
-        biz: BizId,
-        user: UserId,
-    ) -> Result<ActorRef<UserMsg>, Fatal> {
-        let now = Instant::now();
-        if let Some(a) = state.users.touch(&(biz, user), now) {
-            return Ok(a);
-        }
-        let args =
-            UserArgs { biz, user, shard: self.cfg.shard, list_memory: self.list_memory(biz, true) };
-        let actor = UserActor { store: self.store.clone() };
-        let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
-            .await
-            .map_err(|e| Fatal::Actor(format!("activating user {user}: {e}")))?;
-        state.users.insert((biz, user), a.clone(), now);
-        Ok(a)
-    }
-
-    async fn entity(
-        &self,
-        myself: &ActorRef<ShardMsg>,
-        state: &mut ShardState,
-        biz: BizId,
-        entity: EntityId,
-    ) -> Result<ActorRef<EntityMsg>, Fatal> {
-        let now = Instant::now();
-        if let Some(a) = state.entities.touch(&(biz, entity), now) {
-            return Ok(a);
-        }
-        let args = EntityArgs {
-            biz,
-            entity,
-            shard: self.cfg.shard,
-            list_memory: self.list_memory(biz, false),
-        };
-        let actor = EntityActor { store: self.store.clone() };
-        let (a, _) = Actor::spawn_linked(None, actor, args, myself.get_cell())
-            .await
-            .map_err(|e| Fatal::Actor(format!("activating entity {entity}: {e}")))?;
-        state.entities.insert((biz, entity), a.clone(), now);
-        Ok(a)
-    }
-
-    /// A sub-board, loaded from storage with `rules` if it is not held.
-    fn board<'s>(
-        &self,
-        state: &'s mut ShardState,
-        rank: RankId,
-        type_key: Vec<u8>,
-        rules: Rules,
-    ) -> Result<&'s mut BoardHost, Fatal> {
-        let now = Instant::now();
-        let key = (rank, type_key);
-        if !state.boards.contains(&key) {
-            state.board_serial += 1;
-            let args = BoardArgs { rank, type_key: key.1.clone(), shard: self.cfg.shard, rules };
-            let mut host = BoardHost::load(&self.store, args, state.board_serial)?;
-            self.gauges.boards_loaded.fetch_add(1, Ordering::Relaxed);
-            host.report(&self.gauges, false);
-            self.boards.insert(rank, key.1.clone(), host.view());
-            state.boards.insert(key.clone(), host, now);
-        }
-        state
-            .boards
-            .touch_mut(&key, now)
-            .ok_or_else(|| Fatal::Actor(format!("a board of ranking {rank} vanished on load")))
-    }
-
-    /// Lets boards go: unlisted for readers, their share of the gauges
-    /// returned, and the changed ones written back (staged before anything
-    /// can load them again: loads run on this actor).
-    fn unload_boards(&self, hosts: Vec<BoardHost>) -> Result<(), Fatal> {
-        let mut ws = plaudit_storage::WriteSet::new(self.cfg.shard);
-        let mut res = Ok(());
-        for mut host in hosts {
-            if host.changed() && res.is_ok() {
-                res = self.write_back(&mut ws, &mut host);
-                if res.is_ok() {
-                    self.gauges.boards_written_back.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            self.discard_boards(vec![host]);
-        }
-        self.store.stage(ws);
-        res
-    }
-
-    /// Lets boards go without writing anything back: their state was
-    /// replaced (a snapshot), deleted (a drop) or is not to be trusted.
-    fn discard_boards(&self, hosts: Vec<BoardHost>) {
-        for mut host in hosts {
-            self.boards.remove(host.rank, &host.type_key);
-            host.report(&self.gauges, true);
-        }
-    }
-
     /// `Err` once a failed apply broke the shard (see `ShardState::broken`).
     fn live<'s>(&self, state: &'s mut ShardState) -> Result<&'s mut ShardState, Fatal> {
         if state.broken {
@@ -538,6 +457,12 @@ impl ShardActor {
         state.outbox_next.clear();
         state.floor = None;
         state.residences = None;
+        // At once, not at first use: reads of counts consult what this
+        // shard published as moved away.
+        if let Err(e) = self.load_entity_residences(state) {
+            tracing::error!(shard = self.cfg.shard, error = %e, "reading entity residences failed");
+            state.entity_residences = None;
+        }
         self.publish(state);
     }
 

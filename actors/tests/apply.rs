@@ -5,7 +5,9 @@
 //!   (a replica whose metadata group lags, or a replay that runs before the
 //!   registry's): the rules travel in the command;
 //! - time never goes backwards within a shard, whichever leader stamped an
-//!   entry, and the floor survives a restart (it is replicated state).
+//!   entry, and the floor survives a restart (it is replicated state);
+//! - a likers page queued to an entity's actor when the entity's release
+//!   to another shard stops it is answered `Moved`, not "stopped".
 
 use plaudit_actors::active::Budget;
 use plaudit_actors::command::{Dedup, ScoreCmd, ScoreEvent};
@@ -243,4 +245,43 @@ async fn a_registry_change_with_an_id_applies_once_however_often_it_is_sent() {
     assert_eq!(biz_id(&out[0][0]), first);
     assert_eq!(directory.list().len(), 2);
     s.stop().await;
+}
+
+/// A likers page the shard passes to an entity's actor is answered even
+/// when the entity's Release, next in the shard's mailbox, stops that actor
+/// with the request still queued: the page is asked again and answered
+/// `Moved` (which the node follows), where it failed with "the shard has
+/// stopped".
+#[tokio::test]
+async fn a_likers_page_queued_to_an_entity_that_moves_away_is_answered_moved() {
+    use plaudit_actors::residence::MoveCmdOf;
+    use plaudit_actors::ShardError;
+    use plaudit_proto::placement::EntityKey;
+    use plaudit_proto::routing::shard_of;
+    use plaudit_proto::ErrorCode;
+
+    for round in 0..50u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(&sled::open(dir.path()).unwrap()).unwrap();
+        let s = spawn(&store, Directory::default(), 0, 2, false).await;
+        // An entity whose home is this shard, frozen for shard 1.
+        let entity = (round * 100..).find(|&e| shard_of(1, e, 2) == 0).unwrap();
+        let key = EntityKey { biz: 1, entity };
+        let step = |i, cmd| entry(i, 1_000 + i, vec![Command::MoveEntity(cmd)]);
+        let frozen = s.apply(vec![step(1, MoveCmdOf::Freeze { key, to: 1 })]).await.unwrap();
+        assert!(matches!(frozen[0][0], CmdResult::Done), "{frozen:?}");
+        // In the shard's mailbox in this order: the page starts the
+        // entity's actor and passes the request on; the release stops it.
+        let (page, released) = tokio::join!(
+            s.liker_page(1, entity, None, 10),
+            s.apply(vec![step(2, MoveCmdOf::Release { key, to: 1 })]),
+        );
+        assert!(matches!(released.unwrap()[0][0], CmdResult::Done));
+        match page {
+            Ok(items) => assert!(items.is_empty()),
+            Err(ShardError::Rejected(e)) => assert_eq!(e.code, ErrorCode::Moved, "{e}"),
+            Err(e) => panic!("round {round}: the page failed: {e}"),
+        }
+        s.stop().await;
+    }
 }

@@ -518,5 +518,7 @@ fn variant(r: &Response) -> &'static str {
         Response::HotKeys(_) => "HotKeys",
         Response::HotSet(_) => "HotSet",
         Response::Placements(_) => "Placements",
+        Response::EntityPlacements(_) => "EntityPlacements",
+        Response::EntityRoutes(_) => "EntityRoutes",
     }
 }

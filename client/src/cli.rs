@@ -10,8 +10,9 @@
 //! - `json`: one JSON object per command, for scripts;
 //! - `human`: aligned tables and sentences, for people;
 //! - `rank`, `board`, `admin`, `token`: one command family each (flags,
-//!   output); `hotkeys`, `members` and `placement` are `admin` commands'
-//!   output and watching.
+//!   output); `hotkeys`, `members`, `placement` (boards) and
+//!   `entity_placement` (entities) are `admin` commands' output and
+//!   watching.
 //!
 //! `--addr` is a comma-separated seed list: the SDK finds the rest of the
 //! cluster from any seed that answers, and routes each request itself.
@@ -21,6 +22,7 @@
 pub mod admin;
 pub mod args;
 pub mod board;
+pub mod entity_placement;
 pub mod hotkeys;
 pub mod human;
 pub mod json;
@@ -113,15 +115,28 @@ pub enum Output {
         op: plaudit_proto::membership::MemberOp,
         done: bool,
     },
-    /// `admin move`: the board (its type id), its new shard, and how long
-    /// the move took (known only when waited for: not with `--no-wait`).
+    /// `admin move --board`: the board (its type id), its new shard, and
+    /// how long the move took (known only when waited for: not with
+    /// `--no-wait`).
     Moved {
         rank: plaudit_proto::rankings::RankId,
         board: String,
         to_shard: u32,
         took: Option<Duration>,
     },
-    Placements(Box<plaudit_proto::placement::Placements>),
+    /// `admin move --entity`: the entity, its new shard, and how long the
+    /// move took (as for `Moved`).
+    MovedEntity {
+        biz: plaudit_proto::BizId,
+        entity: EntityId,
+        to_shard: u32,
+        took: Option<Duration>,
+    },
+    /// `admin placements`: the boards' placements, then the entities'.
+    Placements {
+        boards: Box<plaudit_proto::placement::Placements>,
+        entities: Box<plaudit_proto::placement::EntityPlacements>,
+    },
 }
 
 /// Which registry command produced an `Output::Biz` or `Output::Rank`.
@@ -258,8 +273,18 @@ pub async fn run(cli: &Cli) -> Result<Output, Failure> {
     let started = Instant::now();
     let out = execute(&client, &cli.command).await.map_err(failed)?;
     match (&cli.command, out) {
-        (Command::Admin(admin::AdminCommand::Move { board, to_shard, no_wait: false }), _) => {
-            placement::watch_move(&client, board, *to_shard, started).await.map_err(failed)
+        (
+            Command::Admin(admin::AdminCommand::Move { board, entity, to_shard, no_wait: false }),
+            out,
+        ) => {
+            let watched = match (board, entity) {
+                (Some(b), _) => placement::watch_move(&client, b, *to_shard, started).await,
+                (None, Some(e)) => {
+                    entity_placement::watch_move(&client, e, *to_shard, started).await
+                }
+                (None, None) => Ok(out),
+            };
+            watched.map_err(failed)
         }
         (Command::Admin(admin::AdminCommand::Drain { node, wait: true }), _) => {
             watch_drain(&client, *node, cli.json).await.map_err(failed)
@@ -325,13 +350,22 @@ pub async fn execute(client: &Client, cmd: &Command) -> Result<Output, ClientErr
             client.members(op).await?;
             Output::Members { op, done: false }
         }
-        Command::Admin(admin::AdminCommand::Move { board, to_shard, .. }) => {
+        Command::Admin(admin::AdminCommand::Move { board: Some(board), to_shard, .. }) => {
             placement::move_board(client, board, *to_shard).await?;
             placement::moved(board, *to_shard, None)
         }
-        Command::Admin(admin::AdminCommand::Placements) => {
-            Output::Placements(Box::new(placement::placements(client).await?))
+        Command::Admin(admin::AdminCommand::Move { entity: Some(entity), to_shard, .. }) => {
+            entity_placement::move_entity(client, entity, *to_shard).await?;
+            entity_placement::moved(entity, *to_shard, None)
         }
+        Command::Admin(admin::AdminCommand::Move { .. }) => {
+            // clap requires exactly one of the two.
+            return Err(ClientError::Protocol("admin move needs --board or --entity".into()));
+        }
+        Command::Admin(admin::AdminCommand::Placements) => Output::Placements {
+            boards: Box::new(placement::placements(client).await?),
+            entities: Box::new(entity_placement::entity_placements(client).await?),
+        },
         Command::Score(a) => Output::Score(client.score(a.request()).await?),
         Command::Top { rank, board, offset, limit } => {
             let q = BoardQuery::Top { offset: *offset, limit: *limit };

@@ -200,6 +200,7 @@ impl Cluster {
         match self.fetch(&pool).await {
             Ok(table) => {
                 self.adopt(table);
+                self.refresh_entity_routes(&pool).await;
                 *self.refreshed.lock().await = Some(asked);
                 Ok(())
             }
@@ -285,6 +286,20 @@ impl Cluster {
         }
     }
 
+    /// Asks the node that gave the table where moved entities live. A node
+    /// that cannot say (an older build, a timeout) leaves what was known:
+    /// a placement not known costs only a forward on the node.
+    async fn refresh_entity_routes(&self, pool: &Pool) {
+        let ask = async {
+            let conn = pool.get().await?;
+            conn.call(&Request::EntityRoutes).await
+        };
+        match tokio::time::timeout(FETCH_PATIENCE, ask).await {
+            Ok(Ok(Response::EntityRoutes(placed))) => lock(&self.view).entities.accept(placed),
+            other => tracing::debug!(addr = pool.addr(), ?other, "no entity routes"),
+        }
+    }
+
     /// Fetches a fresh routing table from the first node that gives one.
     /// Calls that ask while a refresh runs share its result.
     pub(crate) async fn refresh(&self) -> Result<(), ClientError> {
@@ -306,6 +321,7 @@ impl Cluster {
                     let epoch = table.map.epoch;
                     if self.adopt(table) {
                         tracing::debug!(addr, epoch, "routing table refreshed");
+                        self.refresh_entity_routes(&self.pool(&addr)).await;
                         *refreshed = Some(started);
                         return Ok(());
                     }

@@ -37,7 +37,7 @@
 //! - `cluster`: pools per node, the cached routing view and the background
 //!   refresher; `cluster/call.rs`, one call's retry loop;
 //! - `route`: which node a request goes to, and what a `NotLeader` hint
-//!   teaches (pure);
+//!   teaches (pure); `entity_routes`: where moved entities live;
 //! - `retry`: which answers are retried, how long to back off, and when to
 //!   stop (pure);
 //! - `pool`: the round-robin set of connections to one node, and dialling
@@ -60,6 +60,7 @@ mod api;
 pub mod cli;
 mod cluster;
 mod connection;
+mod entity_routes;
 mod error;
 mod hot_cache;
 mod options;

@@ -148,6 +148,29 @@ pub(crate) fn final_error(last: Option<ClientError>, maybe_applied: bool) -> Cli
     }
 }
 
+/// A call's answer, given whether an earlier attempt of it may have been
+/// applied: then a scoring event's `duplicate` sub-boards are its own event,
+/// applied by that attempt (a lost answer, a timeout), and are reported
+/// `applied`: the caller sent the event once, and it counted once. A first
+/// attempt's `duplicate` stays one (the caller sent that id before).
+pub(crate) fn settle(
+    answer: Result<Response, ClientError>,
+    maybe_applied: bool,
+) -> Result<Response, ClientError> {
+    use plaudit_proto::scoring::Outcome as Scored;
+    match answer {
+        Ok(Response::Score(mut reply)) if maybe_applied => {
+            for b in &mut reply.boards {
+                if b.outcome == Scored::Duplicate {
+                    b.outcome = Scored::Applied;
+                }
+            }
+            Ok(Response::Score(reply))
+        }
+        other => other,
+    }
+}
+
 /// The bookkeeping of one call's attempts.
 #[derive(Debug, Default)]
 pub(crate) struct Attempts {
@@ -315,6 +338,23 @@ mod tests {
         assert_eq!(final_error(Some(nf), true).code(), Some(ErrorCode::NotFound));
         assert!(final_error(Some(ClientError::Closed), true).is_connection());
         assert!(matches!(final_error(None, false), ClientError::Timeout));
+    }
+
+    #[test]
+    fn a_duplicate_after_a_maybe_applied_attempt_is_the_calls_own_event() {
+        use plaudit_proto::scoring::{BoardOutcome, Outcome as Scored, ScoreReply};
+        let reply = |o: Scored| {
+            let b = BoardOutcome { type_id: "total:0".into(), outcome: o, score: Some(5) };
+            Ok(Response::Score(ScoreReply { boards: vec![b] }))
+        };
+        let outcome = |r: Result<Response, ClientError>| match r {
+            Ok(Response::Score(r)) => r.boards[0].outcome,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(outcome(settle(reply(Scored::Duplicate), true)), Scored::Applied);
+        assert_eq!(outcome(settle(reply(Scored::Duplicate), false)), Scored::Duplicate);
+        assert_eq!(outcome(settle(reply(Scored::Filtered), true)), Scored::Filtered);
+        assert!(matches!(settle(Ok(Response::Pong), true), Ok(Response::Pong)));
     }
 
     #[test]

@@ -107,12 +107,14 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Ping
         | Request::Hello(_)
         | Request::Routing
+        | Request::EntityRoutes
         // Any node passes it on to the node it names (or leads the change).
         | Request::DrainNode(_)
         | Request::MoveBoard(_)
+        | Request::MoveEntity(_)
         | Request::Members(_) => Target::Any,
         // Every node follows the metadata group: its leader has the newest.
-        Request::Placements => Target::Meta,
+        Request::Placements | Request::EntityPlacements => Target::Meta,
         Request::ClusterStatus | Request::Nodes | Request::HotKeys(_) => Target::Seed,
         // Each node tells its own; the SDK asks each (`cluster/cached.rs`).
         Request::HotSet(_) => Target::Any,
@@ -158,6 +160,8 @@ pub(crate) struct View {
     stale: bool,
     /// Boards learned to live off their hash shard (`placed.rs`).
     pub(crate) placed: crate::placed::Placed,
+    /// Entities the cluster said were moved (`entity_routes.rs`).
+    pub(crate) entities: crate::entity_routes::EntityRoutes,
     /// The rankings' shapes, which route scoring events (`rank_shapes.rs`).
     pub(crate) shapes: crate::rank_shapes::RankShapes,
 }
@@ -173,6 +177,7 @@ impl View {
             doubtful: HashMap::new(),
             stale: false,
             placed: Default::default(),
+            entities: Default::default(),
             shapes: Default::default(),
         }
     }
@@ -181,13 +186,14 @@ impl View {
         &self.table
     }
 
-    /// Where `req` goes: `target`, with the boards learned to have moved
-    /// where they live.
+    /// Where `req` goes: `target`, with the boards and entities learned to
+    /// have moved where they live.
     pub(crate) fn target(&self, req: &Request) -> Target {
         if let Some(t) = self.score_target(req) {
             return t;
         }
-        self.placed.target(req, target(req, self.shards()))
+        let shards = self.shards();
+        self.entities.target(req, self.placed.target(req, target(req, shards)), shards)
     }
 
     /// A scoring event's target: the leader of its sub-board's shard (where

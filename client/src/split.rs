@@ -14,10 +14,10 @@
 //! task per part on a node that often led none of them. The client knows the
 //! map, so it sends each part where it is served. Pure: no IO, no clock.
 
+use crate::entity_routes::EntityRoutes;
 use crate::error::ClientError;
 use plaudit_proto::cluster::NodeId;
 use plaudit_proto::likes::{CountsRequest, EntityCounts};
-use plaudit_proto::routing::shard_of;
 use plaudit_proto::{BizId, EntityId, Request, Response};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -51,6 +51,7 @@ pub(crate) fn plan(
     reqs: Vec<Request>,
     shards: u32,
     leaders: &[Option<NodeId>],
+    routes: &EntityRoutes,
 ) -> (Vec<Request>, Plan) {
     let mut parts = Vec::with_capacity(reqs.len());
     let mut plan = Plan { spans: Vec::with_capacity(reqs.len()), split: false };
@@ -59,7 +60,7 @@ pub(crate) fn plan(
         // (its parts might each pass: 501 entities as parts of fewer).
         let groups = match &req {
             Request::Counts(r) if shards > 1 && r.validate().is_ok() => {
-                by_leader(r.biz, &r.entities, shards, leaders)
+                by_leader(r.biz, &r.entities, shards, leaders, routes)
             }
             _ => Vec::new(),
         };
@@ -91,17 +92,19 @@ enum Server {
     Shard(u32),
 }
 
-/// The entities of each server, in the order each first appears. A linear
-/// search: a request spans at most the cluster's shards, a few.
+/// The entities of each server, in the order each first appears (an
+/// entity by the shard it lives on: `entity_routes.rs`). A linear search:
+/// a request spans at most the cluster's shards, a few.
 fn by_leader(
     biz: BizId,
     entities: &[EntityId],
     shards: u32,
     leaders: &[Option<NodeId>],
+    routes: &EntityRoutes,
 ) -> Vec<(Server, Vec<EntityId>)> {
     let mut groups: Vec<(Server, Vec<EntityId>)> = Vec::new();
     for &e in entities {
-        let shard = shard_of(biz, e, shards);
+        let shard = routes.shard(biz, e, shards);
         let s = match leaders.get(shard as usize) {
             Some(Some(n)) => Server::Node(*n),
             _ => Server::Shard(shard),
@@ -162,6 +165,7 @@ fn merge_counts(entities: &[EntityId], parts: Vec<Answer>) -> Answer {
 mod tests {
     use super::*;
     use plaudit_proto::likes::StatusRequest;
+    use plaudit_proto::routing::shard_of;
     use plaudit_proto::WireError;
     use proptest::prelude::*;
 
@@ -185,13 +189,13 @@ mod tests {
     #[test]
     fn nothing_is_split_without_a_map_or_within_one_shard() {
         let reqs = vec![counts(&[1, 2, 3, 4, 5]), Request::Ping];
-        let (parts, merger) = plan(reqs.clone(), 0, &[]);
+        let (parts, merger) = plan(reqs.clone(), 0, &[], &EntityRoutes::default());
         assert_eq!(parts, reqs);
         assert!(!merger.split);
         let one_shard: Vec<EntityId> = (0..1000).filter(|&e| shard_of(3, e, 6) == 2).collect();
-        let (parts, _) = plan(vec![counts(&one_shard)], 6, &[]);
+        let (parts, _) = plan(vec![counts(&one_shard)], 6, &[], &EntityRoutes::default());
         assert_eq!(parts, vec![counts(&one_shard)]);
-        let (parts, _) = plan(vec![counts(&[])], 6, &[]);
+        let (parts, _) = plan(vec![counts(&[])], 6, &[], &EntityRoutes::default());
         assert_eq!(parts, vec![counts(&[])]);
     }
 
@@ -199,7 +203,8 @@ mod tests {
     fn every_part_is_one_shard_and_answers_come_back_in_order() {
         let entities: Vec<EntityId> = (100..120).collect();
         let status = Request::Status(StatusRequest { biz: 3, user: 9, entities: vec![1] });
-        let (parts, merger) = plan(vec![Request::Ping, counts(&entities), status], 6, &[]);
+        let (parts, merger) =
+            plan(vec![Request::Ping, counts(&entities), status], 6, &[], &EntityRoutes::default());
         assert!(parts.len() > 3);
         for part in &parts[1..parts.len() - 1] {
             let Request::Counts(r) = part else { panic!("{part:?}") };
@@ -215,18 +220,54 @@ mod tests {
 
     #[test]
     fn a_failed_part_fails_the_read_it_belongs_to_only() {
-        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7]), Request::Ping], 6, &[]);
+        let (parts, merger) = plan(
+            vec![counts(&[1, 2, 3, 4, 5, 6, 7]), Request::Ping],
+            6,
+            &[],
+            &EntityRoutes::default(),
+        );
         let mut answers: Vec<Answer> = parts.iter().map(serve).collect();
         answers[0] = Err(ClientError::Timeout);
         let out = merger.merge(answers);
         assert!(matches!(out[0], Err(ClientError::Timeout)), "{out:?}");
         assert!(matches!(out[1], Ok(Response::Pong)), "{out:?}");
 
-        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7])], 6, &[]);
+        let (parts, merger) =
+            plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7])], 6, &[], &EntityRoutes::default());
         let mut answers: Vec<Answer> = parts.iter().map(serve).collect();
         let refused = Response::Error(WireError::bad_request("no such business"));
         *answers.last_mut().unwrap() = Ok(refused.clone());
         assert_eq!(merger.merge(answers).pop().unwrap().unwrap(), refused);
+    }
+
+    #[test]
+    fn a_moved_entity_goes_with_the_shard_it_lives_on() {
+        // Shards 0..3 led by nodes 1..3 twice over; entity `e` moved from
+        // its hash shard to one another node leads.
+        let leaders = [Some(1), Some(2), Some(3), Some(1), Some(2), Some(3)];
+        let e: EntityId = 100;
+        let home = shard_of(3, e, 6);
+        let to = (home + 1) % 6;
+        let mut routes = EntityRoutes::default();
+        routes.accept(vec![(plaudit_proto::placement::EntityKey { biz: 3, entity: e }, to)]);
+        let entities: Vec<EntityId> = (100..120).collect();
+        let (parts, merger) = plan(vec![counts(&entities)], 6, &leaders, &routes);
+        let part_of_e = parts
+            .iter()
+            .find_map(|p| match p {
+                Request::Counts(r) if r.entities.contains(&e) => Some(r.clone()),
+                _ => None,
+            })
+            .expect("a part holds the moved entity");
+        let node = leaders[to as usize];
+        let on = |x: &EntityId| if *x == e { to } else { shard_of(3, *x, 6) };
+        assert!(
+            part_of_e.entities.iter().all(|x| leaders[on(x) as usize] == node),
+            "{part_of_e:?}"
+        );
+        let answers = merger.merge(parts.iter().map(serve).collect());
+        let Ok(Response::Counts(c)) = &answers[0] else { panic!("{answers:?}") };
+        assert_eq!(c.iter().map(|c| c.entity).collect::<Vec<_>>(), entities);
     }
 
     #[test]
@@ -235,7 +276,7 @@ mod tests {
         // Shards 0 and 3 on node 1, 1 and 4 on node 2, 2 on node 3; shard 5's
         // leader unknown.
         let leaders = [Some(1), Some(2), Some(3), Some(1), Some(2), None];
-        let (parts, merger) = plan(vec![counts(&entities)], 6, &leaders);
+        let (parts, merger) = plan(vec![counts(&entities)], 6, &leaders, &EntityRoutes::default());
         let by_node = |r: &CountsRequest| leaders[shard_of(3, r.entities[0], 6) as usize];
         let mut seen = Vec::new();
         for part in &parts {
@@ -258,14 +299,15 @@ mod tests {
     #[test]
     fn a_read_the_node_would_refuse_goes_whole() {
         let too_many: Vec<EntityId> = (0..=plaudit_proto::limits::MAX_BATCH as u64).collect();
-        let (parts, merger) = plan(vec![counts(&too_many)], 6, &[]);
+        let (parts, merger) = plan(vec![counts(&too_many)], 6, &[], &EntityRoutes::default());
         assert_eq!(parts, vec![counts(&too_many)]);
         assert!(!merger.split);
     }
 
     #[test]
     fn a_part_that_leaves_an_entity_out_is_a_protocol_error() {
-        let (parts, merger) = plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7])], 6, &[]);
+        let (parts, merger) =
+            plan(vec![counts(&[1, 2, 3, 4, 5, 6, 7])], 6, &[], &EntityRoutes::default());
         let mut answers: Vec<Answer> = parts.iter().map(serve).collect();
         answers[0] = Ok(Response::Counts(vec![]));
         assert!(matches!(merger.merge(answers)[0], Err(ClientError::Protocol(_))));
@@ -281,7 +323,7 @@ mod tests {
         ) {
             let reqs: Vec<Request> = reqs.iter().map(|e| counts(e)).collect();
             let whole: Vec<Answer> = reqs.iter().map(serve).collect();
-            let (parts, merger) = plan(reqs, shards, &leaders);
+            let (parts, merger) = plan(reqs, shards, &leaders, &EntityRoutes::default());
             let merged = merger.merge(parts.iter().map(serve).collect());
             prop_assert_eq!(format!("{merged:?}"), format!("{whole:?}"));
         }

@@ -32,6 +32,7 @@ async fn serve(script: Vec<(Request, Response)>) -> (String, tokio::task::JoinHa
             let body = match env.body {
                 Request::Hello(_) => Response::Hello,
                 Request::Routing => Response::Routing(Box::new(table.clone())),
+                Request::EntityRoutes => Response::EntityRoutes(vec![]),
                 got => {
                     let (want, reply) = script.next().unwrap();
                     let got = match got {

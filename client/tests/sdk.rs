@@ -44,16 +44,18 @@ impl Peer {
     }
 
     /// The next request, or `None` once the client has closed the
-    /// connection. Routing-table requests (on connect, and the client's
-    /// refreshes) are answered on the way, as a lone node would.
+    /// connection. Routing-table and entity-route requests (on connect,
+    /// and the client's refreshes) are answered on the way, as a lone node
+    /// would.
     async fn next(&mut self) -> Option<Envelope<Request>> {
         loop {
             let env: Envelope<Request> = read_frame(&mut self.stream, &mut self.buf).await.ok()?;
-            if env.body != Request::Routing {
-                return Some(env);
-            }
-            let table = support::one_node(&self.addr);
-            self.send(env.req_id, Response::Routing(Box::new(table))).await;
+            let body = match env.body {
+                Request::Routing => Response::Routing(Box::new(support::one_node(&self.addr))),
+                Request::EntityRoutes => Response::EntityRoutes(vec![]),
+                _ => return Some(env),
+            };
+            self.send(env.req_id, body).await;
         }
     }
 

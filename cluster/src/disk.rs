@@ -122,7 +122,9 @@ pub fn adds_state(cmd: &Command) -> bool {
         | Command::SetClusterState(_)
         // A move under way finishes: it adds no board, it carries one.
         | Command::MoveBoard(_)
-        | Command::SetPlacements(_) => false,
+        | Command::SetPlacements(_)
+        | Command::MoveEntity(_)
+        | Command::SetEntityPlacements(_) => false,
     }
 }
 

@@ -66,6 +66,13 @@ impl Engine {
             Request::Placements => {
                 Ok(Response::Placements(Box::new((*self.directory.placements()).clone())))
             }
+            Request::MoveEntity(m) => Box::pin(self.move_entity(m, redirect)).await,
+            Request::EntityPlacements => Ok(Response::EntityPlacements(Box::new(
+                (*self.directory.entity_placements()).clone(),
+            ))),
+            // A business's connection is answered by the node's server
+            // (its own entities only); this is the admin's whole list.
+            Request::EntityRoutes => Ok(Response::EntityRoutes(self.entity_routes(None))),
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)
@@ -103,9 +110,31 @@ impl Engine {
                 self.on_shard(shard_of(r.biz, r.user, self.cfg.shards), req, redirect).await
             }
             Request::Likers(ref r) => {
-                self.on_shard(shard_of(r.biz, r.entity, self.cfg.shards), req, redirect).await
+                let (biz, entity) = (r.biz, r.entity);
+                let req = &req;
+                self.follow_moved(|named| {
+                    let (shard, redirect) = self.entity_route(biz, entity, named, redirect);
+                    self.on_shard(shard, req.clone(), redirect)
+                })
+                .await
             }
         }
+    }
+
+    /// Where to read an entity: the shard a `Moved` answer named, else
+    /// where the placements say it lives; and whether a smart client may
+    /// be redirected there (not off the entity's hash shard, which is
+    /// where the client's routing table sends it).
+    fn entity_route(
+        &self,
+        biz: BizId,
+        entity: u64,
+        named: Option<u32>,
+        redirect: bool,
+    ) -> (u32, bool) {
+        let shards = self.cfg.shards;
+        let shard = named.unwrap_or_else(|| self.directory.entity_shard(biz, entity, shards));
+        (shard, redirect && shard == shard_of(biz, entity, shards))
     }
 
     /// Runs a single-shard request on the shard's leader.
@@ -129,7 +158,7 @@ impl Engine {
     /// A single-shard request on this node's replica `g`: with `fresh`,
     /// this node leads and reads pass its read barrier (linearizable);
     /// without, reads serve what this replica has applied (stale reads).
-    async fn on_local(
+    pub(crate) async fn on_local(
         &self,
         g: &Arc<Group>,
         req: Request,
@@ -205,12 +234,18 @@ impl Engine {
         r.entities.iter().map(|&entity| self.count_of(r.biz, shard, entity)).collect()
     }
 
+    /// An entity's counts on this node's replica of `shard`, or `Moved`
+    /// if that replica does not hold the entity (it moved: `entity_mover.rs`).
     pub(crate) fn count_of(
         &self,
         biz: BizId,
         shard: u32,
         entity: u64,
     ) -> Result<EntityCounts, WireError> {
+        let moved = self.directory.moved_entities();
+        if let Err(to) = moved.readable(shard, biz, entity, self.cfg.shards) {
+            return Err(plaudit_actors::shard::entity_moved(biz, entity, to));
+        }
         let c = self.store.get_counts(biz, shard, entity).map_err(internal)?;
         Ok(EntityCounts { entity, likes: c.likes, dislikes: c.dislikes })
     }
@@ -235,17 +270,35 @@ impl Engine {
     /// entities are a single-shard read: a smart client that sent them
     /// here (it splits its reads by shard) is redirected if this node does
     /// not lead the shard, as for any other.
+    ///
+    /// A shard that does not hold an entity answers `Moved` (placements
+    /// this node has not applied yet): the whole read is split again by
+    /// the placements, after a pause (`follow_moved`).
     async fn counts(&self, r: CountsRequest, redirect: bool) -> Result<Response, WireError> {
-        if let Some(out) = self.counts_all_here(&r).await? {
+        let r = &r;
+        let mut redirect = redirect;
+        self.follow_moved(|named| {
+            redirect &= named.is_none();
+            self.counts_once(r, redirect)
+        })
+        .await
+    }
+
+    async fn counts_once(&self, r: &CountsRequest, redirect: bool) -> Result<Response, WireError> {
+        if let Some(out) = self.counts_all_here(r).await? {
             return Ok(Response::Counts(out));
         }
         let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        let mut off_hash = false;
         for &e in &r.entities {
-            by_shard.entry(shard_of(r.biz, e, self.cfg.shards)).or_default().push(e);
+            let shard = self.directory.entity_shard(r.biz, e, self.cfg.shards);
+            off_hash |= shard != shard_of(r.biz, e, self.cfg.shards);
+            by_shard.entry(shard).or_default().push(e);
         }
         if by_shard.len() == 1 {
             let shard = *by_shard.keys().next().expect("one shard");
-            return self.on_shard(shard, Request::Counts(r), redirect).await;
+            // Not redirected off the hash shard the client routes by.
+            return self.on_shard(shard, Request::Counts(r.clone()), redirect && !off_hash).await;
         }
         let parts = by_shard.into_iter().map(|(shard, entities)| {
             let sub = Request::Counts(CountsRequest { biz: r.biz, entities });
@@ -445,136 +498,6 @@ fn biz_result(r: CmdResult) -> Result<Response, WireError> {
         CmdResult::Biz(b) => Ok(Response::Biz(b)),
         CmdResult::Failed(e) => Err(e),
         other => Err(internal(format!("unexpected result {other:?}"))),
-    }
-}
-
-impl Engine {
-    /// A read served by the nearest replica of each shard it touches,
-    /// without a read barrier, with the most entries any of them lags.
-    async fn stale(&self, req: Request) -> Result<Response, WireError> {
-        let (reply, lag) = self.read_any(req, false).await?;
-        Ok(Response::Stale { lag, reply: Box::new(reply) })
-    }
-
-    /// A linearizable read served by the nearest replica of each shard it
-    /// touches (`follower_read.rs`).
-    async fn replica(&self, req: Request) -> Result<Response, WireError> {
-        Ok(self.read_any(req, true).await?.0)
-    }
-
-    /// A read by the nearest replica of each shard it touches, `fresh`
-    /// (after that replica's barrier) or stale, with the most entries any
-    /// of them lags.
-    async fn read_any(&self, req: Request, fresh: bool) -> Result<(Response, u64), WireError> {
-        let shards = self.cfg.shards;
-        let on = |shard, req| self.stale_on(shard, req, fresh);
-        let (reply, lag) = match req {
-            Request::Counts(r) => {
-                let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-                for &e in &r.entities {
-                    by_shard.entry(shard_of(r.biz, e, shards)).or_default().push(e);
-                }
-                let parts = by_shard.into_iter().map(|(shard, entities)| {
-                    let sub = Request::Counts(CountsRequest { biz: r.biz, entities });
-                    async move { on(shard, sub).await }
-                });
-                let mut found: BTreeMap<u64, EntityCounts> = BTreeMap::new();
-                let mut lag = 0;
-                for part in futures::future::join_all(parts).await {
-                    let (reply, l) = part?;
-                    lag = lag.max(l);
-                    match reply {
-                        Response::Counts(c) => found.extend(c.into_iter().map(|c| (c.entity, c))),
-                        other => return Err(internal(format!("unexpected answer {other:?}"))),
-                    }
-                }
-                let out = r.entities.iter().filter_map(|e| found.get(e).copied()).collect();
-                (Response::Counts(out), lag)
-            }
-            Request::Status(ref r) => on(shard_of(r.biz, r.user, shards), req).await?,
-            Request::UserLikes(ref r) => on(shard_of(r.biz, r.user, shards), req).await?,
-            Request::Received(ref r) => on(shard_of(r.biz, r.user, shards), req).await?,
-            Request::Likers(ref r) => on(shard_of(r.biz, r.entity, shards), req).await?,
-            Request::Query(ref q) => {
-                let def = self.rank_def(q.rank).await?;
-                let t = plaudit_actors::rankings::route::board_of(&def, &q.board)?;
-                let shard = self.board_home(q.rank, &t.to_key());
-                on(shard, req).await?
-            }
-            Request::GetBiz(_)
-            | Request::ListBiz
-            | Request::GetRank(_)
-            | Request::GetRankInfo(_)
-            | Request::BoardUsage(_)
-            | Request::ListRanks
-            | Request::ListBizPage(_)
-            | Request::ListRanksPage(_)
-                if !fresh =>
-            {
-                match self.read_registry(&req) {
-                    Some(reply) => (reply?, self.lag_of(self.router.meta_id)),
-                    None => return Err(internal(format!("{} is not a registry read", req.op()))),
-                }
-            }
-            other => {
-                return Err(WireError::bad_request(format!("{} cannot be read stale", other.op())))
-            }
-        };
-        Ok((reply, lag))
-    }
-
-    /// Entries this replica of `group` knows committed but has not applied.
-    fn lag_of(&self, group: u32) -> u64 {
-        let Some(g) = self.router.group(group) else { return 0 };
-        let applied = g.raft.metrics().borrow().last_applied.map_or(0, |l| l.index);
-        g.log.committed_index().unwrap_or(0).saturating_sub(applied)
-    }
-
-    /// One shard's part of a read: this node's replica (after its barrier
-    /// when `fresh`), or the first replica that answers.
-    async fn stale_on(
-        &self,
-        shard: u32,
-        req: Request,
-        fresh: bool,
-    ) -> Result<(Response, u64), WireError> {
-        // This node's replica, unless it has stopped (a fatal storage error,
-        // a half-installed snapshot): then a peer's.
-        if let Some(g) = self.router.group(shard).filter(|g| {
-            g.raft.metrics().borrow().running_state.is_ok() && !self.store.is_incomplete(shard)
-        }) {
-            if fresh {
-                self.replica_barrier(&g).await?;
-            }
-            let reply = self.on_local(&g, req, false).await?;
-            return Ok((reply, self.lag_of(shard)));
-        }
-        let replicas: Vec<u64> = self
-            .directory
-            .cluster()
-            .map(|m| m.replicas(shard).to_vec())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|r| *r != self.node_id())
-            .collect();
-        let mut last = WireError::internal(format!("no replica of shard {shard} is known"));
-        for r in replicas {
-            let wrapped = match fresh {
-                true => Request::Replica(Box::new(req.clone())),
-                false => Request::Stale(Box::new(req.clone())),
-            };
-            match self.router.forward(r, wrapped).await {
-                Ok(Response::Stale { lag, reply }) => return Ok((*reply, lag)),
-                Ok(Response::Error(e)) => return Err(e),
-                Ok(reply) if fresh => return Ok((reply, 0)),
-                Ok(other) => return Err(internal(format!("unexpected answer {other:?}"))),
-                Err(Hop::Answer(e)) => return Err(e),
-                Err(Hop::Unreachable(why)) | Err(Hop::NoAnswer(why)) => {
-                    last = WireError::internal(why)
-                }
-            }
-        }
-        Err(last)
     }
 }
 

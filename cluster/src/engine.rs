@@ -190,6 +190,9 @@ impl Engine {
         }
         if engine.cfg.cluster.secret.is_some() {
             engine.start_control(creds).await?;
+        } else {
+            let e = engine.clone();
+            engine.spawn(async move { e.drive_moves_alone().await });
         }
         let e = engine.clone();
         engine.spawn(async move { e.watch_placement().await });

@@ -274,13 +274,19 @@ impl Engine {
                 } else {
                     Relief::None
                 };
-                // A moved board is where the placements say.
-                if let (HotKey::Board { rank, board }, Some(hashed)) = (&key, shard) {
-                    if let Some(t) = TypeId::parse(board) {
-                        let placed = self.board_home(*rank, &t.to_key());
-                        if placed != hashed {
-                            (shard, relief) = (Some(placed), Relief::Moved);
-                        }
+                // A moved board or entity is where the placements say.
+                let placed = match (&key, shard) {
+                    (HotKey::Board { rank, board }, Some(_)) => {
+                        TypeId::parse(board).map(|t| self.board_home(*rank, &t.to_key()))
+                    }
+                    (HotKey::Entity { biz, entity }, _) => {
+                        Some(self.directory.entity_shard(*biz, *entity, self.cfg.shards))
+                    }
+                    _ => None,
+                };
+                if let (Some(placed), Some(hashed)) = (placed, shard) {
+                    if placed != hashed {
+                        (shard, relief) = (Some(placed), Relief::Moved);
                     }
                 }
                 HotKeyRow {

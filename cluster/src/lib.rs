@@ -15,6 +15,7 @@
 //! shard map and membership changes are in `placement` and `control`.
 
 mod actor_budget;
+pub mod actor_mover;
 mod auth;
 pub mod board_limit;
 pub mod board_memo;
@@ -26,6 +27,7 @@ pub mod disk;
 mod dispatch;
 pub mod durable;
 pub mod engine;
+pub mod entity_mover;
 mod failover;
 mod fault;
 pub mod follower_read;
@@ -35,6 +37,7 @@ mod group_watch;
 pub mod hash_buckets;
 pub mod hot_keys;
 pub mod hot_move;
+mod hot_relief;
 mod hot_sketch;
 pub mod identity;
 mod inline;
@@ -47,6 +50,7 @@ pub mod member_ops;
 mod membership;
 pub mod memory;
 mod mover;
+mod nearest_read;
 pub mod outbox;
 pub mod peer;
 mod peer_service;

@@ -89,8 +89,8 @@ impl Engine {
     pub(crate) async fn manage_members(self: Arc<Self>) {
         let mut down_since: HashMap<NodeId, Instant> = HashMap::new();
         let mut movers: HashMap<u32, tokio::task::JoinHandle<()>> = HashMap::new();
-        // Boards' moves (`board_mover.rs`): one task, one move at a time.
-        let mut board_mover: Option<tokio::task::JoinHandle<()>> = None;
+        // Boards' and entities' moves (`actor_mover.rs`).
+        let mut actor_movers = crate::actor_mover::ActorMovers::default();
         let mut leading = false;
         loop {
             let _ = tokio::time::timeout(MANAGE_EVERY, self.nudge.notified()).await;
@@ -101,9 +101,7 @@ impl Engine {
                     for (_, m) in movers.drain() {
                         m.abort();
                     }
-                    if let Some(m) = board_mover.take() {
-                        m.abort();
-                    }
+                    actor_movers.abort();
                 }
                 continue;
             }
@@ -130,11 +128,7 @@ impl Engine {
             if let Err(e) = self.sync_meta_group(&state).await {
                 warn!(error = %e, "changing the metadata group's members failed");
             }
-            if board_mover.as_ref().is_none_or(|m| m.is_finished())
-                && !self.directory.placements().moves.is_empty()
-            {
-                board_mover = Some(tokio::spawn(self.clone().drive_board_moves()));
-            }
+            actor_movers.tend(&self);
             movers.retain(|_, m| !m.is_finished());
             for m in &state.moves {
                 movers.entry(m.shard).or_insert_with(|| {

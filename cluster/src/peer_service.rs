@@ -162,6 +162,24 @@ impl Engine {
                     PeerResponse::ExportBoard(Err(not_leader(group, None, self.router.epoch())))
                 }
             },
+            PeerRequest::ExportEntity { group, key } => match self.router.group(group) {
+                Some(g) if g.is_leader() => {
+                    let export = self.export_entity_here(&g, key);
+                    match tokio::time::timeout(self.cfg.request_timeout, export).await {
+                        Ok(r) => PeerResponse::ExportEntity(r.map(Box::new)),
+                        Err(_) => {
+                            PeerResponse::ExportEntity(Err(timed_out(self.cfg.request_timeout)))
+                        }
+                    }
+                }
+                Some(g) => {
+                    let leader = g.raft.metrics().borrow().current_leader;
+                    PeerResponse::ExportEntity(Err(not_leader(group, leader, self.router.epoch())))
+                }
+                None => {
+                    PeerResponse::ExportEntity(Err(not_leader(group, None, self.router.epoch())))
+                }
+            },
             PeerRequest::ReadIndex { group } => {
                 let asked = self.read_index(group);
                 match tokio::time::timeout(self.cfg.request_timeout, asked).await {

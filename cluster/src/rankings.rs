@@ -315,14 +315,13 @@ impl Engine {
                 .placements()
                 .moves
                 .iter()
-                .any(|m| m.board.rank == rank && m.board.type_key == type_key)
+                .any(|m| m.key.rank == rank && m.key.type_key == type_key)
     }
 
     /// Runs `on(shard)` on the sub-board's shard, following `Moved`
-    /// answers until the request's deadline: a board between shards (from
-    /// its freeze to its activation, `rankings/residence.rs`) is refused
-    /// by both, so after the first redirect each further one waits a
-    /// little longer, up to `MOVED_PAUSE_MAX`.
+    /// answers until the request's deadline (`follow_moved`): a board
+    /// between shards (from its freeze to its activation,
+    /// `rankings/residence.rs`) is refused by both.
     pub(crate) async fn on_board<T, F, Fut>(
         &self,
         rank: u32,
@@ -333,11 +332,39 @@ impl Engine {
         F: Fn(u32) -> Fut,
         Fut: std::future::Future<Output = Result<T, WireError>>,
     {
-        let deadline = tokio::time::Instant::now() + self.router.deadline;
         let mut shard = self.board_home(rank, type_key);
+        let on = &on;
+        self.follow_moved(|named| {
+            // Another shard named: there. "Ask here again" (a copy not
+            // taking events yet): where the placements say now, which
+            // is the source again if the move was given up.
+            shard = match named {
+                Some(to) if to != shard => to,
+                Some(_) => self.board_home(rank, type_key),
+                None => shard,
+            };
+            on(shard)
+        })
+        .await
+    }
+
+    /// Runs `attempt` again while it fails with `Moved`, passing the shard
+    /// named (`None` the first time), until the request's deadline: after
+    /// the first redirect each further one waits a little longer, up to
+    /// `MOVED_PAUSE_MAX` (an actor between shards, or placements this node
+    /// has not applied yet).
+    pub(crate) async fn follow_moved<T, Fut>(
+        &self,
+        mut attempt: impl FnMut(Option<u32>) -> Fut,
+    ) -> Result<T, WireError>
+    where
+        Fut: std::future::Future<Output = Result<T, WireError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.router.deadline;
         let mut pause: Option<Duration> = None;
+        let mut named = None;
         loop {
-            let e = match on(shard).await {
+            let e = match attempt(named).await {
                 Err(e) if e.moved_to().is_some() => e,
                 done => return done,
             };
@@ -348,13 +375,7 @@ impl Engine {
                 tokio::time::sleep(p).await;
             }
             pause = Some(pause.map_or(MOVED_PAUSE_MIN, |p| (p * 2).min(MOVED_PAUSE_MAX)));
-            // Another shard named: there. "Ask here again" (a copy not
-            // taking events yet): where the placements say now, which
-            // is the source again if the move was given up.
-            shard = match e.moved_to() {
-                Some(to) if to != shard => to,
-                _ => self.board_home(rank, type_key),
-            };
+            named = e.moved_to();
         }
     }
 

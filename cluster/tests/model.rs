@@ -243,7 +243,7 @@ fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> 
         max_boards_per_ranking: 100_000,
         hot_cache_min_rps: 500,
         move_step_pause: Duration::ZERO,
-        move_max_copy_bytes: plaudit_cluster::board_mover::MAX_COPY_BYTES,
+        move_max_copy_bytes: plaudit_cluster::actor_mover::MAX_COPY_BYTES,
         hot_move_min_rps: 0,
         hot_move_after: Duration::from_secs(10),
         event_ids: plaudit_actors::command::Dedup::DEFAULT,

@@ -297,10 +297,12 @@ pub struct Config {
     /// a second) to serve its counts or pages from their own memory for a
     /// short time. 0: no key is hot, clients cache nothing.
     pub hot_cache_min_rps: u64,
-    /// A board taking at least this many requests a second (summed over the
-    /// nodes) for `hot_move_after_secs` is moved, on its own, to a shard led
-    /// by a quieter node. 0: boards move only when `plaudit admin move`
-    /// says so.
+    /// A board or an entity taking at least this many requests a second
+    /// (summed over the nodes) for `hot_move_after_secs` is moved, on its
+    /// own, to a shard led by a quieter node (an entity once at most), or
+    /// the busiest node exchanges a shard's leadership with a quieter one
+    /// when that relieves it by this much (`hot_move.rs`). 0: nothing
+    /// moves unless `plaudit admin move` says so.
     pub hot_move_min_rps: u64,
     pub hot_move_after_secs: u64,
     /// Seconds a sub-board remembers a scoring event's id: a retry within

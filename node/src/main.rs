@@ -126,7 +126,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
         move_step_pause: test_setting(&cfg, "PLAUDIT_MOVE_STEP_PAUSE_MS")
             .map_or(std::time::Duration::ZERO, std::time::Duration::from_millis),
         move_max_copy_bytes: test_setting(&cfg, "PLAUDIT_MOVE_MAX_COPY_BYTES")
-            .map_or(plaudit_cluster::board_mover::MAX_COPY_BYTES, |n| n as usize),
+            .map_or(plaudit_cluster::actor_mover::MAX_COPY_BYTES, |n| n as usize),
         event_ids: plaudit_actors::command::Dedup {
             window_s: cfg.event_id_window_secs,
             max_ids: cfg.event_ids_per_board,

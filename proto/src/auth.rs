@@ -128,6 +128,10 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
     let allowed = match req {
         // Anyone may talk to a node and learn its routing.
         Request::Ping | Request::Hello(_) | Request::Auth(_) | Request::Routing => true,
+        // Which entities moved where (ids and shards, not their state):
+        // the SDK routes reads by it, as by the map. A business is told its
+        // own only (the node's server filters the answer by the role).
+        Request::EntityRoutes => true,
         Request::Like(r) => own_biz(r.biz) && !read_only,
         Request::Status(r) => own_biz(r.biz),
         Request::Counts(r) => own_biz(r.biz),
@@ -165,6 +169,8 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         | Request::HotKeys(_)
         | Request::MoveBoard(_)
         | Request::Placements
+        | Request::MoveEntity(_)
+        | Request::EntityPlacements
         | Request::Members(_) => false,
     };
     if allowed {

@@ -119,10 +119,22 @@ pub enum Request {
     /// Moved sub-boards and the moves under way (admin only); answered
     /// `Placements`.
     Placements,
+    /// Moves an entity's counts and likers to another shard (admin only);
+    /// answered `Done` once the move is recorded. `EntityPlacements` shows
+    /// its steps.
+    MoveEntity(crate::placement::MoveEntity),
+    /// Moved entities and the moves under way (admin only); answered
+    /// `EntityPlacements`.
+    EntityPlacements,
+    /// Where moved entities live (any client: the SDK asks with each
+    /// routing table, to send an entity's reads to where it lives; a
+    /// business's token is told its own entities only, at most 32,768);
+    /// answered `EntityRoutes`.
+    EntityRoutes,
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 40] = [
+pub const OPS: [&str; 43] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -163,6 +175,9 @@ pub const OPS: [&str; 40] = [
     "replica",
     "move_board",
     "placements",
+    "move_entity",
+    "entity_placements",
+    "entity_routes",
 ];
 
 impl Request {
@@ -219,6 +234,9 @@ impl Request {
             Request::Replica(_) => "replica",
             Request::MoveBoard(_) => "move_board",
             Request::Placements => "placements",
+            Request::MoveEntity(_) => "move_entity",
+            Request::EntityPlacements => "entity_placements",
+            Request::EntityRoutes => "entity_routes",
         }
     }
 
@@ -240,7 +258,8 @@ impl Request {
             }
             Request::HotSet(r) => r.validate(),
             Request::MoveBoard(m) => m.validate(),
-            Request::Placements => Ok(()),
+            Request::Placements | Request::EntityPlacements | Request::EntityRoutes => Ok(()),
+            Request::MoveEntity(_) => Ok(()),
             Request::Replica(req) => match **req {
                 Request::Status(_)
                 | Request::Counts(_)
@@ -318,6 +337,7 @@ impl Request {
             Request::DrainNode(_) | Request::Nodes | Request::Members(_) => None,
             Request::HotKeys(_) | Request::HotSet(_) => None,
             Request::MoveBoard(_) | Request::Placements => None,
+            Request::MoveEntity(_) | Request::EntityPlacements | Request::EntityRoutes => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::CreateRankInfo(i) => i.owner,
             Request::Once { req, .. } | Request::Stale(req) | Request::Replica(req) => req.biz(),
@@ -395,6 +415,10 @@ pub enum Response {
     HotSet(Vec<crate::hotkeys::HotKey>),
     /// The reply to `Placements`.
     Placements(Box<crate::placement::Placements>),
+    /// The reply to `EntityPlacements`.
+    EntityPlacements(Box<crate::placement::EntityPlacements>),
+    /// The reply to `EntityRoutes`: each moved entity and its shard.
+    EntityRoutes(Vec<(crate::placement::EntityKey, crate::ids::ShardId)>),
 }
 
 #[cfg(test)]
@@ -473,6 +497,9 @@ mod tests {
                 to_shard: 2,
             }),
             Request::Placements,
+            Request::MoveEntity(crate::placement::MoveEntity { biz: 1, entity: 2, to_shard: 3 }),
+            Request::EntityPlacements,
+            Request::EntityRoutes,
         ]
     }
 

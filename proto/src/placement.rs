@@ -1,22 +1,29 @@
-//! Where moved sub-boards live, and the moves under way: what the metadata
-//! group records (`Command::SetPlacements`) so that every node routes a
-//! moved board to its new shard, and a new metadata leader resumes a move
-//! from the step it reached.
+//! Where moved actors live (sub-boards, and entities' counts and likers),
+//! and the moves under way: what the metadata group records
+//! (`Command::SetPlacements`, `Command::SetEntityPlacements`) so that every
+//! node routes a moved actor to its new shard, and a new metadata leader
+//! resumes a move from the step it reached.
 //!
-//! A board lives on `routing::board_shard` unless `placed` names another
-//! shard. A move goes through these steps, each recorded before the next
-//! begins (the shards' side of each step is `actors/src/rankings/residence.rs`):
+//! An actor lives on its hash shard (`Placeable::home`) unless `placed`
+//! names another shard. A move goes through these steps, each recorded
+//! before the next begins (the shards' side of each step is
+//! `actors/src/residence.rs`):
 //!
 //! ```text
-//! Freeze    the source refuses new events for the board (its state is final)
-//! Copy      the target takes the frozen image, serving reads, refusing events
-//! Release   (recorded together with the new placement) the source drops the board
-//! Activate  the target takes events again; then the move is gone
+//! Freeze    the source stops taking writes for the actor (its state is final)
+//! Copy      the target takes the frozen image, serving reads
+//! Release   (recorded together with the new placement) the source drops the actor
+//! Activate  the target takes writes again; then the move is gone
 //! ```
+//!
+//! Boards and entities share the steps and this record
+//! (`PlacementsOf<K>`); what "writes" are differs (a board's events are
+//! refused while frozen, an entity's delivered deltas are held), which is
+//! the shards' business.
 
-use crate::ids::ShardId;
+use crate::ids::{BizId, EntityId, ShardId};
 use crate::rankings::RankId;
-use crate::routing::board_shard;
+use crate::routing::{board_shard, shard_of};
 use crate::WireError;
 use serde::{Deserialize, Serialize};
 
@@ -43,11 +50,54 @@ impl MoveBoard {
     }
 }
 
+/// `plaudit admin move --entity BIZ:ENTITY --to-shard S`: moves an
+/// entity's counts and likers (its likes' truth stays on its likers'
+/// shards).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoveEntity {
+    pub biz: BizId,
+    pub entity: EntityId,
+    pub to_shard: ShardId,
+}
+
+/// What can be moved between shards: a key with a hash shard.
+pub trait Placeable: Clone + Ord + std::hash::Hash + std::fmt::Debug {
+    /// The shard the key lives on unless it was moved.
+    fn home(&self, shards: u32) -> ShardId;
+    /// Whether a key placed off its home may be moved again. An entity may
+    /// not: deltas reach a moved entity through its home shard, and a
+    /// second move (or one back home) could let a later delta overtake an
+    /// earlier one still on its way through the old path
+    /// (`actors/src/likes/residence.rs`).
+    const MOVES_AGAIN: bool;
+}
+
 /// A sub-board: its ranking and binary type id (`TypeId::to_key`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct BoardKey {
     pub rank: RankId,
     pub type_key: Vec<u8>,
+}
+
+impl Placeable for BoardKey {
+    fn home(&self, shards: u32) -> ShardId {
+        board_shard(self.rank, &self.type_key, shards)
+    }
+    const MOVES_AGAIN: bool = true;
+}
+
+/// An entity, whose counts and likers its shard holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct EntityKey {
+    pub biz: BizId,
+    pub entity: EntityId,
+}
+
+impl Placeable for EntityKey {
+    fn home(&self, shards: u32) -> ShardId {
+        shard_of(self.biz, self.entity, shards)
+    }
+    const MOVES_AGAIN: bool = false;
 }
 
 /// The step a move takes next. Variants are only appended.
@@ -76,8 +126,8 @@ impl MoveStep {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BoardMove {
-    pub board: BoardKey,
+pub struct MoveOf<K> {
+    pub key: K,
     pub from: ShardId,
     pub to: ShardId,
     pub step: MoveStep,
@@ -86,15 +136,29 @@ pub struct BoardMove {
     pub started_ms: u64,
 }
 
-/// Moved boards and moves under way, under an epoch that rises with every
+pub type BoardMove = MoveOf<BoardKey>;
+pub type EntityMove = MoveOf<EntityKey>;
+
+/// Moved actors and moves under way, under an epoch that rises with every
 /// change (a change proposed twice, or from an older view, is refused).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Placements {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementsOf<K> {
     pub epoch: u64,
-    /// Boards that live elsewhere than their hash shard, sorted by board.
-    pub placed: Vec<(BoardKey, ShardId)>,
-    pub moves: Vec<BoardMove>,
+    /// Keys that live elsewhere than their hash shard, sorted by key.
+    pub placed: Vec<(K, ShardId)>,
+    pub moves: Vec<MoveOf<K>>,
 }
+
+impl<K> Default for PlacementsOf<K> {
+    fn default() -> Self {
+        PlacementsOf { epoch: 0, placed: Vec::new(), moves: Vec::new() }
+    }
+}
+
+/// Moved sub-boards and their moves.
+pub type Placements = PlacementsOf<BoardKey>;
+/// Moved entities and their moves.
+pub type EntityPlacements = PlacementsOf<EntityKey>;
 
 impl Placements {
     /// The shard a board lives on (its hash shard unless it was moved).
@@ -103,39 +167,56 @@ impl Placements {
             .binary_search_by(|(b, _)| (b.rank, b.type_key.as_slice()).cmp(&(rank, type_key)))
             .map_or_else(|_| board_shard(rank, type_key, shards), |i| self.placed[i].1)
     }
+}
 
-    pub fn move_of(&self, board: &BoardKey) -> Option<&BoardMove> {
-        self.moves.iter().find(|m| &m.board == board)
+impl EntityPlacements {
+    /// The shard an entity lives on (its hash shard unless it was moved).
+    pub fn entity_shard(&self, biz: BizId, entity: EntityId, shards: u32) -> ShardId {
+        self.placed
+            .binary_search_by(|(k, _)| (k.biz, k.entity).cmp(&(biz, entity)))
+            .map_or_else(|_| shard_of(biz, entity, shards), |i| self.placed[i].1)
+    }
+}
+
+impl<K: Placeable> PlacementsOf<K> {
+    /// Where `key` lives.
+    pub fn home_of(&self, key: &K, shards: u32) -> ShardId {
+        self.placed
+            .binary_search_by(|(k, _)| k.cmp(key))
+            .map_or_else(|_| key.home(shards), |i| self.placed[i].1)
+    }
+
+    pub fn move_of(&self, key: &K) -> Option<&MoveOf<K>> {
+        self.moves.iter().find(|m| &m.key == key)
     }
 
     /// The placements with a move of `board` to shard `to` recorded, or why
     /// not: a move of it is under way, `to` is where it lives, is not a
     /// shard, or too many moves are under way.
-    pub fn start(
-        &self,
-        board: BoardKey,
-        to: ShardId,
-        shards: u32,
-        now_ms: u64,
-    ) -> Result<Placements, WireError> {
+    pub fn start(&self, key: K, to: ShardId, shards: u32, now_ms: u64) -> Result<Self, WireError> {
         if to >= shards {
             return Err(WireError::bad_request(format!(
                 "shard {to} does not exist (the cluster has {shards})"
             )));
         }
-        if self.move_of(&board).is_some() {
-            return Err(WireError::refused("a move of this board is under way"));
+        if self.move_of(&key).is_some() {
+            return Err(WireError::refused(format!("a move of {key:?} is under way")));
         }
         if self.moves.len() >= MAX_MOVES {
             return Err(WireError::refused(format!("{MAX_MOVES} moves are under way already")));
         }
-        let from = self.shard_of(board.rank, &board.type_key, shards);
+        let from = self.home_of(&key, shards);
         if from == to {
-            return Err(WireError::bad_request(format!("the board is on shard {to} already")));
+            return Err(WireError::bad_request(format!("{key:?} is on shard {to} already")));
+        }
+        if !K::MOVES_AGAIN && from != key.home(shards) {
+            return Err(WireError::refused(format!(
+                "{key:?} was moved to shard {from} already, and an entity moves only once"
+            )));
         }
         let mut next = self.clone();
         next.epoch += 1;
-        next.moves.push(BoardMove { board, from, to, step: MoveStep::Freeze, started_ms: now_ms });
+        next.moves.push(MoveOf { key, from, to, step: MoveStep::Freeze, started_ms: now_ms });
         Ok(next)
     }
 
@@ -143,8 +224,8 @@ impl Placements {
     /// step recorded (with the board placed on its target when the next is
     /// `Release`), or the move gone after `Activate`. `None` if the move is
     /// not there or is at another step (a repeat: nothing to record).
-    pub fn advance(&self, board: &BoardKey, done: MoveStep, shards: u32) -> Option<Placements> {
-        let i = self.moves.iter().position(|m| &m.board == board && m.step == done)?;
+    pub fn advance(&self, key: &K, done: MoveStep, shards: u32) -> Option<Self> {
+        let i = self.moves.iter().position(|m| &m.key == key && m.step == done)?;
         let mut next = self.clone();
         next.epoch += 1;
         match done {
@@ -152,7 +233,7 @@ impl Placements {
             MoveStep::Copy => {
                 next.moves[i].step = MoveStep::Release;
                 let to = next.moves[i].to;
-                next.place(board, to, shards);
+                next.place(key, to, shards);
             }
             MoveStep::Release => next.moves[i].step = MoveStep::Activate,
             MoveStep::Activate | MoveStep::Abort => {
@@ -165,8 +246,8 @@ impl Placements {
     /// The placements with `board`'s move given up, if it may still be:
     /// before its `Release` step is recorded (the board is not placed on
     /// its target yet). `None` otherwise, or if there is no such move.
-    pub fn abort(&self, board: &BoardKey) -> Option<Placements> {
-        let i = self.moves.iter().position(|m| &m.board == board)?;
+    pub fn abort(&self, key: &K) -> Option<Self> {
+        let i = self.moves.iter().position(|m| &m.key == key)?;
         if !matches!(self.moves[i].step, MoveStep::Freeze | MoveStep::Copy) {
             return None;
         }
@@ -176,17 +257,17 @@ impl Placements {
         Some(next)
     }
 
-    /// Records `board` on shard `to`: no entry where that is its hash shard.
-    fn place(&mut self, board: &BoardKey, to: ShardId, shards: u32) {
-        let at = self.placed.binary_search_by(|(b, _)| b.cmp(board));
-        let home = board_shard(board.rank, &board.type_key, shards) == to;
+    /// Records `key` on shard `to`: no entry where that is its hash shard.
+    fn place(&mut self, key: &K, to: ShardId, shards: u32) {
+        let at = self.placed.binary_search_by(|(k, _)| k.cmp(key));
+        let home = key.home(shards) == to;
         match (at, home) {
             (Ok(i), true) => {
                 self.placed.remove(i);
             }
             (Ok(i), false) => self.placed[i].1 = to,
             (Err(_), true) => {}
-            (Err(i), false) => self.placed.insert(i, (board.clone(), to)),
+            (Err(i), false) => self.placed.insert(i, (key.clone(), to)),
         }
     }
 }
@@ -296,5 +377,24 @@ mod tests {
             assert_eq!(p.shard_of(1, &b.type_key, 7), to);
         }
         assert!(p.placed.windows(2).all(|w| w[0].0 < w[1].0), "sorted");
+    }
+
+    #[test]
+    fn an_entity_moves_once_and_is_found_where_it_went() {
+        let e = EntityKey { biz: 3, entity: 42 };
+        let home = shard_of(3, 42, 6);
+        let to = (home + 2) % 6;
+        let p = EntityPlacements::default();
+        assert_eq!(p.entity_shard(3, 42, 6), home);
+        let mut p = p.start(e, to, 6, 0).unwrap();
+        for step in [MoveStep::Freeze, MoveStep::Copy, MoveStep::Release, MoveStep::Activate] {
+            p = p.advance(&e, step, 6).unwrap();
+        }
+        assert_eq!(p.entity_shard(3, 42, 6), to);
+        assert_eq!(p.home_of(&e, 6), to);
+        assert_eq!(p.entity_shard(3, 43, 6), shard_of(3, 43, 6), "others stay home");
+        let again = p.start(e, (to + 1) % 6, 6, 0).unwrap_err();
+        assert_eq!(again.code, ErrorCode::Refused, "{again:?}");
+        assert_eq!(p.start(e, home, 6, 0).unwrap_err().code, ErrorCode::Refused, "nor back home");
     }
 }

@@ -177,6 +177,22 @@ impl StateStore {
         self.list_page(biz, keys::likers_prefix(shard, entity), after, limit)
     }
 
+    /// Every liker of an entity, newest first (a move's copy): read in
+    /// pages, so no page is allocated for more than it holds.
+    pub fn all_likers(&self, biz: BizId, shard: u32, entity: EntityId) -> Result<Vec<ListItem>> {
+        const PAGE: usize = 4096;
+        let mut out: Vec<ListItem> = Vec::new();
+        loop {
+            let after = out.last().map(|i| PageCursor { mtime: i.mtime, id: i.id });
+            let page = self.likers(biz, shard, entity, after, PAGE)?;
+            let full = page.len() == PAGE;
+            out.extend(page);
+            if !full {
+                return Ok(out);
+            }
+        }
+    }
+
     /// Both list layouts are `prefix, mtime, id`: walk backwards from the
     /// cursor (exclusive) or from the end of the prefix.
     fn list_page(
@@ -319,6 +335,12 @@ impl WriteSet {
         v[17..25].copy_from_slice(&c.owner.unwrap_or(0).to_be_bytes());
         self.put(TreeRef::Biz(biz), keys::counts(shard, entity), &v);
         self.counts.push((biz, shard, entity, c));
+    }
+
+    /// Removes an entity's counts (it moved away).
+    pub fn del_counts(&mut self, biz: BizId, shard: u32, entity: EntityId) {
+        self.del(TreeRef::Biz(biz), keys::counts(shard, entity));
+        self.counts.push((biz, shard, entity, CountsRec::default()));
     }
 
     pub fn put_received(&mut self, biz: BizId, shard: u32, owner: UserId, total: u64) {

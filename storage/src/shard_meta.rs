@@ -11,6 +11,8 @@
 //! | `o:` + target shard + seq | the encoded delta |
 //! | `n:` + target shard | `v1, next outbox seq u64` |
 //! | `r:` + ranking + type key | a sub-board's residence, encoded by the shard (`rankings/residence.rs`) |
+//! | `e:` + business + entity | an entity's residence, encoded by the shard (`likes/residence.rs`) |
+//! | `h:` + business + entity + seq | a delta held for a moving entity, encoded by the shard |
 //!
 //! The inbox lets a shard skip a delta it has applied already; the outbox
 //! holds the deltas this shard owes other shards until they acknowledge
@@ -36,6 +38,10 @@ pub(crate) mod meta {
     pub const NEXT: u8 = b'n';
     /// `r:` + ranking + type key -> a moved sub-board's residence.
     pub const RESIDENCE: u8 = b'r';
+    /// `e:` + business + entity -> a moved entity's residence.
+    pub const ENTITY_RESIDENCE: u8 = b'e';
+    /// `h:` + business + entity + seq -> a delta held for a moving entity.
+    pub const HELD: u8 = b'h';
 }
 
 /// A stored residence entry: `(ranking, type key, value)`.
@@ -44,6 +50,15 @@ pub type ResidenceRow = (u32, Vec<u8>, Vec<u8>);
 fn residence_key(rank: u32, type_key: &[u8]) -> Vec<u8> {
     let mut k = tagged(meta::RESIDENCE, rank);
     k.extend_from_slice(type_key);
+    k
+}
+
+/// A stored entity residence entry: `(business, entity, value)`.
+pub type EntityResidenceRow = (u32, u64, Vec<u8>);
+
+fn entity_tagged(tag: u8, biz: u32, entity: u64) -> Vec<u8> {
+    let mut k = tagged(tag, biz);
+    k.extend_from_slice(&entity.to_be_bytes());
     k
 }
 
@@ -153,6 +168,32 @@ impl StateStore {
         Ok(out)
     }
 
+    /// The entity residence entries of `shard`. Few (one per entity moved
+    /// to or from the shard), read once per start.
+    pub fn entity_residences(&self, shard: u32) -> Result<Vec<EntityResidenceRow>> {
+        let mut out = Vec::new();
+        let range = prefix_range(&[meta::ENTITY_RESIDENCE, b':']);
+        self.scan(shard, TreeRef::Shard(shard), range, false, |k, v| {
+            let biz = read_u32(&k[2..]).ok_or_else(|| corrupt("entity residence key", k))?;
+            let entity = read_u64(k, 6).ok_or_else(|| corrupt("entity residence key", k))?;
+            out.push((biz, entity, v.to_vec()));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// The deltas `shard` holds for a moving entity, oldest first.
+    pub fn held_deltas(&self, shard: u32, biz: u32, entity: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        let prefix = entity_tagged(meta::HELD, biz, entity);
+        let mut out = Vec::new();
+        self.scan(shard, TreeRef::Shard(shard), prefix_range(&prefix), false, |k, v| {
+            let seq = read_u64(k, prefix.len()).ok_or_else(|| corrupt("held delta key", k))?;
+            out.push((seq, v.to_vec()));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     /// Number of outbox entries waiting in `shard` (for metrics).
     pub fn outbox_len(&self, shard: u32) -> Result<usize> {
         let mut n = 0;
@@ -193,6 +234,38 @@ impl WriteSet {
     pub fn put_residence(&mut self, shard: u32, rank: u32, type_key: &[u8], value: Option<&[u8]>) {
         let k = residence_key(rank, type_key);
         match value {
+            Some(v) => self.put(TreeRef::Shard(shard), k, v),
+            None => self.del(TreeRef::Shard(shard), k),
+        }
+    }
+
+    /// Sets (`Some`) or removes an entity's residence entry.
+    pub fn put_entity_residence(
+        &mut self,
+        shard: u32,
+        biz: u32,
+        entity: u64,
+        value: Option<&[u8]>,
+    ) {
+        let k = entity_tagged(meta::ENTITY_RESIDENCE, biz, entity);
+        match value {
+            Some(v) => self.put(TreeRef::Shard(shard), k, v),
+            None => self.del(TreeRef::Shard(shard), k),
+        }
+    }
+
+    /// Holds (`Some`) or forgets a delta for a moving entity.
+    pub fn put_held_delta(
+        &mut self,
+        shard: u32,
+        biz: u32,
+        entity: u64,
+        seq: u64,
+        v: Option<&[u8]>,
+    ) {
+        let mut k = entity_tagged(meta::HELD, biz, entity);
+        k.extend_from_slice(&seq.to_be_bytes());
+        match v {
             Some(v) => self.put(TreeRef::Shard(shard), k, v),
             None => self.del(TreeRef::Shard(shard), k),
         }
@@ -258,5 +331,28 @@ mod tests {
         s.stage(ws);
         assert_eq!(s.residences(2).unwrap().len(), 1);
         assert_eq!(s.outbox_len(2).unwrap(), 1, "other meta keys untouched");
+    }
+
+    #[test]
+    fn entity_residences_and_held_deltas_are_kept_apart() {
+        let (_d, s) = store();
+        let mut ws = WriteSet::new(2);
+        ws.put_entity_residence(2, 1, 300, Some(b"x"));
+        ws.put_held_delta(2, 1, 300, 2, Some(b"b"));
+        ws.put_held_delta(2, 1, 300, 1, Some(b"a"));
+        ws.put_held_delta(2, 1, 301, 1, Some(b"c"));
+        ws.put_residence(2, 1, b"total:0", Some(b"y"));
+        s.stage(ws);
+        assert_eq!(s.entity_residences(2).unwrap(), vec![(1, 300, b"x".to_vec())]);
+        assert_eq!(s.residences(2).unwrap().len(), 1, "boards' entries apart");
+        let held = s.held_deltas(2, 1, 300).unwrap();
+        assert_eq!(held, vec![(1, b"a".to_vec()), (2, b"b".to_vec())], "oldest first");
+        let mut ws = WriteSet::new(2);
+        ws.put_held_delta(2, 1, 300, 1, None);
+        ws.put_entity_residence(2, 1, 300, None);
+        s.stage(ws);
+        assert_eq!(s.held_deltas(2, 1, 300).unwrap().len(), 1);
+        assert_eq!(s.held_deltas(2, 1, 301).unwrap().len(), 1, "another entity's untouched");
+        assert!(s.entity_residences(2).unwrap().is_empty());
     }
 }

@@ -15,26 +15,16 @@
 //! Nodes run with `fault_injection` on (the links seam and the digest
 //! endpoint); everything else is the production configuration.
 
+mod builder;
+
+pub use builder::ClusterBuilder;
+
 use crate::{free_ports, metric_sum, wait_until, Node, CONVERGE_TIMEOUT, READY_TIMEOUT};
 
 use plaudit_client::{Client, ClientOptions};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-
-/// How a cluster is started.
-#[derive(Debug, Clone)]
-pub struct ClusterBuilder {
-    size: usize,
-    shards: u32,
-    env: Vec<(String, String)>,
-    /// `--bootstrap-expect`; every node when unset.
-    expect: Option<usize>,
-    /// Nodes that run as `partition::USER`.
-    isolatable: Vec<u64>,
-    /// The CA SDK clients trust (nodes started with certificates).
-    client_ca: Option<std::path::PathBuf>,
-}
 
 pub struct Cluster {
     nodes: Vec<Node>,
@@ -49,134 +39,6 @@ pub struct Cluster {
 
 /// The cluster secret's file name inside `Cluster::secret_dir`.
 const SECRET_FILE: &str = "cluster-secret";
-
-impl ClusterBuilder {
-    pub fn shards(mut self, n: u32) -> Self {
-        self.shards = n;
-        self
-    }
-
-    /// Every node presents `cert` (`key`) to clients and peers and trusts
-    /// `ca` for peers; SDK clients trust `ca`.
-    pub fn tls(self, ca: &std::path::Path, cert: &std::path::Path, key: &std::path::Path) -> Self {
-        let mut b = self
-            .env("PLAUDIT_TLS_CERT_FILE", cert.display())
-            .env("PLAUDIT_TLS_KEY_FILE", key.display())
-            .env("PLAUDIT_TLS_CA_FILE", ca.display());
-        b.client_ca = Some(ca.to_path_buf());
-        b
-    }
-
-    /// Sets an environment variable for every node, e.g. `PLAUDIT_SNAPSHOT_EVERY_ENTRIES`.
-    pub fn env(mut self, key: &str, value: impl ToString) -> Self {
-        self.env.push((key.to_string(), value.to_string()));
-        self
-    }
-
-    /// Runs node `id` as `partition::USER`, so that `Cluster::isolate`
-    /// can cut it off with the kernel's packet filter.
-    pub fn isolatable(mut self, id: u64) -> Self {
-        self.isolatable.push(id);
-        self
-    }
-
-    /// `--bootstrap-expect` for every node (the founders are the nodes at
-    /// the first `n` seed addresses, sorted); by default, every node.
-    pub fn bootstrap_expect(mut self, n: usize) -> Self {
-        self.expect = Some(n);
-        self
-    }
-
-    /// Spawns every node and waits until each is ready and every shard has
-    /// a leader.
-    pub fn start(self) -> Cluster {
-        let mut cluster = self.build();
-        for n in &mut cluster.nodes {
-            if let Err(e) = n.spawn() {
-                n.fail(&e);
-            }
-        }
-        let deadline = Instant::now() + READY_TIMEOUT;
-        for i in 0..cluster.nodes.len() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let n = &cluster.nodes[i];
-            if let Err(e) = wait_ready_shared(n, left) {
-                n.fail(&format!("cluster did not form: {e}"));
-            }
-        }
-        cluster
-    }
-
-    /// Spawns the nodes in `order` (ids), `gap` apart, and returns without
-    /// waiting for any to be ready.
-    pub fn spawn_in_order(self, order: &[u64], gap: Duration) -> Cluster {
-        let mut cluster = self.build();
-        for &id in order {
-            let n = cluster.node_mut(id);
-            if let Err(e) = n.spawn() {
-                n.fail(&e);
-            }
-            std::thread::sleep(gap);
-        }
-        cluster
-    }
-
-    /// The nodes, not started: every node's peer address is a seed.
-    fn build(self) -> Cluster {
-        let secret_dir = tempfile::tempdir().expect("tempdir");
-        let secret = secret_dir.path().join(SECRET_FILE);
-        std::fs::write(&secret, "test-cluster-secret-0123456789abcdef\n").expect("secret file");
-        let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
-        let all = free_ports(self.size * 3);
-        let ports: Vec<(u16, u16, u16)> = all.chunks(3).map(|c| (c[0], c[1], c[2])).collect();
-        let join: Vec<String> = ports.iter().map(|p| addr(p.2).to_string()).collect();
-        let mut env = self.env.clone();
-        env.push(("PLAUDIT_FAULT_INJECTION".into(), "true".into()));
-        let nodes: Vec<Node> = ports
-            .iter()
-            .enumerate()
-            .map(|(i, &(client, admin, peer))| {
-                let args = vec![
-                    format!("--node-id={}", i + 1),
-                    format!("--peer-listen={}", addr(peer)),
-                    format!("--join={}", join.join(",")),
-                    format!("--bootstrap-expect={}", self.expect.unwrap_or(self.size)),
-                    format!("--cluster-secret-file={}", secret.display()),
-                ];
-                Node::new(
-                    i as u64 + 1,
-                    self.shards,
-                    (addr(client), addr(admin), addr(peer)),
-                    args,
-                    env.clone(),
-                )
-            })
-            .collect();
-        let (shards, client_ca) = (self.shards, self.client_ca.clone());
-        let mut cluster = Cluster { nodes, secret_dir, shards, env, token: None, client_ca };
-        for id in self.isolatable {
-            let secret = cluster.secret_dir.path().to_path_buf();
-            let n = cluster.node_mut(id);
-            let given = n.run_as_partition_user().and_then(|()| crate::partition::give(&secret));
-            if let Err(e) = given {
-                n.fail(&format!("cannot run node {id} as {}: {e}", crate::partition::USER));
-            }
-        }
-        cluster
-    }
-}
-
-/// `Node::wait_ready` for a node that is borrowed shared.
-fn wait_ready_shared(n: &Node, timeout: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if n.is_ready() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Err(format!("node {} not ready within {timeout:?}", n.id()))
-}
 
 impl Cluster {
     /// Cuts node `id` (started `isolatable`) off from every other node with
@@ -327,6 +189,20 @@ impl Cluster {
         self.secret_dir.path().join(SECRET_FILE)
     }
 
+    /// Three nodes of `shards` shards that relieve a hot node on their own
+    /// (`hot_move_min_rps` 100, after 2 s: the automatic relief tests),
+    /// converged, and an admin client.
+    pub async fn hot_relief(shards: u32) -> (Cluster, Client) {
+        let cluster = Cluster::builder(3)
+            .shards(shards)
+            .env("PLAUDIT_HOT_MOVE_MIN_RPS", 100)
+            .env("PLAUDIT_HOT_MOVE_AFTER_SECS", 2)
+            .start();
+        cluster.wait_converged().await;
+        let admin = cluster.client().await;
+        (cluster, admin)
+    }
+
     pub fn builder(size: usize) -> ClusterBuilder {
         ClusterBuilder {
             size,
@@ -435,6 +311,22 @@ impl Cluster {
             *count.entry(l).or_default() += 1;
         }
         count.into_iter().max_by_key(|(id, n)| (*n, std::cmp::Reverse(*id))).map_or(1, |(id, _)| id)
+    }
+
+    /// The leader of `shard` as the status reports it, waiting up to 10 s
+    /// for one (the test fails without).
+    pub async fn leader_of(&self, shard: u32) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(Some(id)) = self.leaders().get(shard as usize) {
+                return *id;
+            }
+            if Instant::now() > deadline {
+                self.dump_logs();
+                panic!("shard {shard} has no leader within 10 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Waits until every shard has a leader among `among` (as `via` sees it).

@@ -120,7 +120,13 @@ impl History {
 
     fn failure(&self, what: String) {
         self.unknown.fetch_add(1, Ordering::Relaxed);
-        self.first_failure.lock().unwrap().get_or_insert(what);
+        // The wall clock, to find the moment in the nodes' logs (UTC).
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let s = now.as_secs() % 86_400;
+        let at =
+            format!("{:02}:{:02}:{:02}.{:03}Z", s / 3600, s / 60 % 60, s % 60, now.subsec_millis());
+        self.first_failure.lock().unwrap().get_or_insert(format!("{what} (at {at})"));
     }
 
     fn record_like(
@@ -316,6 +322,9 @@ pub async fn score_load(
             })
             .collect();
         for (&(item, id), h) in batch.iter().zip(handles) {
+            // Each event id is sent by one call only: `Duplicate` here would
+            // be the SDK reporting its own retry of an applied attempt as
+            // someone else's (`retry::settle` reports it applied).
             let acked = match h.await.expect("score task") {
                 Ok(r) if r.boards.iter().all(|b| b.outcome == Outcome::Applied) => Ok(()),
                 Ok(r) => Err(format!("{:?}", r.boards)),

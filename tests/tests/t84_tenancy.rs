@@ -111,3 +111,49 @@ async fn a_ranking_of_one_business_is_never_given_to_another() {
     let row = &listed["rankings"].as_array().unwrap()[0];
     assert!(row.get("owner").is_none(), "a list does not claim to know owners: {row}");
 }
+
+/// Where moved entities live is told to a business's token for its own
+/// entities only; the admin sees them all.
+#[tokio::test]
+async fn a_business_is_told_where_its_own_moved_entities_live_only() {
+    use plaudit_client::proto::placement::{EntityPlacements, MoveEntity};
+    use plaudit_client::proto::routing::shard_of;
+    use plaudit_client::proto::{Request, Response};
+    use std::time::{Duration, Instant};
+
+    let node = Node::builder().env("PLAUDIT_ADMIN_TOKEN", ADMIN).start();
+    let shards = node.shards();
+    let admin = client_as(&node, ADMIN).await;
+    let mine = admin.create_biz(None, "mine", BizConfig::default()).await.unwrap().id;
+    let theirs = admin.create_biz(None, "theirs", BizConfig::default()).await.unwrap().id;
+    for biz in [mine, theirs] {
+        admin.like(biz, 7, 1, None).await.expect("a like");
+        let to_shard = (shard_of(biz, 7, shards) + 1) % shards;
+        let moved = admin.request(Request::MoveEntity(MoveEntity { biz, entity: 7, to_shard }));
+        assert!(matches!(moved.await, Ok(Response::Done)), "moving {biz}:7");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p: EntityPlacements = match admin.request(Request::EntityPlacements).await {
+            Ok(Response::EntityPlacements(p)) => *p,
+            other => panic!("EntityPlacements answered {other:?}"),
+        };
+        if p.placed.len() == 2 && p.moves.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the moves did not end: {p:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let routes = |c: Client| async move {
+        match c.request(Request::EntityRoutes).await {
+            Ok(Response::EntityRoutes(r)) => r.into_iter().map(|(k, _)| k.biz).collect::<Vec<_>>(),
+            other => panic!("EntityRoutes answered {other:?}"),
+        }
+    };
+    let (my_token, _) = admin.create_token(mine, &[], true).await.unwrap();
+    assert_eq!(routes(client_as(&node, &my_token).await).await, vec![mine]);
+    let mut all = routes(admin).await;
+    all.sort_unstable();
+    assert_eq!(all, vec![mine, theirs], "the admin sees every business's");
+}

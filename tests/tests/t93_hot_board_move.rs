@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! 3 nodes, 6 shards, hot_move_min_rps 100, hot_move_after_secs 2
-//! two boards of one ranking whose shards one node leads, each scored, then
+//! two boards of one ranking on one shard, each scored, then
 //! read (top) ~300 times a second each through the SDK
 //!   ─> the metadata leader sees that node serve both: one board moves to a
 //!      shard another node leads (a single hot board would not: moving it
@@ -71,26 +71,21 @@ async fn check_room(client: &Client, room: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_board_that_stays_hot_moves_to_a_quieter_node_on_its_own() {
-    let cluster = Cluster::builder(3)
-        .shards(SHARDS)
-        .env("PLAUDIT_HOT_MOVE_MIN_RPS", 100)
-        .env("PLAUDIT_HOT_MOVE_AFTER_SECS", 2)
-        .start();
-    cluster.wait_converged().await;
-    let admin = cluster.client().await;
+    let (cluster, admin) = Cluster::hot_relief(SHARDS).await;
     let def = total_ranking(RANK, "hot");
     admin
         .create_rank(plaudit_client::proto::rankings::RankDef { dims: vec!["room".into()], ..def })
         .await
         .expect("the ranking");
 
-    // Two rooms whose boards live on shards one node leads.
+    // Two rooms whose boards live on one shard.
     let leaders = cluster.leaders();
-    let led_by = |room: u64| leaders[board_shard(RANK, &key(room).type_key, SHARDS) as usize];
+    let shard = |room: u64| board_shard(RANK, &key(room).type_key, SHARDS);
+    let led_by = |room: u64| leaders[shard(room) as usize];
     let (a, b) = (1..200u64)
         .flat_map(|a| (a + 1..200).map(move |b| (a, b)))
-        .find(|&(a, b)| led_by(a).is_some() && led_by(a) == led_by(b))
-        .expect("two rooms led by one node");
+        .find(|&(a, b)| led_by(a).is_some() && shard(a) == shard(b))
+        .expect("two rooms on one led shard");
     let node = led_by(a).expect("a leader");
     eprintln!("t93: rooms {a} and {b}, both led by node {node} (leaders {leaders:?})");
     for room in [a, b] {

@@ -34,7 +34,8 @@
 //! Registry keys: a ranking's own limit is `b"rlimit"` + its 4-byte id (10
 //! bytes); when it was last looked through, `b"rlpurged"` + the id (12); a
 //! reservation is `b"rb"` + the ranking's id + the board's type key (at
-//! least 15 bytes). No other registry key has those lengths.
+//! least 15 bytes). No other registry key has those lengths but
+//! `b"entity-placements"`, which the directory matches whole first.
 //! Memory: a reservation is its type key (9 bytes + 8 per dimension) in a
 //! `BTreeSet`, about 60-90 bytes with the set's overhead, on every replica
 //! of the metadata group; the limits bound it.

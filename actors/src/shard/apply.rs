@@ -54,6 +54,9 @@ pub(super) struct Applied {
     pub results: Vec<Vec<CmdResult>>,
     pub ws: WriteSet,
     pub outbox: OutboxDraft,
+    /// An entity's residence changed: publish the shard's moved entities
+    /// once the batch is staged (`entity_moves.rs`).
+    pub moved_entities: bool,
 }
 
 impl Applied {
@@ -82,7 +85,8 @@ impl ShardActor {
     /// them differently): every write below is ordered as if the entries
     /// were applied one at a time. An entry that drops or moves a board is
     /// applied in a call of its own, since its drops run after its other
-    /// commands and a move changes which boards take events.
+    /// commands and a move changes which boards take events (and which
+    /// entities take deltas).
     pub(super) async fn apply(
         &self,
         state: &mut ShardState,
@@ -90,9 +94,12 @@ impl ShardActor {
     ) -> ApplyResult {
         let drops = |e: &ApplyEntry| {
             e.batch.as_ref().is_some_and(|b| {
-                b.cmds
-                    .iter()
-                    .any(|c| matches!(c, Command::DropBoard { .. } | Command::MoveBoard(_)))
+                b.cmds.iter().any(|c| {
+                    matches!(
+                        c,
+                        Command::DropBoard { .. } | Command::MoveBoard(_) | Command::MoveEntity(_)
+                    )
+                })
             })
         };
         if !entries.iter().any(drops) {
@@ -122,6 +129,7 @@ impl ShardActor {
             results: Vec::with_capacity(entries.len()),
             ws: WriteSet::new(shard),
             outbox: OutboxDraft::default(),
+            moved_entities: false,
         };
         let mut likes = LikesPlan::new();
         let mut boards = BoardsPlan::new();
@@ -157,7 +165,16 @@ impl ShardActor {
                     }
                     Command::Deliver { source, records } => {
                         let seen = self.inbox_seq(state, *source)?;
-                        let applied = likes.deliver(seen, records, ei, &mut delivered);
+                        let res = self.entity_residences(state)?;
+                        let applied = likes.deliver(seen, records, ei, &mut delivered, |b, e| {
+                            res.route_delta(b, e)
+                        });
+                        // At once: a move step later in this entry must
+                        // find them (`entity_moves.rs`).
+                        self.hold_deltas(state, &mut out.ws, std::mem::take(&mut likes.held))?;
+                        for (e, k, to, d) in likes.forwarded.drain(..) {
+                            out.outbox.forwarded(e, k, to, d);
+                        }
                         if applied > seen {
                             state.inbox.insert(*source, applied);
                             out.ws.put_inbox_seq(shard, *source, applied);
@@ -177,6 +194,13 @@ impl ShardActor {
                         CmdResult::Done
                     }
                     Command::MoveBoard(m) => self.apply_move(state, m, &mut boards, &mut out.ws)?,
+                    Command::MoveEntity(m) => self.apply_entity_move(
+                        state,
+                        m,
+                        &mut likes,
+                        &mut out,
+                        (ei, &mut delivered),
+                    )?,
                     Command::CreateBiz(_)
                     | Command::CreateBizV2(_)
                     | Command::UpdateBiz(_)
@@ -189,6 +213,7 @@ impl ShardActor {
                     | Command::RevokeToken { .. }
                     | Command::SetBoardLimit(_)
                     | Command::SetPlacements(_)
+                    | Command::SetEntityPlacements(_)
                     | Command::ReserveBoards { .. } => {
                         registry::apply(&self.directory, self.cfg.is_meta, cmd, now, &mut out.ws)
                     }
@@ -215,7 +240,7 @@ impl ShardActor {
         // for it, so the two meet only in a race that the next sweep cleans).
         self.drop_boards(state, &mut out.ws, drops)?;
 
-        let Applied { results, mut ws, outbox } = out;
+        let Applied { results, mut ws, outbox, moved_entities } = out;
         let targets = self.push_outbox(state, &mut ws, outbox)?;
         for (target, seqs) in acks {
             ws.ack_outbox(shard, target, seqs.iter().copied());
@@ -228,6 +253,10 @@ impl ShardActor {
             state.floor = Some(floor);
         }
         self.store.stage(ws);
+        if moved_entities {
+            // Only now: a read the view lets in must find an import staged.
+            self.publish_moved_entities(state);
+        }
         // The metadata group checkpoints like any shard: nothing another
         // group applies reads the registry any more (rules travel in the
         // commands), and after a restart its log replays what the registry

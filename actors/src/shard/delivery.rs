@@ -5,7 +5,9 @@
 //!
 //! Outbox records are one per *(log entry, target)*, with deltas in command
 //! order: like deltas first, in the order of their commands, then owner
-//! deltas, in the order of the delivered deltas that caused them. A record
+//! deltas, in the order of the delivered deltas that caused them, then
+//! deltas sent on for entities that moved away (`likes/residence.rs`), in
+//! the order they arrived or were held. A record
 //! is then a function of its log entry alone. This matters after a crash:
 //! openraft may replay the entries since the last checkpoint grouped into
 //! apply calls differently, and a target may already have applied some of
@@ -52,6 +54,7 @@ impl OutboxSignal {
 type OutboxOrder = (u8, usize);
 const LIKE_DELTA: u8 = 0;
 const OWNER_DELTA: u8 = 1;
+const FORWARDED_DELTA: u8 = 2;
 
 /// The derived deltas of one apply call, per (entry, target), not yet numbered.
 #[derive(Default)]
@@ -63,6 +66,12 @@ impl OutboxDraft {
     /// A delta caused by the like at `(entry, cmd)`.
     pub fn like_delta(&mut self, entry: usize, cmd: usize, target: ShardId, d: Delta) {
         self.records.entry((entry, target)).or_default().push(((LIKE_DELTA, cmd), d));
+    }
+
+    /// The `k`th delivered delta of `entry`, or the `k`th held one a
+    /// `Release` at `entry` lets go, sent on to where its entity moved.
+    pub fn forwarded(&mut self, entry: usize, k: usize, target: ShardId, d: Delta) {
+        self.records.entry((entry, target)).or_default().push(((FORWARDED_DELTA, k), d));
     }
 
     /// A delta caused by the `k`th delivered delta of `entry`.

@@ -48,7 +48,7 @@ impl ShardHandle {
         after: Option<PageCursor>,
         limit: usize,
     ) -> PageResult {
-        self.ask(|reply| ShardMsg::UserPage { biz, user, after, limit, reply }).await?
+        self.ask_page(|reply| ShardMsg::UserPage { biz, user, after, limit, reply }).await
     }
 
     pub async fn liker_page(
@@ -58,7 +58,22 @@ impl ShardHandle {
         after: Option<PageCursor>,
         limit: usize,
     ) -> PageResult {
-        self.ask(|reply| ShardMsg::LikerPage { biz, entity, after, limit, reply }).await?
+        let build = |reply| ShardMsg::LikerPage { biz, entity, after, limit, reply };
+        self.ask_page(build).await
+    }
+
+    /// A page the shard passes on to a user's or an entity's actor, asked
+    /// once more if that actor stopped with the request in its mailbox (its
+    /// entity moved away at a Release, or a snapshot replaced the shard's
+    /// state; an eviction passivates by a message, after the request): the
+    /// second ask is answered `Moved`, or loads the actor again, where the
+    /// caller was told the shard had stopped. A shard that did stop fails
+    /// the second ask too (`actors/tests/apply.rs`).
+    async fn ask_page(&self, build: impl Fn(RpcReplyPort<PageResult>) -> ShardMsg) -> PageResult {
+        match self.ask(&build).await {
+            Err(ShardError::Stopped) => self.ask(build).await?,
+            answer => answer?,
+        }
     }
 
     /// A query on an active board, answered here from its view
@@ -125,6 +140,14 @@ impl ShardHandle {
         board: plaudit_proto::placement::BoardKey,
     ) -> Result<crate::rankings::residence::BoardCopy, ShardError> {
         self.ask(|r| ShardMsg::ExportBoard(board, r)).await?
+    }
+
+    /// The copy of an entity frozen here for a move.
+    pub async fn export_entity(
+        &self,
+        key: plaudit_proto::placement::EntityKey,
+    ) -> Result<crate::likes::residence::EntityCopy, ShardError> {
+        self.ask(|r| ShardMsg::ExportEntity(key, r)).await?
     }
 
     pub async fn reset(&self) -> Result<(), ShardError> {

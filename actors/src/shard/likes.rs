@@ -23,10 +23,11 @@ use crate::command::{CmdResult, Delta, EntityDelta};
 use crate::entity_actor::{self, EntityMsg};
 use crate::error::Fatal;
 use crate::likes::entity::{DeltaEffects, LikerChange};
+use crate::likes::residence::DeltaRoute;
 use crate::user_actor::{apply_without_actor, UserMsg, UserOp, UserOut};
 use plaudit_proto::likes::LikeRequest;
 use plaudit_proto::routing::shard_of;
-use plaudit_proto::{BizId, EntityId, Millis, UserId};
+use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId};
 use plaudit_storage::CountsRec;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -38,11 +39,29 @@ type EntityKey = (BizId, EntityId);
 pub(super) struct LikesPlan {
     users: Grouped<UserKey, UserOp>,
     ents: Grouped<EntityKey, EntityDelta>,
+    /// Delivered deltas for entities moving away, in arrival order
+    /// (`entity_moves.rs` holds them).
+    pub held: Vec<EntityDelta>,
+    /// Delivered deltas for entities moved away: `(entry, k, to, delta)`,
+    /// for the outbox.
+    pub forwarded: Vec<(usize, usize, ShardId, Delta)>,
 }
 
 impl LikesPlan {
     pub fn new() -> Self {
-        LikesPlan { users: Grouped::new(), ents: Grouped::new() }
+        LikesPlan {
+            users: Grouped::new(),
+            ents: Grouped::new(),
+            held: Vec::new(),
+            forwarded: Vec::new(),
+        }
+    }
+
+    /// Plans an entity delta applied here, numbered `(entry, delivered)`.
+    pub fn entity_delta(&mut self, ed: EntityDelta, entry: usize, delivered: &mut usize) {
+        // The slot only orders what this delta emits.
+        self.ents.push((ed.biz, ed.entity), ed, Some((entry, *delivered)));
+        *delivered += 1;
     }
 
     pub fn like(&mut self, r: &LikeRequest, now: Millis, slot: Slot) {
@@ -55,12 +74,15 @@ impl LikesPlan {
     /// a retry) and returns the highest seq now applied. Entity deltas are
     /// numbered `(entry, delivered)` in command order, which orders the
     /// owner deltas they cause in the outbox.
+    /// `route` says what to do with an entity's delta (`likes/residence.rs`):
+    /// apply it, hold it for a move, or send it on.
     pub fn deliver(
         &mut self,
         seen: u64,
         records: &[(u64, Vec<Delta>)],
         entry: usize,
         delivered: &mut usize,
+        route: impl Fn(BizId, EntityId) -> DeltaRoute,
     ) -> u64 {
         let mut applied = seen;
         for (seq, deltas) in records {
@@ -70,11 +92,14 @@ impl LikesPlan {
             applied = applied.max(*seq);
             for d in deltas {
                 match *d {
-                    Delta::Entity(ed) => {
-                        // The slot only orders what this delta emits.
-                        self.ents.push((ed.biz, ed.entity), ed, Some((entry, *delivered)));
-                        *delivered += 1;
-                    }
+                    Delta::Entity(ed) => match route(ed.biz, ed.entity) {
+                        DeltaRoute::Apply => self.entity_delta(ed, entry, delivered),
+                        DeltaRoute::Hold => self.held.push(ed),
+                        DeltaRoute::Forward(to) => {
+                            self.forwarded.push((entry, *delivered, to, *d));
+                            *delivered += 1;
+                        }
+                    },
                     Delta::Received { biz, owner, d_likes } => {
                         self.users.push((biz, owner), UserOp::Received(d_likes), None)
                     }

@@ -18,7 +18,8 @@ use super::rankings::BoardsPlan;
 use super::{ShardActor, ShardState};
 use crate::command::CmdResult;
 use crate::error::{Fatal, ShardError};
-use crate::rankings::residence::{BoardCopy, Effect, MoveCmd, Residence, Residences};
+use crate::rankings::residence::{BoardCopy, BoardResidences, MoveCmd};
+use crate::residence::{Effect, Residence};
 use plaudit_proto::codec;
 use plaudit_proto::placement::BoardKey;
 use plaudit_proto::rankings::RankId;
@@ -43,14 +44,15 @@ impl ShardActor {
     pub(super) fn residences<'s>(
         &self,
         state: &'s mut ShardState,
-    ) -> Result<&'s mut Residences, Fatal> {
+    ) -> Result<&'s mut BoardResidences, Fatal> {
         if state.residences.is_none() {
             let mut entries = Vec::new();
             for (rank, type_key, v) in self.store.residences(self.cfg.shard)? {
                 let ResidenceRecord::V1(r) = codec::from_bytes(&v)?;
                 entries.push((BoardKey { rank, type_key }, r));
             }
-            state.residences = Some(Residences::new(self.cfg.shard, self.cfg.shard_count, entries));
+            state.residences =
+                Some(BoardResidences::new(self.cfg.shard, self.cfg.shard_count, entries));
         }
         state
             .residences
@@ -73,7 +75,7 @@ impl ShardActor {
             Ok(done) => done,
             Err(e) => return Ok(CmdResult::Failed(e)),
         };
-        let b = cmd.board();
+        let b = cmd.key();
         let value = entry.map(|r| codec::to_bytes(&ResidenceRecord::V1(r))).transpose()?;
         ws.put_residence(shard, b.rank, &b.type_key, value.as_deref());
         match (effect, cmd) {

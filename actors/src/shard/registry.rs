@@ -46,6 +46,9 @@ pub(super) fn apply(
         Command::RevokeToken { id } => {
             directory.apply_revoke_token(*id, now, ws).map(CmdResult::Token)
         }
+        Command::SetEntityPlacements(p) => {
+            directory.apply_set_entity_placements(p, ws).map(|()| CmdResult::Done)
+        }
         Command::SetPlacements(p) => {
             directory.apply_set_placements(p, ws).map(|()| CmdResult::Done)
         }

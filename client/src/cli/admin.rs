@@ -1,5 +1,6 @@
 //! `plaudit admin status` and `plaudit admin drain`: the clap definitions
-//! (of every `admin` command: `move` and `placements` are `placement.rs`),
+//! (of every `admin` command: `move` and `placements` are `placement.rs`
+//! for boards and `entity_placement.rs` for entities),
 //! how a `ClusterStatus` prints, and how a drain is watched. `status`
 //! `--json` prints the status exactly as `proto::cluster::StatusView`
 //! serialises (the shape scripts and tests rely on); people get two tables:
@@ -22,7 +23,7 @@
 
 use super::human::{table, Align};
 use super::json;
-use clap::Subcommand;
+use clap::{ArgGroup, Subcommand};
 use plaudit_proto::cluster::{ClusterStatus, GroupStatus, ReplicaStatus, StatusView};
 use std::fmt::Write;
 
@@ -115,20 +116,35 @@ pub enum AdminCommand {
         #[arg(long)]
         wait: bool,
     },
-    /// Move one sub-board to another shard (e.g. a hot board off a busy
-    /// shard). Scores for it pause while it moves; reads keep being served.
+    /// Move one sub-board (--board), or one entity's counts and likers
+    /// (--entity), to another shard (e.g. a hot board or entity off a busy
+    /// shard).
+    ///
+    /// A board's scores pause while it moves; reads keep being served. An
+    /// entity's likes are never refused during a move; its counts lag until
+    /// the move ends. An entity moves only once: it cannot be moved again,
+    /// nor back (Refused, exit 1).
     ///
     /// Waits until the move is over (the placements are read every 50 ms)
     /// and prints how long it took; exits 1 (`Timeout`) if it is not within
     /// 30 s, saying which step it is at. Refused (`Refused`, exit 1) while
-    /// the board is moving already. With --json:
-    /// `{"rank":7,"board":"total:0","to_shard":3,"ms":84}` (`"ms":null`
-    /// with --no-wait).
+    /// the board or entity is moving already. With --json:
+    /// `{"rank":7,"board":"total:0","to_shard":3,"ms":84}` for a board,
+    /// `{"biz":1,"entity":42,"to_shard":3,"ms":84}` for an entity
+    /// (`"ms":null` with --no-wait).
+    #[command(group(ArgGroup::new("what").required(true).args(["board", "entity"])))]
     Move {
         /// The sub-board: its ranking id, a colon, then its type id, e.g.
         /// `7:total:0` or `7:day:1713052800_110000260`.
         #[arg(long, value_name = "RANK:TYPE_ID", value_parser = super::placement::parse_board)]
-        board: super::placement::BoardName,
+        board: Option<super::placement::BoardName>,
+        /// The entity: its business id, a colon, then its id, e.g. `1:42`.
+        #[arg(
+            long,
+            value_name = "BIZ:ENTITY",
+            value_parser = super::entity_placement::parse_entity
+        )]
+        entity: Option<super::entity_placement::EntityName>,
         /// The shard to move it to.
         #[arg(long, value_name = "S")]
         to_shard: u32,
@@ -139,9 +155,11 @@ pub enum AdminCommand {
     /// List the sub-boards that live off their hash shard (moved by `admin
     /// move`) as RANK:TYPE_ID and shard, then the moves under way: from,
     /// to, and the step each takes next (freeze, copy, release, activate).
-    /// With --json: `{"epoch":5,"placed":[{"rank":7,"board":"total:0",
-    /// "shard":3}],"moves":[{"rank":7,"board":"…","from":1,"to":2,
-    /// "step":"copy"}]}`.
+    /// Then the same for entities, as BIZ:ENTITY. With --json:
+    /// `{"epoch":5,"placed":[{"rank":7,"board":"total:0","shard":3}],
+    /// "moves":[{"rank":7,"board":"…","from":1,"to":2,"step":"copy"}],
+    /// "entities":{"epoch":2,"placed":[{"biz":1,"entity":42,"shard":3}],
+    /// "moves":[{"biz":1,"entity":43,"from":1,"to":2,"step":"copy"}]}}`.
     Placements,
 }
 

@@ -53,7 +53,7 @@ pub enum Command {
     #[command(subcommand)]
     Rank(super::rank::RankCommand),
     /// Operate the cluster: status, nodes, hotkeys, drain, decommission,
-    /// recommission, rebalance, move (a sub-board), placements.
+    /// recommission, rebalance, move (a sub-board or an entity), placements.
     #[command(subcommand)]
     Admin(super::admin::AdminCommand),
     /// Manage business tokens: create, list, revoke (needs the admin token).
@@ -457,15 +457,23 @@ mod tests {
         use super::super::admin::AdminCommand;
         let args = ["admin", "move", "--board", "7:day:1713052800_42", "--to-shard", "3"];
         match parse(&args).unwrap().command {
-            Command::Admin(AdminCommand::Move { board, to_shard, no_wait }) => {
-                assert_eq!((board.rank, to_shard, no_wait), (7, 3, false));
+            Command::Admin(AdminCommand::Move {
+                board: Some(board),
+                entity,
+                to_shard,
+                no_wait,
+            }) => {
+                assert_eq!((board.rank, entity, to_shard, no_wait), (7, None, 3, false));
                 assert_eq!(board.type_id.format(), "day:1713052800_42");
             }
             other => panic!("parsed as {other:?}"),
         }
         let args = ["admin", "move", "--board", "12:total:0", "--to-shard", "0", "--no-wait"];
         match parse(&args).unwrap() {
-            Cli { command: Command::Admin(AdminCommand::Move { board, no_wait, .. }), .. } => {
+            Cli {
+                command: Command::Admin(AdminCommand::Move { board: Some(board), no_wait, .. }),
+                ..
+            } => {
                 assert_eq!(
                     (board.rank, board.type_id.format(), no_wait),
                     (12, "total:0".into(), true)
@@ -473,6 +481,54 @@ mod tests {
             }
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn admin_move_takes_an_entity_as_biz_colon_entity() {
+        use super::super::admin::AdminCommand;
+        let args = ["admin", "move", "--entity", "1:42", "--to-shard", "3"];
+        match parse(&args).unwrap().command {
+            Command::Admin(AdminCommand::Move { board, entity: Some(e), to_shard, no_wait }) => {
+                assert_eq!((board, e.biz, e.entity, to_shard, no_wait), (None, 1, 42, 3, false));
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        let args = ["admin", "move", "--entity=7:9", "--to-shard", "0", "--no-wait", "--json"];
+        match parse(&args).unwrap() {
+            Cli {
+                command: Command::Admin(AdminCommand::Move { entity: Some(e), no_wait, .. }),
+                json,
+                ..
+            } => assert_eq!((e.to_string(), no_wait, json), ("7:9".into(), true, true)),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn admin_move_refuses_a_bad_entity() {
+        let bad = |entity: &str| {
+            let e = parse(&["admin", "move", "--entity", entity, "--to-shard", "1"]).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{entity}");
+            e.to_string()
+        };
+        assert!(bad("1").contains("\"1\" is not BIZ:ENTITY"));
+        assert!(bad("x:2").contains("\"x\" is not a business id"));
+        assert!(bad("1:").contains("\"\" is not an entity id"));
+        assert!(bad("1:-3").contains("\"-3\" is not an entity id"));
+        assert!(parse(&["admin", "move", "--entity", "1:2", "--to-shard", "-1"]).is_err());
+        assert!(parse(&["admin", "move", "--entity", "1:2"]).is_err());
+    }
+
+    #[test]
+    fn admin_move_takes_exactly_one_of_board_and_entity() {
+        use clap::error::ErrorKind;
+        let both = ["admin", "move", "--board", "7:total:0", "--entity", "1:2", "--to-shard", "1"];
+        let e = parse(&both).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ArgumentConflict);
+        assert!(e.to_string().contains("cannot be used with"), "{e}");
+        let e = parse(&["admin", "move", "--to-shard", "1"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MissingRequiredArgument);
+        assert!(e.to_string().contains("--board <RANK:TYPE_ID>|--entity <BIZ:ENTITY>"), "{e}");
     }
 
     #[test]

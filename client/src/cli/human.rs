@@ -144,7 +144,12 @@ pub fn output(o: &Output) -> String {
         Output::Moved { rank, board, to_shard, took } => {
             super::placement::moved_human(*rank, board, *to_shard, *took)
         }
-        Output::Placements(p) => super::placement::placements_human(p),
+        Output::MovedEntity { biz, entity, to_shard, took } => {
+            super::entity_placement::moved_human(*biz, *entity, *to_shard, *took)
+        }
+        Output::Placements { boards, entities } => {
+            super::placement::placements_human(boards, entities)
+        }
         Output::TokenCreated { token, info } => super::token::created_human(token, info),
         Output::TokenRevoked(t) => {
             format!("revoked token {}\n", t.id)

@@ -137,7 +137,12 @@ pub fn output(o: &Output) -> String {
         Output::Moved { rank, board, to_shard, took } => {
             super::placement::moved_json(*rank, board, *to_shard, *took)
         }
-        Output::Placements(p) => super::placement::placements_json(p),
+        Output::MovedEntity { biz, entity, to_shard, took } => {
+            super::entity_placement::moved_json(*biz, *entity, *to_shard, *took)
+        }
+        Output::Placements { boards, entities } => {
+            super::placement::placements_json(boards, entities)
+        }
         Output::TokenCreated { token, info } => super::token::created_json(token, info),
         Output::TokenRevoked(t) => super::token::info_json(t),
         Output::TokenList(list) => super::token::list_json(list),

@@ -1,6 +1,8 @@
-//! `plaudit admin move` and `plaudit admin placements`: moving one
+//! `plaudit admin move --board` and `plaudit admin placements`: moving one
 //! sub-board to another shard, and the boards that live off their hash
-//! shard with the moves under way (`proto::placement`).
+//! shard with the moves under way (`proto::placement`). Entities' moves
+//! and placements are `entity_placement.rs`; `admin placements` shows
+//! both.
 //!
 //! `admin move --board RANK:TYPE_ID --to-shard S` sends `MoveBoard`, which
 //! is answered once the move is recorded, then (unless `--no-wait`) reads
@@ -10,18 +12,27 @@
 //! ```text
 //! {"rank":7,"board":"total:0","to_shard":3,"ms":84}          ("ms":null with --no-wait)
 //! {"epoch":5,"placed":[{"rank":7,"board":"total:0","shard":3}],
-//!  "moves":[{"rank":9,"board":"day:1713052800","from":1,"to":2,"step":"copy"}]}
+//!  "moves":[{"rank":9,"board":"day:1713052800","from":1,"to":2,"step":"copy"}],
+//!  "entities":{"epoch":2,"placed":[{"biz":1,"entity":42,"shard":3}],
+//!   "moves":[{"biz":1,"entity":43,"from":1,"to":2,"step":"copy"}]}}
 //! ```
+//!
+//! (`admin move --json` for the first; `admin placements --json` for the
+//! second, whose `epoch`, `placed` and `moves` are the boards' and
+//! `entities` the entities', `EntityPlacements`, with their own epoch.)
 //!
 //! A type id is printed as `TypeId::format` spells it, or as the hex of
 //! its binary key if that key is none a type id could have.
 
+use super::entity_placement::{self, EntityPlacementsJson};
 use super::human::{table, Align};
 use super::json;
 use super::Output;
 use crate::{Client, ClientError};
 use plaudit_proto::ids::ShardId;
-use plaudit_proto::placement::{BoardKey, BoardMove, MoveBoard, Placements};
+use plaudit_proto::placement::{
+    BoardKey, BoardMove, EntityPlacements, MoveBoard, Placements, PlacementsOf,
+};
 use plaudit_proto::rankings::RankId;
 use plaudit_proto::window::TypeId;
 use plaudit_proto::{Request, Response, WireError};
@@ -105,8 +116,8 @@ pub fn move_left(p: &Placements, board: &BoardKey, to: ShardId, shards: u32) -> 
     }
 }
 
-/// `admin move` without `--no-wait`: looks every `MOVE_POLL` until the
-/// move is over; `started` is when the move was asked for.
+/// `admin move` without `--no-wait`: waits until the move is over;
+/// `started` is when the move was asked for.
 pub async fn watch_move(
     client: &Client,
     board: &BoardName,
@@ -115,15 +126,31 @@ pub async fn watch_move(
 ) -> Result<Output, ClientError> {
     let key = board.key();
     let shards = client.routing_table().map.shards.len() as u32;
+    let what = format!("board {board} to shard {to_shard}");
+    wait_move_over(&what, started, || async {
+        Ok(move_left(&placements(client).await?, &key, to_shard, shards))
+    })
+    .await?;
+    Ok(moved(board, to_shard, Some(started.elapsed())))
+}
+
+/// Looks every `MOVE_POLL` until `left` says nothing is left of the move
+/// of `what` (a board's or an entity's), for at most `MOVE_WAIT` from
+/// `started`; then a timeout that says what it was waiting for.
+pub async fn wait_move_over<F, Fut>(
+    what: &str,
+    started: Instant,
+    mut left: F,
+) -> Result<(), ClientError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<String>, ClientError>>,
+{
     loop {
-        let left = move_left(&placements(client).await?, &key, to_shard, shards);
-        let Some(left) = left else {
-            return Ok(moved(board, to_shard, Some(started.elapsed())));
-        };
+        let Some(left) = left().await? else { return Ok(()) };
         if started.elapsed() >= MOVE_WAIT {
             return Err(ClientError::Server(WireError::timeout(format!(
-                "the move of board {board} to shard {to_shard} {left} after {} s \
-                 (admin placements shows it)",
+                "the move of {what} {left} after {} s (admin placements shows it)",
                 MOVE_WAIT.as_secs()
             ))));
         }
@@ -179,6 +206,7 @@ struct PlacementsJson {
     epoch: u64,
     placed: Vec<PlacedJson>,
     moves: Vec<MoveJson>,
+    entities: EntityPlacementsJson,
 }
 
 #[derive(Serialize)]
@@ -199,16 +227,17 @@ struct MoveJson {
 
 fn move_json(m: &BoardMove) -> MoveJson {
     MoveJson {
-        rank: m.board.rank,
-        board: type_name(&m.board.type_key),
+        rank: m.key.rank,
+        board: type_name(&m.key.type_key),
         from: m.from,
         to: m.to,
         step: m.step.as_str(),
     }
 }
 
-/// `admin placements --json`.
-pub fn placements_json(p: &Placements) -> String {
+/// `admin placements --json`: the boards' placements, with the entities'
+/// as `entities`.
+pub fn placements_json(p: &Placements, entities: &EntityPlacements) -> String {
     json::encode(&PlacementsJson {
         epoch: p.epoch,
         placed: p
@@ -221,32 +250,44 @@ pub fn placements_json(p: &Placements) -> String {
             })
             .collect(),
         moves: p.moves.iter().map(move_json).collect(),
+        entities: entity_placement::placements_json(entities),
     })
 }
 
-/// `admin placements`, for people: the epoch, the boards off their hash
-/// shard, then the moves under way (if any).
-pub fn placements_human(p: &Placements) -> String {
+/// `admin placements`, for people: the boards' part, then the entities'
+/// (`entity_placement::placements_human`).
+pub fn placements_human(p: &Placements, entities: &EntityPlacements) -> String {
+    boards_human(p) + "\n" + &entity_placement::placements_human(entities)
+}
+
+/// The boards' part of `admin placements`, for people: the epoch, the
+/// boards off their hash shard, then the moves under way (if any).
+fn boards_human(p: &Placements) -> String {
     let name = |b: &BoardKey| format!("{}:{}", b.rank, type_name(&b.type_key));
-    let mut out = format!("placements epoch {}\n\n", p.epoch);
+    placements_table(p, ("placements", "BOARD", "every board"), name)
+}
+
+/// One kind's placements for people: `(title, key column, "every …")`
+/// name the kind, `name` a key.
+pub fn placements_table<K>(
+    p: &PlacementsOf<K>,
+    (title, column, every): (&str, &str, &str),
+    name: impl Fn(&K) -> String,
+) -> String {
+    let mut out = format!("{title} epoch {}\n\n", p.epoch);
     if p.placed.is_empty() {
-        out += "every board is on its hash shard\n";
+        out += &format!("{every} is on its hash shard\n");
     } else {
         let rows: Vec<Vec<String>> =
-            p.placed.iter().map(|(b, s)| vec![name(b), s.to_string()]).collect();
-        out += &table(&[("BOARD", Align::Left), ("SHARD", Align::Right)], &rows);
+            p.placed.iter().map(|(k, s)| vec![name(k), s.to_string()]).collect();
+        out += &table(&[(column, Align::Left), ("SHARD", Align::Right)], &rows);
     }
     if !p.moves.is_empty() {
         let rows: Vec<Vec<String>> = p
             .moves
             .iter()
             .map(|m| {
-                vec![
-                    name(&m.board),
-                    m.from.to_string(),
-                    m.to.to_string(),
-                    m.step.as_str().to_string(),
-                ]
+                vec![name(&m.key), m.from.to_string(), m.to.to_string(), m.step.as_str().into()]
             })
             .collect();
         out.push('\n');
@@ -266,7 +307,7 @@ pub fn placements_human(p: &Placements) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plaudit_proto::placement::MoveStep;
+    use plaudit_proto::placement::{EntityKey, EntityMove, MoveStep};
     use plaudit_proto::routing::board_shard;
 
     fn key(s: &str) -> BoardKey {
@@ -278,7 +319,7 @@ mod tests {
             epoch: 5,
             placed: vec![(key("7:total:0"), 3)],
             moves: vec![BoardMove {
-                board: key("9:day:1713052800_42"),
+                key: key("9:day:1713052800_42"),
                 from: 1,
                 to: 2,
                 step: MoveStep::Copy,
@@ -299,14 +340,33 @@ mod tests {
         }
     }
 
+    fn entities() -> EntityPlacements {
+        let key = |entity| EntityKey { biz: 1, entity };
+        EntityPlacements {
+            epoch: 2,
+            placed: vec![(key(42), 3)],
+            moves: vec![EntityMove {
+                key: key(43),
+                from: 1,
+                to: 2,
+                step: MoveStep::Copy,
+                started_ms: 1,
+            }],
+        }
+    }
+
     #[test]
     fn the_json_has_the_documented_shape() {
-        let v: serde_json::Value = serde_json::from_str(&placements_json(&placements())).unwrap();
+        let json = placements_json(&placements(), &entities());
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"epoch":5,
                 "placed":[{"rank":7,"board":"total:0","shard":3}],
-                "moves":[{"rank":9,"board":"day:1713052800_42","from":1,"to":2,"step":"copy"}]})
+                "moves":[{"rank":9,"board":"day:1713052800_42","from":1,"to":2,"step":"copy"}],
+                "entities":{"epoch":2,
+                    "placed":[{"biz":1,"entity":42,"shard":3}],
+                    "moves":[{"biz":1,"entity":43,"from":1,"to":2,"step":"copy"}]}})
         );
         assert_eq!(
             moved_json(7, "total:0", 3, Some(Duration::from_millis(84))),
@@ -329,15 +389,52 @@ BOARD      SHARD
 MOVE                 FROM  TO  STEP
 9:day:1713052800_42     1   2  copy
 ";
-        assert_eq!(placements_human(&placements()), want);
+        assert_eq!(boards_human(&placements()), want);
         assert_eq!(
-            placements_human(&Placements::default()),
+            boards_human(&Placements::default()),
             "placements epoch 0\n\nevery board is on its hash shard\n"
         );
         assert_eq!(
             moved_human(7, "total:0", 3, Some(Duration::from_millis(84))),
             "moved board 7:total:0 to shard 3 in 84 ms\n"
         );
+    }
+
+    #[test]
+    fn the_entities_keep_the_json_fields_of_the_boards_and_follow_them_for_people() {
+        let none = placements_json(&Placements::default(), &EntityPlacements::default());
+        assert_eq!(
+            none,
+            r#"{"epoch":0,"placed":[],"moves":[],"entities":{"epoch":0,"placed":[],"moves":[]}}"#
+        );
+        let want = "\
+placements epoch 5
+
+BOARD      SHARD
+7:total:0      3
+
+MOVE                 FROM  TO  STEP
+9:day:1713052800_42     1   2  copy
+
+entity placements epoch 2
+
+ENTITY  SHARD
+1:42        3
+
+MOVE  FROM  TO  STEP
+1:43     1   2  copy
+";
+        assert_eq!(placements_human(&placements(), &entities()), want);
+        let want = "\
+placements epoch 0
+
+every board is on its hash shard
+
+entity placements epoch 0
+
+every entity is on its hash shard
+";
+        assert_eq!(placements_human(&Placements::default(), &EntityPlacements::default()), want);
     }
 
     #[test]

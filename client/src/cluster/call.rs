@@ -64,7 +64,7 @@ impl Cluster {
             // pipeline; one that does not is a call like any other.
             let (mut parts, plan) = {
                 let view = lock(&self.view);
-                split::plan(vec![req], view.shards(), &view.table().leaders)
+                split::plan(vec![req], view.shards(), &view.table().leaders, &view.entities)
             };
             if parts.len() > 1 {
                 let answers = self.send_all(self.reads_to(parts)).await;
@@ -133,7 +133,7 @@ impl Cluster {
                     if !matches!(r, Err(ClientError::Protocol(_))) {
                         lock(&self.view).mark_up(&dest.addr);
                     }
-                    return r;
+                    return retry::settle(r, call.maybe_applied);
                 }
                 Outcome::NotLeader(hint, e) => {
                     tracing::debug!(op = req.op(), addr = %dest.addr, ?hint, "not the leader");

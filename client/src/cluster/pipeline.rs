@@ -44,7 +44,7 @@ impl Cluster {
         let (parts, plan) = {
             let view = lock(&self.view);
             let shards = if self.split_reads { view.shards() } else { 0 };
-            split::plan(reqs, shards, &view.table().leaders)
+            split::plan(reqs, shards, &view.table().leaders, &view.entities)
         };
         plan.merge(self.send_all(self.reads_to(parts)).await)
     }
@@ -134,7 +134,10 @@ impl Cluster {
             }
             let target = match view.score_target(req) {
                 Some(t) => t,
-                None => view.placed.target(req, targets.target(req, shards)),
+                None => {
+                    let routed = view.placed.target(req, targets.target(req, shards));
+                    view.entities.target(req, routed, shards)
+                }
             };
             // A leader is one node; `Any` and `Replica` rotate over their
             // candidates per request (`View::pick`'s spin), which spreads a

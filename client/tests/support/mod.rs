@@ -215,6 +215,8 @@ impl Node {
                 Request::Routing => {
                     Reply::Now(Response::Routing(Box::new(self.table.lock().unwrap().clone())))
                 }
+                // No entity was moved.
+                Request::EntityRoutes => Reply::Now(Response::EntityRoutes(vec![])),
                 Request::Ping => Reply::Now(Response::Pong),
                 other => {
                     self.log.lock().unwrap().push((self.id, other.clone()));

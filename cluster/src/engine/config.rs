@@ -103,7 +103,7 @@ pub struct EngineConfig {
     /// A pause of the board mover before each step of a move (0 but in
     /// fault-injection tests, which SIGKILL a node in the middle of one).
     pub move_step_pause: Duration,
-    /// The largest board copy a move carries (`board_mover::MAX_COPY_BYTES`
+    /// The largest copy a move carries (`actor_mover::MAX_COPY_BYTES`
     /// but in fault-injection tests, which make every copy too large).
     pub move_max_copy_bytes: usize,
     /// How long a sub-board remembers an event id, and how many it holds

@@ -41,9 +41,10 @@ pub const KIND_CONTROL: u8 = 2;
 /// leader for the read index (`ReadIndex`). 7: the board mover asks a
 /// shard's leader for a frozen board (`ExportBoard`), and shards answer
 /// `Moved` for boards they do not hold. 8: a hot key's row carries the CPU
-/// its requests cost. Nodes of different versions
+/// its requests cost. 9: the entity mover asks for a frozen entity
+/// (`ExportEntity`). Nodes of different versions
 /// do not talk: a cluster moves to a new one all at once.
-pub const VERSION: u8 = 8;
+pub const VERSION: u8 = 9;
 /// The largest handshake message either side reads: they are a few dozen
 /// bytes (a refusal a sentence), and neither side has proved anything
 /// yet, so neither may make the other hold more.
@@ -187,6 +188,12 @@ pub enum PeerRequest {
         group: GroupId,
         board: plaudit_proto::placement::BoardKey,
     },
+    /// The copy of an entity frozen for a move on `group`, which the
+    /// receiver leads (`entity_mover.rs`).
+    ExportEntity {
+        group: GroupId,
+        key: plaudit_proto::placement::EntityKey,
+    },
 }
 
 /// The incarnation a Raft message is meant for (`membership.rs`): a node
@@ -279,6 +286,7 @@ pub enum PeerResponse {
     HotKeys(Vec<plaudit_proto::hotkeys::HotKeyRow>),
     ReadIndex(Result<u64, WireError>),
     ExportBoard(Result<Box<plaudit_actors::rankings::residence::BoardCopy>, WireError>),
+    ExportEntity(Result<Box<plaudit_actors::likes::residence::EntityCopy>, WireError>),
 }
 
 impl PeerRequest {

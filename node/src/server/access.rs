@@ -16,7 +16,7 @@
 
 use plaudit_cluster::Engine;
 use plaudit_proto::auth::{allowed_before_auth, authorize, Role};
-use plaudit_proto::{Request, WireError};
+use plaudit_proto::{BizId, Request, WireError};
 
 #[derive(Debug)]
 pub(super) enum Access {
@@ -39,6 +39,15 @@ impl Access {
 
     pub(super) fn is_granted(&self) -> bool {
         matches!(self, Access::Granted { .. })
+    }
+
+    /// The business this connection's token is for (`None`: the admin's,
+    /// or not granted).
+    pub(super) fn biz(&self) -> Option<BizId> {
+        match self {
+            Access::Granted { role: Role::Biz { biz, .. }, .. } => Some(*biz),
+            _ => None,
+        }
     }
 
     /// Whether `req` may run on this connection now. A revoked token makes

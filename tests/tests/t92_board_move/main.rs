@@ -140,21 +140,6 @@ async fn wait_moved(cluster: &Cluster, c: &Client, to: u32) -> Placements {
     }
 }
 
-/// The leader of `shard` as the status reports it, waiting up to 10 s for one.
-async fn leader_of(cluster: &Cluster, shard: u32) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(Some(id)) = cluster.leaders().get(shard as usize) {
-            return *id;
-        }
-        if Instant::now() > deadline {
-            cluster.dump_logs();
-            panic!("shard {shard} has no leader within 10 s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A shard other than `from` whose leader is not `from`'s leader: `prefer`
 /// if it is one.
 fn target(cluster: &Cluster, from: u32, prefer: u32) -> u32 {
@@ -228,9 +213,9 @@ async fn move_killing(
         other => panic!("MoveBoard of shard {from}'s board to shard {to}: {other:?}"),
     }
     let m = wait_step(cluster, admin, to, kill_at).await;
-    assert_eq!((m.board.clone(), m.from, m.to), (key, from, to), "the move recorded: {m:?}");
+    assert_eq!((m.key.clone(), m.from, m.to), (key, from, to), "the move recorded: {m:?}");
     let shard = if victim == Victim::Source { from } else { to };
-    let killed = leader_of(cluster, shard).await;
+    let killed = cluster.leader_of(shard).await;
     eprintln!(
         "t92: move {from} -> {to} at step {:?} after {:?}: SIGKILL of node {killed} \
          ({victim:?} shard {shard}'s leader; leaders {:?})",

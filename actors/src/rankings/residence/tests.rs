@@ -1,4 +1,7 @@
 use super::*;
+use crate::residence::Effect;
+use plaudit_proto::routing::board_shard;
+use plaudit_proto::ShardId;
 use proptest::prelude::*;
 
 const SHARDS: u32 = 4;
@@ -21,7 +24,7 @@ fn copy() -> MoveCmd {
     }))
 }
 
-fn shards() -> Vec<Residences> {
+fn shards() -> Vec<BoardResidences> {
     (0..SHARDS).map(|s| Residences::new(s, SHARDS, [])).collect()
 }
 
@@ -34,7 +37,7 @@ fn a_board_moves_away_and_back() {
     assert_eq!(s[t as usize].writable(3, b"total:0"), Err(h), "not here: ask its home");
     assert_eq!(s[t as usize].readable(3, b"total:0"), Err(h));
 
-    let freeze = MoveCmd::Freeze { board: b.clone(), to: t };
+    let freeze = MoveCmd::Freeze { key: b.clone(), to: t };
     assert_eq!(
         s[h as usize].step(&freeze).unwrap(),
         (Effect::None, Some(Residence::Frozen { to: t }))
@@ -44,17 +47,17 @@ fn a_board_moves_away_and_back() {
     assert_eq!(s[t as usize].step(&copy()).unwrap().0, Effect::Install);
     assert_eq!(s[t as usize].readable(3, b"total:0"), Ok(()));
     assert_eq!(s[t as usize].writable(3, b"total:0"), Err(t), "not active yet");
-    let release = MoveCmd::Release { board: b.clone(), to: t };
+    let release = MoveCmd::Release { key: b.clone(), to: t };
     assert_eq!(s[h as usize].step(&release).unwrap().0, Effect::Drop);
     assert_eq!(s[h as usize].readable(3, b"total:0"), Err(t));
-    let activate = MoveCmd::Activate { board: b.clone() };
+    let activate = MoveCmd::Activate { key: b.clone() };
     assert_eq!(s[t as usize].step(&activate).unwrap(), (Effect::None, Some(Residence::Here)));
     assert_eq!(s[t as usize].writable(3, b"total:0"), Ok(()));
 
     // Back home: the entry at home ends as no entry at all.
-    s[t as usize].step(&MoveCmd::Freeze { board: b.clone(), to: h }).unwrap();
+    s[t as usize].step(&MoveCmd::Freeze { key: b.clone(), to: h }).unwrap();
     assert_eq!(s[h as usize].step(&copy()).unwrap().0, Effect::Install);
-    s[t as usize].step(&MoveCmd::Release { board: b.clone(), to: h }).unwrap();
+    s[t as usize].step(&MoveCmd::Release { key: b.clone(), to: h }).unwrap();
     assert_eq!(s[h as usize].step(&activate).unwrap(), (Effect::None, None));
     assert_eq!(s[h as usize].writable(3, b"total:0"), Ok(()));
     assert_eq!(s[t as usize].writable(3, b"total:0"), Err(h), "gone from the target");
@@ -65,20 +68,20 @@ fn repeats_change_nothing_and_misfits_fail() {
     let (b, h) = (board(), home());
     let t = (h + 1) % SHARDS;
     let mut s = shards();
-    let freeze = MoveCmd::Freeze { board: b.clone(), to: t };
+    let freeze = MoveCmd::Freeze { key: b.clone(), to: t };
     s[h as usize].step(&freeze).unwrap();
     assert_eq!(s[h as usize].step(&freeze).unwrap().0, Effect::None);
-    let e = s[h as usize].step(&MoveCmd::Freeze { board: b.clone(), to: (t + 1) % SHARDS });
+    let e = s[h as usize].step(&MoveCmd::Freeze { key: b.clone(), to: (t + 1) % SHARDS });
     assert_eq!(e.unwrap_err().code, plaudit_proto::ErrorCode::Refused, "frozen for another");
     assert!(s[h as usize].step(&copy()).is_err(), "the source cannot import its own board");
-    assert!(s[t as usize].step(&MoveCmd::Release { board: b.clone(), to: t }).is_err());
-    assert!(s[t as usize].step(&MoveCmd::Freeze { board: b.clone(), to: h }).is_err(), "not held");
-    let release = MoveCmd::Release { board: b.clone(), to: t };
+    assert!(s[t as usize].step(&MoveCmd::Release { key: b.clone(), to: t }).is_err());
+    assert!(s[t as usize].step(&MoveCmd::Freeze { key: b.clone(), to: h }).is_err(), "not held");
+    let release = MoveCmd::Release { key: b.clone(), to: t };
     s[h as usize].step(&release).unwrap();
     assert_eq!(s[h as usize].step(&release).unwrap().0, Effect::None, "a repeat drops nothing");
     s[t as usize].step(&copy()).unwrap();
     assert_eq!(s[t as usize].step(&copy()).unwrap().0, Effect::Install, "the same copy again");
-    let activate = MoveCmd::Activate { board: b };
+    let activate = MoveCmd::Activate { key: b };
     s[t as usize].step(&activate).unwrap();
     assert_eq!(s[t as usize].step(&activate).unwrap().0, Effect::None);
     assert!(s[t as usize].step(&copy()).is_err(), "an active board is not overwritten");
@@ -149,20 +152,20 @@ proptest! {
                     if copied {
                         run(to, copy());
                     }
-                    run(to, MoveCmd::Discard { board: b.clone(), to: from });
-                    run(to, MoveCmd::Discard { board: b.clone(), to: from });
-                    run(from, MoveCmd::Unfreeze { board: b.clone() });
-                    run(from, MoveCmd::Unfreeze { board: b });
+                    run(to, MoveCmd::Discard { key: b.clone(), to: from });
+                    run(to, MoveCmd::Discard { key: b.clone(), to: from });
+                    run(from, MoveCmd::Unfreeze { key: b.clone() });
+                    run(from, MoveCmd::Unfreeze { key: b });
                     moving = None;
                 }
                 Op::Step { twice } => {
                     let Some((from, to, done)) = moving else { continue };
                     let b = board();
                     let (shard, cmd) = match done {
-                        0 => (from, MoveCmd::Freeze { board: b, to }),
+                        0 => (from, MoveCmd::Freeze { key: b, to }),
                         1 => (to, copy()),
-                        2 => (from, MoveCmd::Release { board: b, to }),
-                        _ => (to, MoveCmd::Activate { board: b }),
+                        2 => (from, MoveCmd::Release { key: b, to }),
+                        _ => (to, MoveCmd::Activate { key: b }),
                     };
                     for _ in 0..(1 + usize::from(twice)) {
                         let (effect, _) = s[shard as usize].step(&cmd).expect("the mover's step fits");

@@ -51,6 +51,14 @@ impl<S: super::Socket> Conn<S> {
                 engine.hot.add_cpu(s, t0.elapsed().as_nanos() as u64);
             }
         };
+        if let (Request::EntityRoutes, Some(biz)) = (&body, self.access.biz()) {
+            // A business is told where its own moved entities live, not
+            // another tenant's.
+            let routes = self.server.engine.entity_routes(Some(biz));
+            self.observe("entity_routes", Duration::ZERO, None);
+            self.push_reply(req_id, Response::EntityRoutes(routes));
+            return;
+        }
         if let Some(resp) = self.server.engine.answer_now(&body) {
             charge(&self.server.engine, sampled);
             // A read this node answers at once (`cluster/inline.rs`): no

@@ -1,0 +1,121 @@
+//! Moving an entity's counts and likers to another shard: the request that
+//! records a move, and the entity's side of the mover (`actor_mover.rs`
+//! drives the steps; the copy is the frozen entity's counts, owner and
+//! every liker).
+//!
+//! Likes are never refused: they are decided on the likers' shards. What a
+//! move holds back is the deltas those likes send the entity, from the
+//! freeze until the source lets go (`actors/src/likes/residence.rs`), so
+//! counts lag by the move's time at most. Reads are served throughout.
+
+use crate::actor_mover::Movable;
+use crate::engine::Engine;
+use crate::peer::wire::{PeerRequest, PeerResponse};
+use crate::router::Hop;
+use plaudit_actors::likes::residence::{EntityCopy, EntityMoveCmd};
+use plaudit_actors::{Command, Directory, ShardError};
+use plaudit_proto::placement::{EntityKey, EntityMove, EntityPlacements, MoveEntity};
+use plaudit_proto::{BizId, Request, Response, ShardId, WireError};
+use std::sync::Arc;
+
+/// At most this many routes in one `EntityRoutes` answer (~16 bytes each,
+/// well inside a client's 1 MiB frame). An SDK not told of a moved entity
+/// is still answered: the node its read reaches forwards it.
+pub const MAX_ENTITY_ROUTES: usize = 32_768;
+
+impl Engine {
+    /// `EntityRoutes`: the moved entities and their shards, of business
+    /// `only` when given (what a business's token is told: another
+    /// tenant's ids are not its to know), at most `MAX_ENTITY_ROUTES`.
+    pub fn entity_routes(&self, only: Option<BizId>) -> Vec<(EntityKey, ShardId)> {
+        self.directory
+            .entity_placements()
+            .placed
+            .iter()
+            .filter(|(k, _)| only.is_none_or(|b| k.biz == b))
+            .take(MAX_ENTITY_ROUTES)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Movable for EntityKey {
+    type Copy = EntityCopy;
+    const KIND: &'static str = "entity";
+
+    fn placements(d: &Directory) -> Arc<EntityPlacements> {
+        d.entity_placements()
+    }
+
+    fn record(p: EntityPlacements) -> Command {
+        Command::SetEntityPlacements(Box::new(p))
+    }
+
+    fn step(c: EntityMoveCmd) -> Command {
+        Command::MoveEntity(c)
+    }
+
+    async fn export(e: &Engine, m: &EntityMove) -> Result<EntityCopy, WireError> {
+        e.export_entity(m).await
+    }
+}
+
+impl Engine {
+    /// `plaudit admin move --entity`: records the move on the metadata leader.
+    pub(crate) async fn move_entity(
+        &self,
+        m: MoveEntity,
+        redirect: bool,
+    ) -> Result<Response, WireError> {
+        self.require_business(m.biz).await?;
+        let key = EntityKey { biz: m.biz, entity: m.entity };
+        let key = &key;
+        let m = &m;
+        self.router
+            .on_leader(
+                self.router.meta_id,
+                redirect,
+                |_| async move {
+                    self.record_move(key, m.to_shard).await?;
+                    Ok(Response::Done)
+                },
+                |n| async move { self.router.forward(n, Request::MoveEntity(m.clone())).await },
+            )
+            .await
+    }
+
+    /// The frozen entity's copy, from the source shard's leader.
+    async fn export_entity(&self, m: &EntityMove) -> Result<EntityCopy, WireError> {
+        let (shard, key) = (m.from, m.key);
+        self.router
+            .on_leader(
+                shard,
+                false,
+                |g| async move { self.export_entity_here(&g, key).await },
+                |n| async move {
+                    let req = PeerRequest::ExportEntity { group: shard, key };
+                    self.router
+                        .call(n, req, |r| match r {
+                            PeerResponse::ExportEntity(Ok(c)) => Ok(*c),
+                            PeerResponse::ExportEntity(Err(e)) => Err(Hop::Answer(e)),
+                            other => Err(Hop::unexpected(other)),
+                        })
+                        .await
+                },
+            )
+            .await
+    }
+
+    /// The frozen entity's copy on this node, which leads its shard: after
+    /// the read barrier, so the freeze (acknowledged before) has applied.
+    pub(crate) async fn export_entity_here(
+        &self,
+        g: &crate::group::Group,
+        key: EntityKey,
+    ) -> Result<EntityCopy, WireError> {
+        g.read_barrier().await?;
+        let copy = g.handle.export_entity(key).await.map_err(ShardError::into_wire)?;
+        self.check_copy_size(&copy)?;
+        Ok(copy)
+    }
+}

@@ -1,0 +1,484 @@
+//! An entity moved to another shard under concurrent likes, unlikes,
+//! dislikes and undislikes loses nothing and applies nothing twice, with a
+//! SIGKILL of the source or the target shard's leader in the middle of the
+//! move.
+//!
+//! ```text
+//! 3 nodes, 6 shards, PLAUDIT_MOVE_STEP_PAUSE_MS=300 (the mover sleeps before each step)
+//! writers ─ users 1..=USERS act on entities A and B (owned by OWNER_A, OWNER_B) at
+//!           random, each user's actions one at a time
+//! move A  ─ home -> a shard led elsewhere; at Copy/Release: SIGKILL of the source's
+//!           leader, restart 1 s later; the move must finish there
+//! move B  ─ home -> a shard led elsewhere; once copied (Release/Activate): SIGKILL
+//!           of the target's leader, restart; the move must finish there
+//! end     ─ the truth is each user's state (its own shard decides it); each entity's
+//!           counts (at the leader and at every replica), its likers and its owner's
+//!           received total must come to exactly what the truth implies (more: a delta
+//!           applied twice; less: one lost); and not vacuously: likes were acknowledged
+//!           while each move ran, and both entities ended on their targets
+//! ```
+//!
+//! Then: an entity moves only once (a second move, or one back home, is
+//! refused and records nothing), and a move to where it is, or to no
+//! shard, is a bad request.
+
+use plaudit_client::proto::business::BizConfig;
+use plaudit_client::proto::likes::{CountsRequest, LikeAction, LikeState};
+use plaudit_client::proto::placement::{EntityKey, EntityPlacements, MoveEntity, MoveStep};
+use plaudit_client::proto::routing::shard_of;
+use plaudit_client::proto::{BizId, EntityId, ErrorCode, Request, Response, UserId};
+use plaudit_client::{Client, ClientError};
+use plaudit_tests::{grows_by, Cluster};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const SHARDS: u32 = 6;
+const USERS: u64 = 120;
+const WRITERS: u64 = 6;
+const STEP_PAUSE_MS: u64 = 300;
+const OWNER_A: UserId = 900_001;
+const OWNER_B: UserId = 900_002;
+/// How long a move may take once its node is killed, and how long the
+/// counts may take to catch up with the truth at the end.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The tests each start three nodes: one at a time, so the SIGKILL
+/// scenario's timings do not depend on the other's load on the cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Two entities whose hash shards differ, so each move has its own source.
+fn entities() -> (EntityId, EntityId) {
+    let a = 1_000;
+    let b = (a + 1..).find(|&e| shard_of(1, e, SHARDS) != shard_of(1, a, SHARDS)).unwrap();
+    (a, b)
+}
+
+fn owner_of(e: EntityId) -> UserId {
+    if e == entities().0 {
+        OWNER_A
+    } else {
+        OWNER_B
+    }
+}
+
+struct Load {
+    stop: AtomicBool,
+    acked: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// One writer: its users act on the two entities at random until stopped.
+async fn writer(client: Client, biz: BizId, w: u64, load: Arc<Load>) {
+    let (a, b) = entities();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ w;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let actions =
+        [LikeAction::Like, LikeAction::Unlike, LikeAction::Dislike, LikeAction::Undislike];
+    while !load.stop.load(Ordering::Relaxed) {
+        let user = 1 + w + WRITERS * (next() % (USERS / WRITERS));
+        let entity = if next() % 2 == 0 { a } else { b };
+        // Likes twice as often as the rest, so counts stay well above 0.
+        let action =
+            if next() % 3 == 0 { actions[(next() % 4) as usize] } else { LikeAction::Like };
+        match client.act(biz, entity, user, Some(owner_of(entity)), action).await {
+            Ok(_) => load.acked.fetch_add(1, Ordering::Relaxed),
+            Err(_) => load.errors.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+async fn placements(client: &Client) -> Result<EntityPlacements, ClientError> {
+    match client.request(Request::EntityPlacements).await? {
+        Response::EntityPlacements(p) => Ok(*p),
+        other => panic!("EntityPlacements answered {other:?}"),
+    }
+}
+
+async fn move_entity(
+    client: &Client,
+    biz: BizId,
+    entity: EntityId,
+    to: u32,
+) -> Result<Response, ClientError> {
+    client.request(Request::MoveEntity(MoveEntity { biz, entity, to_shard: to })).await
+}
+
+/// A shard other than `from` led by another node than `from`'s leader.
+fn target(cluster: &Cluster, from: u32) -> u32 {
+    let leaders = cluster.leaders();
+    let source_leader = leaders[from as usize];
+    (1..SHARDS)
+        .map(|d| (from + d) % SHARDS)
+        .find(|&s| leaders[s as usize].is_some_and(|l| Some(l) != source_leader))
+        .unwrap_or_else(|| panic!("no shard led by another node than shard {from}'s: {leaders:?}"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    Source,
+    Target,
+}
+
+/// Moves `entity` from its home to a shard led elsewhere; once the move is
+/// at one of `kill_at`, kills the `victim` shard's leader with SIGKILL and
+/// restarts it 1 s later; waits until the move is done. Returns the target
+/// and the likes acknowledged while the move ran.
+async fn move_killing(
+    cluster: &mut Cluster,
+    admin: &Client,
+    load: &Load,
+    key: EntityKey,
+    victim: Victim,
+    kill_at: &[MoveStep],
+) -> (u32, u64) {
+    let from = shard_of(key.biz, key.entity, SHARDS);
+    let to = target(cluster, from);
+    let acked_before = load.acked.load(Ordering::SeqCst);
+    let sent = Instant::now();
+    match move_entity(admin, key.biz, key.entity, to).await {
+        Ok(Response::Done) => {}
+        other => panic!("MoveEntity of {key:?} to shard {to}: {other:?}"),
+    }
+    // Wait for the step to kill at.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    let step = loop {
+        if let Ok(p) = placements(admin).await {
+            match p.move_of(&key) {
+                Some(m) if kill_at.contains(&m.step) => {
+                    assert_eq!((m.from, m.to), (from, to), "the move recorded: {m:?}");
+                    break m.step;
+                }
+                Some(m) if seen.last() != Some(&m.step) => seen.push(m.step),
+                Some(_) => {}
+                None if !seen.is_empty() => {
+                    cluster.dump_logs();
+                    panic!("the move of {key:?} ended before {kill_at:?} (seen {seen:?}): {p:?}");
+                }
+                None => {}
+            }
+        }
+        if Instant::now() > deadline {
+            cluster.dump_logs();
+            panic!("the move of {key:?} never reached {kill_at:?} (seen {seen:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let shard = if victim == Victim::Source { from } else { to };
+    let killed = cluster.leader_of(shard).await;
+    eprintln!(
+        "t96: move of {key:?} {from} -> {to} at {step:?} after {:?}: SIGKILL of node {killed} \
+         ({victim:?} shard {shard}'s leader)",
+        sent.elapsed()
+    );
+    cluster.kill9(killed);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::task::block_in_place(|| cluster.restart(killed));
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let last = match placements(admin).await {
+            Ok(p)
+                if p.move_of(&key).is_none()
+                    && p.entity_shard(key.biz, key.entity, SHARDS) == to =>
+            {
+                break;
+            }
+            other => other,
+        };
+        if Instant::now() > deadline {
+            cluster.dump_logs();
+            panic!("the move of {key:?} to {to} did not finish within {DEADLINE:?}: {last:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let acked = load.acked.load(Ordering::SeqCst) - acked_before;
+    eprintln!(
+        "t96: move of {key:?} {from} -> {to} done after {:?}, {acked} acknowledged while it ran",
+        sent.elapsed()
+    );
+    (to, acked)
+}
+
+/// What the users' own states say each entity's counts, likers and owner's
+/// received total must be.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Truth {
+    likes: u64,
+    dislikes: u64,
+    likers: BTreeSet<UserId>,
+}
+
+async fn truth(client: &Client, biz: BizId) -> BTreeMap<EntityId, Truth> {
+    let (a, b) = entities();
+    let mut out: BTreeMap<EntityId, Truth> = BTreeMap::new();
+    for user in 1..=USERS {
+        let states = client.status(biz, user, &[a, b]).await.expect("a user's states");
+        for s in states {
+            let t = out.entry(s.entity).or_default();
+            match s.state {
+                LikeState::Like => {
+                    t.likes += 1;
+                    t.likers.insert(user);
+                }
+                LikeState::Dislike => t.dislikes += 1,
+                LikeState::None => {}
+            }
+        }
+    }
+    out
+}
+
+/// An entity's likers, every page.
+async fn likers(client: &Client, biz: BizId, entity: EntityId) -> BTreeSet<UserId> {
+    let mut out = BTreeSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = client.likers(biz, entity, cursor.as_deref(), 50).await.expect("likers");
+        out.extend(page.items.iter().map(|i| i.id));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return out,
+        }
+    }
+}
+
+/// What the cluster shows of `entity` now: counts, likers, owner's total.
+async fn shown(client: &Client, biz: BizId, entity: EntityId) -> Truth {
+    let c = client.counts(biz, &[entity]).await.expect("counts");
+    let received = client.received(biz, owner_of(entity)).await.expect("received").likes;
+    let t = Truth {
+        likes: c[0].likes,
+        dislikes: c[0].dislikes,
+        likers: likers(client, biz, entity).await,
+    };
+    assert_eq!(
+        received,
+        t.likes,
+        "owner {}'s received total against the counts of {entity}: {t:?}",
+        owner_of(entity)
+    );
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_entity_under_likes_loses_nothing_and_applies_nothing_twice() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let phase = |what: &str| eprintln!("t96: {what} at {:.1} s", started.elapsed().as_secs_f64());
+    let mut cluster =
+        Cluster::builder(3).shards(SHARDS).env("PLAUDIT_MOVE_STEP_PAUSE_MS", STEP_PAUSE_MS).start();
+    cluster.wait_converged().await;
+    let admin = cluster.client().await;
+    let biz = admin.create_biz(Some(1), "moved", BizConfig::default()).await.expect("business").id;
+    let (a, b) = entities();
+    phase("cluster formed");
+
+    let load = Arc::new(Load {
+        stop: AtomicBool::new(false),
+        acked: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+    });
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        tasks.push(tokio::spawn(writer(cluster.client().await, biz, w, load.clone())));
+    }
+    grows_by(&load.acked, 300, Duration::from_secs(30), "likes before the moves").await;
+    phase("liking");
+
+    let key_a = EntityKey { biz, entity: a };
+    let (to_a, during_a) = move_killing(
+        &mut cluster,
+        &admin,
+        &load,
+        key_a,
+        Victim::Source,
+        &[MoveStep::Copy, MoveStep::Release],
+    )
+    .await;
+    grows_by(&load.acked, 200, Duration::from_secs(30), "likes after move A").await;
+    let key_b = EntityKey { biz, entity: b };
+    let (to_b, during_b) = move_killing(
+        &mut cluster,
+        &admin,
+        &load,
+        key_b,
+        Victim::Target,
+        &[MoveStep::Release, MoveStep::Activate],
+    )
+    .await;
+    grows_by(&load.acked, 200, Duration::from_secs(30), "likes after move B").await;
+    load.stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("a writer");
+    }
+    phase("writers stopped");
+    eprintln!(
+        "t96: {} actions acknowledged, {} failed",
+        load.acked.load(Ordering::Relaxed),
+        load.errors.load(Ordering::Relaxed)
+    );
+    assert!(
+        during_a > 0 && during_b > 0,
+        "likes went on while each move ran: {during_a}, {during_b}"
+    );
+
+    let p = placements(&admin).await.expect("placements at the end");
+    assert!(p.moves.is_empty(), "{p:?}");
+    assert_eq!(p.entity_shard(biz, a, SHARDS), to_a, "{p:?}");
+    assert_eq!(p.entity_shard(biz, b, SHARDS), to_b, "{p:?}");
+    assert_ne!(to_a, shard_of(biz, a, SHARDS));
+    assert_ne!(to_b, shard_of(biz, b, SHARDS));
+
+    let want = assert_caught_up(&cluster, &admin, biz).await;
+    phase("counts caught up");
+    // At every replica too (the SDK spreads `Replica` reads over them).
+    cluster.wait_converged().await;
+    for _ in 0..9 {
+        let req = Request::Replica(Box::new(Request::Counts(CountsRequest {
+            biz,
+            entities: vec![a, b],
+        })));
+        match admin.request(req).await {
+            Ok(Response::Counts(c)) => {
+                for (c, e) in c.iter().zip([a, b]) {
+                    let want = (e, want[&e].likes, want[&e].dislikes);
+                    assert_eq!((c.entity, c.likes, c.dislikes), want, "a replica read");
+                }
+            }
+            other => panic!("a replica read: {other:?}"),
+        }
+    }
+
+    // The CLI lists both where they went.
+    let v = tokio::task::block_in_place(|| cluster.node(cluster.ids()[0]).cli("admin placements"));
+    let placed = &v["entities"]["placed"];
+    for (e, to) in [(a, to_a), (b, to_b)] {
+        let row = serde_json::json!({"biz": biz, "entity": e, "shard": to});
+        assert!(placed.as_array().is_some_and(|p| p.contains(&row)), "{row} in {v}");
+    }
+
+    // An entity moves once: neither on nor back home.
+    let home = shard_of(biz, a, SHARDS);
+    let onwards = (0..SHARDS).find(|s| *s != home && *s != to_a).unwrap();
+    for (to, code) in [
+        (onwards, ErrorCode::Refused),
+        (home, ErrorCode::Refused),
+        (to_a, ErrorCode::BadRequest),
+        (SHARDS, ErrorCode::BadRequest),
+    ] {
+        match move_entity(&admin, biz, a, to).await {
+            Err(ClientError::Server(e)) => {
+                assert_eq!(e.code, code, "a move of A to shard {to}: {e}")
+            }
+            other => panic!("a move of A to shard {to} was not refused: {other:?}"),
+        }
+    }
+    let after = placements(&admin).await.expect("placements");
+    assert_eq!(after.epoch, p.epoch, "refused moves record nothing: {after:?}");
+    phase("checked");
+}
+
+/// Waits until both entities show what the users' states say (the truth:
+/// the derived state catches up with it once every delta is delivered, and
+/// must then equal it); returns the truth.
+async fn assert_caught_up(
+    cluster: &Cluster,
+    admin: &Client,
+    biz: BizId,
+) -> BTreeMap<EntityId, Truth> {
+    let (a, b) = entities();
+    let want = truth(admin, biz).await;
+    assert!(want.values().all(|t| t.likes > 0), "likes were kept: {want:?}");
+    let deadline = Instant::now() + DEADLINE;
+    for e in [a, b] {
+        loop {
+            let got = shown(admin, biz, e).await;
+            if got == want[&e] {
+                break;
+            }
+            if Instant::now() > deadline {
+                cluster.dump_logs();
+                panic!(
+                    "entity {e}: shown {} likes, {} dislikes, {} likers; the users' states say {} \
+                     likes, {} dislikes; likers missing {:?}, extra {:?} (more: applied twice; \
+                     less: lost)",
+                    got.likes,
+                    got.dislikes,
+                    got.likers.len(),
+                    want[&e].likes,
+                    want[&e].dislikes,
+                    want[&e].likers.difference(&got.likers).collect::<Vec<_>>(),
+                    got.likers.difference(&want[&e].likers).collect::<Vec<_>>(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    want
+}
+
+/// A move whose copy cannot be made is given up (every copy too large:
+/// `PLAUDIT_MOVE_MAX_COPY_BYTES`): the deltas the source held while the
+/// entity was frozen are applied there, the target drops what it may
+/// hold, and under likes nothing is lost or applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_given_up_applies_the_held_deltas_where_the_entity_stayed() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::builder(3)
+        .shards(SHARDS)
+        .env("PLAUDIT_MOVE_STEP_PAUSE_MS", STEP_PAUSE_MS)
+        .env("PLAUDIT_MOVE_MAX_COPY_BYTES", 64)
+        .start();
+    cluster.wait_converged().await;
+    let admin = cluster.client().await;
+    let biz = admin.create_biz(Some(1), "stays", BizConfig::default()).await.expect("business").id;
+    let (a, _) = entities();
+    let load = Arc::new(Load {
+        stop: AtomicBool::new(false),
+        acked: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+    });
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        tasks.push(tokio::spawn(writer(cluster.client().await, biz, w, load.clone())));
+    }
+    grows_by(&load.acked, 300, Duration::from_secs(30), "likes before the move").await;
+    let home = shard_of(biz, a, SHARDS);
+    let to = target(&cluster, home);
+    // Through the CLI, not waiting for the end (the move is given up).
+    let line = format!("admin move --entity {biz}:{a} --to-shard {to} --no-wait");
+    let v = tokio::task::block_in_place(|| cluster.node(cluster.ids()[0]).cli(&line));
+    let want = serde_json::json!({"biz": biz, "entity": a, "to_shard": to, "ms": null});
+    assert_eq!(v, want, "plaudit --json {line}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = BTreeSet::new();
+    let p = loop {
+        let p = placements(&admin).await.expect("placements");
+        match p.move_of(&EntityKey { biz, entity: a }) {
+            Some(m) => {
+                seen.insert(m.step.as_str());
+            }
+            None if !seen.is_empty() => break p,
+            None => {}
+        }
+        assert!(Instant::now() < deadline, "the move was not given up: {p:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("t96: steps seen {seen:?}, then the move was gone");
+    assert!(seen.contains("copy"), "the move was frozen, waiting for its copy: {seen:?}");
+    assert!(p.placed.is_empty(), "nothing placed: {p:?}");
+    grows_by(&load.acked, 200, Duration::from_secs(30), "likes after the move").await;
+    load.stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("a writer");
+    }
+    assert_caught_up(&cluster, &admin, biz).await;
+    cluster.wait_converged().await;
+}
