@@ -153,22 +153,28 @@ pub enum Command {
     /// Sets or clears a ranking's own limit of live sub-boards (metadata
     /// group only).
     SetBoardLimit(BoardLimit),
-    /// One step of moving a sub-board between shards, on the source or the
-    /// target (`rankings/residence.rs`); proposed by the metadata leader's
-    /// mover, never by a client.
+    /// A step of moving a sub-board as written before moves had ids: read
+    /// as a step of move 0 (`MoveBoardV2` is written).
     MoveBoard(crate::rankings::residence::MoveCmd),
-    /// Replaces the placements of moved sub-boards and the moves under way
-    /// (metadata group only); refused unless its epoch is above the
-    /// current one.
-    SetPlacements(Box<plaudit_proto::placement::Placements>),
+    /// The boards' placements as written before moves had ids: read with
+    /// every move's id 0 (`SetPlacementsV2` is written).
+    SetPlacements(Box<plaudit_proto::placement::v1::PlacementsV1>),
     /// One step of moving an entity's counts and likers between shards, on
-    /// the source or the target (`likes/residence.rs`); proposed by the
-    /// metadata leader's mover, never by a client.
-    MoveEntity(crate::likes::residence::EntityMoveCmd),
+    /// the source or the target (`likes/residence.rs`), stamped with its
+    /// move's id; proposed by the metadata leader's mover, never by a client.
+    MoveEntity(crate::likes::residence::EntityStep),
     /// Replaces the placements of moved entities and the moves under way
     /// (metadata group only); refused unless its epoch is above the
     /// current one.
     SetEntityPlacements(Box<plaudit_proto::placement::EntityPlacements>),
+    /// One step of moving a sub-board between shards, on the source or the
+    /// target (`rankings/residence.rs`), stamped with its move's id;
+    /// proposed by the metadata leader's mover, never by a client.
+    MoveBoardV2(crate::rankings::residence::BoardStep),
+    /// Replaces the placements of moved sub-boards and the moves under way
+    /// (metadata group only); refused unless its epoch is above the
+    /// current one.
+    SetPlacementsV2(Box<plaudit_proto::placement::Placements>),
 }
 
 impl Command {
@@ -392,6 +398,43 @@ mod tests {
         assert_eq!(new[3], 14, "ScoreV2 is appended");
         assert_eq!(&new[new.len() - 4..], &[0xfb, 0x58, 0x02, 9], "then window (600) and bound");
         assert_eq!(codec::from_bytes::<Batch>(&new).unwrap().cmds[0], Command::ScoreV2(c));
+    }
+
+    #[test]
+    fn board_moves_logged_before_move_ids_keep_their_tags() {
+        use crate::rankings::residence::MoveCmd;
+        use crate::residence::StepOf;
+        use plaudit_proto::placement::{v1::PlacementsV1, BoardKey, Placements};
+        let key = BoardKey { rank: 3, type_key: vec![1] };
+        let freeze = MoveCmd::Freeze { key, to: 2 };
+        let old = Placements::from(PlacementsV1 { epoch: 4, placed: vec![], moves: vec![] });
+        let b = Batch::new(
+            1,
+            vec![
+                Command::MoveBoard(freeze.clone()),
+                Command::SetPlacements(Box::new(PlacementsV1 {
+                    epoch: 4,
+                    placed: vec![],
+                    moves: vec![],
+                })),
+                Command::MoveBoardV2(StepOf { mv: 5, cmd: freeze }),
+                Command::SetPlacementsV2(Box::new(old)),
+            ],
+        );
+        let bytes = codec::to_bytes(&b).unwrap();
+        // V1, now 1, four commands: MoveBoard (variant 19) and SetPlacements
+        // (20) as every build before move ids wrote them (a Freeze: step 0,
+        // rank 3, key [1], to 2; epoch 4, nothing placed or moving), then
+        // the appended MoveBoardV2 (23, move 5 first) and SetPlacementsV2 (24).
+        let want = [
+            vec![0, 1, 4],
+            vec![19, 0, 3, 1, 1, 2],
+            vec![20, 4, 0, 0],
+            vec![23, 5, 0, 3, 1, 1, 2],
+            vec![24, 4, 0, 0],
+        ];
+        assert_eq!(bytes, want.concat());
+        assert_eq!(codec::from_bytes::<Batch>(&bytes).unwrap(), b);
     }
 
     #[test]

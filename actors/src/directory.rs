@@ -120,8 +120,7 @@ impl Directory {
         let mut entity_placements = EntityPlacements::default();
         for (k, v) in store.registry_entries()? {
             if k == PLACEMENTS_KEY {
-                let PlacementsRecord::V1(p) = decode::<PlacementsRecord>(&v)?;
-                placements = p;
+                placements = decode::<PlacementsRecord>(&v)?.into_current();
                 continue;
             }
             if k == ENTITY_PLACEMENTS_KEY {

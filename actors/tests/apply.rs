@@ -254,7 +254,7 @@ async fn a_registry_change_with_an_id_applies_once_however_often_it_is_sent() {
 /// stopped".
 #[tokio::test]
 async fn a_likers_page_queued_to_an_entity_that_moves_away_is_answered_moved() {
-    use plaudit_actors::residence::MoveCmdOf;
+    use plaudit_actors::residence::{MoveCmdOf, StepOf};
     use plaudit_actors::ShardError;
     use plaudit_proto::placement::EntityKey;
     use plaudit_proto::routing::shard_of;
@@ -267,7 +267,7 @@ async fn a_likers_page_queued_to_an_entity_that_moves_away_is_answered_moved() {
         // An entity whose home is this shard, frozen for shard 1.
         let entity = (round * 100..).find(|&e| shard_of(1, e, 2) == 0).unwrap();
         let key = EntityKey { biz: 1, entity };
-        let step = |i, cmd| entry(i, 1_000 + i, vec![Command::MoveEntity(cmd)]);
+        let step = |i, cmd| entry(i, 1_000 + i, vec![Command::MoveEntity(StepOf { mv: 1, cmd })]);
         let frozen = s.apply(vec![step(1, MoveCmdOf::Freeze { key, to: 1 })]).await.unwrap();
         assert!(matches!(frozen[0][0], CmdResult::Done), "{frozen:?}");
         // In the shard's mailbox in this order: the page starts the

@@ -19,13 +19,18 @@
 //! Each step is recorded only after the shard applied it, and every step
 //! may be proposed again (a repeat changes nothing), so a new metadata
 //! leader resumes a move at the step recorded, whatever the old one had
-//! done since. A Copy that keeps failing for `COPY_PATIENCE`, or cannot
-//! succeed (too large), gives the move up (`Abort`).
+//! done since. Each step carries its move's id (`MoveOf::id`), so a step
+//! the old leader still had on its way, landing late, is refused or
+//! changes nothing (`actors/src/residence.rs`). A Copy that keeps failing
+//! for `COPY_PATIENCE`, or cannot succeed (too large), gives the move up
+//! (`Abort`).
 
 use crate::engine::{internal, Engine};
-use plaudit_actors::residence::{Copied, MoveCmdOf};
+use plaudit_actors::residence::{Copied, MoveCmdOf, StepOf};
 use plaudit_actors::{CmdResult, Command, Directory};
-use plaudit_proto::placement::{BoardKey, EntityKey, MoveOf, MoveStep, Placeable, PlacementsOf};
+use plaudit_proto::placement::{
+    BoardKey, EntityKey, MoveId, MoveOf, MoveStep, Placeable, PlacementsOf,
+};
 use plaudit_proto::WireError;
 use std::future::Future;
 use std::sync::Arc;
@@ -57,7 +62,7 @@ pub(crate) trait Movable: Placeable + Send + Sync + 'static {
     /// The metadata command that records `p`.
     fn record(p: PlacementsOf<Self>) -> Command;
     /// The shard command that carries one step.
-    fn step(c: MoveCmdOf<Self, Self::Copy>) -> Command;
+    fn step(s: StepOf<Self, Self::Copy>) -> Command;
     /// The frozen copy, from the source shard's leader.
     fn export(
         e: &Engine,
@@ -214,24 +219,25 @@ impl Engine {
                 // The target's copy goes first: once the source takes
                 // writes again, no other shard may serve the actor.
                 let discard = MoveCmdOf::Discard { key: key.clone(), to: m.from };
-                self.move_command::<K>(m.to, discard).await?;
+                self.move_command::<K>(m.to, m.id, discard).await?;
                 (m.from, MoveCmdOf::Unfreeze { key })
             }
         };
-        self.move_command::<K>(shard, cmd).await?;
+        self.move_command::<K>(shard, m.id, cmd).await?;
         let applied = Instant::now();
         let shards = self.cfg.shards;
         self.change_placements::<K>(|p| Ok(p.advance(&m.key, m.step, shards))).await?;
         Ok(applied)
     }
 
-    /// Proposes one step's command on `shard`'s leader.
+    /// Proposes one step's command of move `mv` on `shard`'s leader.
     async fn move_command<K: Movable>(
         &self,
         shard: u32,
+        mv: MoveId,
         cmd: MoveCmdOf<K, K::Copy>,
     ) -> Result<(), WireError> {
-        match self.propose_routed(shard, K::step(cmd), None).await? {
+        match self.propose_routed(shard, K::step(StepOf { mv, cmd }), None).await? {
             Some(CmdResult::Done) => Ok(()),
             Some(CmdResult::Failed(e)) => Err(e),
             other => Err(internal(format!("unexpected result {other:?} of a move step"))),

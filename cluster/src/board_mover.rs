@@ -11,7 +11,7 @@ use crate::actor_mover::Movable;
 use crate::engine::Engine;
 use crate::peer::wire::{PeerRequest, PeerResponse};
 use crate::router::Hop;
-use plaudit_actors::rankings::residence::{BoardCopy, MoveCmd};
+use plaudit_actors::rankings::residence::{BoardCopy, BoardStep};
 use plaudit_actors::{Command, Directory, ShardError};
 use plaudit_proto::placement::{BoardKey, BoardMove, MoveBoard, Placements};
 use plaudit_proto::window::TypeId;
@@ -27,11 +27,11 @@ impl Movable for BoardKey {
     }
 
     fn record(p: Placements) -> Command {
-        Command::SetPlacements(Box::new(p))
+        Command::SetPlacementsV2(Box::new(p))
     }
 
-    fn step(c: MoveCmd) -> Command {
-        Command::MoveBoard(c)
+    fn step(s: BoardStep) -> Command {
+        Command::MoveBoardV2(s)
     }
 
     async fn export(e: &Engine, m: &BoardMove) -> Result<BoardCopy, WireError> {

@@ -124,7 +124,9 @@ pub fn adds_state(cmd: &Command) -> bool {
         | Command::MoveBoard(_)
         | Command::SetPlacements(_)
         | Command::MoveEntity(_)
-        | Command::SetEntityPlacements(_) => false,
+        | Command::SetEntityPlacements(_)
+        | Command::MoveBoardV2(_)
+        | Command::SetPlacementsV2(_) => false,
     }
 }
 

@@ -12,7 +12,7 @@ use crate::actor_mover::Movable;
 use crate::engine::Engine;
 use crate::peer::wire::{PeerRequest, PeerResponse};
 use crate::router::Hop;
-use plaudit_actors::likes::residence::{EntityCopy, EntityMoveCmd};
+use plaudit_actors::likes::residence::{EntityCopy, EntityStep};
 use plaudit_actors::{Command, Directory, ShardError};
 use plaudit_proto::placement::{EntityKey, EntityMove, EntityPlacements, MoveEntity};
 use plaudit_proto::{BizId, Request, Response, ShardId, WireError};
@@ -51,8 +51,8 @@ impl Movable for EntityKey {
         Command::SetEntityPlacements(Box::new(p))
     }
 
-    fn step(c: EntityMoveCmd) -> Command {
-        Command::MoveEntity(c)
+    fn step(s: EntityStep) -> Command {
+        Command::MoveEntity(s)
     }
 
     async fn export(e: &Engine, m: &EntityMove) -> Result<EntityCopy, WireError> {

@@ -125,8 +125,15 @@ impl MoveStep {
     }
 }
 
+/// A move's id: the placements' epoch that recorded its start. Epochs only
+/// rise, so a later move of a key has a higher id, and a shard can tell a
+/// late step of an earlier move (`actors/src/residence.rs`). Moves recorded
+/// before ids existed have id 0.
+pub type MoveId = u64;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MoveOf<K> {
+    pub id: MoveId,
     pub key: K,
     pub from: ShardId,
     pub to: ShardId,
@@ -216,7 +223,8 @@ impl<K: Placeable> PlacementsOf<K> {
         }
         let mut next = self.clone();
         next.epoch += 1;
-        next.moves.push(MoveOf { key, from, to, step: MoveStep::Freeze, started_ms: now_ms });
+        let id = next.epoch;
+        next.moves.push(MoveOf { id, key, from, to, step: MoveStep::Freeze, started_ms: now_ms });
         Ok(next)
     }
 
@@ -272,6 +280,44 @@ impl<K: Placeable> PlacementsOf<K> {
     }
 }
 
+/// The boards' placements as recorded before moves had ids (`PlacementsRecord::V1`,
+/// `Command::SetPlacements`): still read, as moves of id 0.
+pub mod v1 {
+    use super::{BoardKey, MoveStep, Placements};
+    use crate::ids::ShardId;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct MoveV1 {
+        pub key: BoardKey,
+        pub from: ShardId,
+        pub to: ShardId,
+        pub step: MoveStep,
+        pub started_ms: u64,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct PlacementsV1 {
+        pub epoch: u64,
+        pub placed: Vec<(BoardKey, ShardId)>,
+        pub moves: Vec<MoveV1>,
+    }
+
+    impl From<PlacementsV1> for Placements {
+        fn from(p: PlacementsV1) -> Placements {
+            let moves = p.moves.into_iter().map(|m| super::MoveOf {
+                id: 0,
+                key: m.key,
+                from: m.from,
+                to: m.to,
+                step: m.step,
+                started_ms: m.started_ms,
+            });
+            Placements { epoch: p.epoch, placed: p.placed, moves: moves.collect() }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,6 +359,37 @@ mod tests {
         // And back home: no entry is left.
         let back = moved(&done, &b, home, 6);
         assert!(back.placed.is_empty(), "{back:?}");
+    }
+
+    #[test]
+    fn each_move_of_a_key_has_a_higher_id() {
+        let b = key(5);
+        let home = board_shard(1, &b.type_key, 6);
+        let p = Placements::default().start(key(6), home, 6, 0).unwrap();
+        let first = p.start(b.clone(), (home + 1) % 6, 6, 0).unwrap();
+        let id = first.move_of(&b).unwrap().id;
+        assert!(id > p.moves[0].id, "another key's earlier move");
+        let given_up = first.abort(&b).and_then(|p| p.advance(&b, MoveStep::Abort, 6)).unwrap();
+        let again = given_up.start(b.clone(), (home + 2) % 6, 6, 0).unwrap();
+        assert!(again.move_of(&b).unwrap().id > id, "{again:?}");
+    }
+
+    #[test]
+    fn placements_recorded_before_move_ids_read_as_id_0() {
+        let old = v1::PlacementsV1 {
+            epoch: 7,
+            placed: vec![(key(1), 2)],
+            moves: vec![v1::MoveV1 {
+                key: key(2),
+                from: 0,
+                to: 1,
+                step: MoveStep::Copy,
+                started_ms: 9,
+            }],
+        };
+        let p = Placements::from(old);
+        assert_eq!((p.epoch, p.placed.len(), p.moves[0].id), (7, 1, 0));
+        assert_eq!((p.moves[0].step, p.moves[0].started_ms), (MoveStep::Copy, 9));
     }
 
     #[test]

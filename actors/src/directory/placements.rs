@@ -1,9 +1,10 @@
 //! Where moved boards and entities live, as the metadata group records
-//! them (`Command::SetPlacements`, `SetEntityPlacements`): each under its
+//! them (`Command::SetPlacementsV2`, `SetEntityPlacements`): each under its
 //! registry key, versioned, and applied only above the current epoch (a
 //! change proposed twice, or from an older view, changes nothing).
 
 use super::{encode, Directory, MovedEntities};
+use plaudit_proto::placement::v1::PlacementsV1;
 use plaudit_proto::placement::{EntityPlacements, Placements};
 use plaudit_proto::{BizId, WireError};
 use plaudit_storage::WriteSet;
@@ -19,7 +20,18 @@ pub(super) const ENTITY_PLACEMENTS_KEY: &[u8] = b"entity-placements";
 /// How the placements are stored: versioned, variants only appended.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(super) enum PlacementsRecord {
-    V1(Placements),
+    /// Before moves had ids: read with every move's id 0.
+    V1(PlacementsV1),
+    V2(Placements),
+}
+
+impl PlacementsRecord {
+    pub(super) fn into_current(self) -> Placements {
+        match self {
+            PlacementsRecord::V1(p) => p.into(),
+            PlacementsRecord::V2(p) => p,
+        }
+    }
 }
 
 /// How the entity placements are stored: versioned, variants only appended.
@@ -108,7 +120,7 @@ impl Directory {
     /// changes nothing).
     pub fn apply_set_placements(&self, p: &Placements, ws: &mut WriteSet) -> Result<(), WireError> {
         above("placements", p.epoch, self.placements().epoch)?;
-        ws.put_registry(PLACEMENTS_KEY, &encode(&PlacementsRecord::V1(p.clone()))?);
+        ws.put_registry(PLACEMENTS_KEY, &encode(&PlacementsRecord::V2(p.clone()))?);
         self.set_placements(Arc::new(p.clone()));
         Ok(())
     }

@@ -27,13 +27,15 @@
 //! Writers never wait: a like is acknowledged by the user's shard whatever
 //! its entity is doing; the counts lag by the move's time at most.
 
-use crate::residence::{Copied, Elsewhere, MoveCmdOf, Residence, Residences};
+use crate::residence::{Copied, Elsewhere, MoveCmdOf, Residence, Residences, StepOf};
 use plaudit_proto::placement::EntityKey;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId};
 use serde::{Deserialize, Serialize};
 
 /// One step of an entity's move.
 pub type EntityMoveCmd = MoveCmdOf<EntityKey, EntityCopy>;
+/// One step of an entity's move, with the move's id.
+pub type EntityStep = StepOf<EntityKey, EntityCopy>;
 /// The entity residence entries of one shard.
 pub type EntityResidences = Residences<EntityKey>;
 
@@ -98,13 +100,17 @@ impl Residences<EntityKey> {
 mod tests {
     use super::*;
     use crate::residence::Effect;
+    use plaudit_proto::placement::MoveId;
     use plaudit_proto::routing::shard_of;
+    use plaudit_proto::WireError;
     use proptest::prelude::*;
     use std::collections::VecDeque;
 
     const SHARDS: u32 = 4;
     const BIZ: BizId = 1;
     const E: EntityId = 77;
+    /// The move's id.
+    const MV: MoveId = 1;
 
     fn key() -> EntityKey {
         EntityKey { biz: BIZ, entity: E }
@@ -160,9 +166,14 @@ mod tests {
         }
 
         fn step(&mut self, at: ShardId, cmd: &EntityMoveCmd) {
+            self.try_step(at, cmd).expect("the mover's step fits");
+        }
+
+        /// A step of move `MV`, refused or applied as the shard would.
+        fn try_step(&mut self, at: ShardId, cmd: &EntityMoveCmd) -> Result<(), WireError> {
             let s = &mut self.shards[at as usize];
             let was = s.res.get(&key());
-            let (effect, _) = s.res.step(cmd).unwrap();
+            let (effect, _) = s.res.step(MV, cmd)?;
             match (cmd, effect) {
                 (MoveCmdOf::Import(_), Effect::Install) => {
                     // The copy: what the frozen source applied.
@@ -189,6 +200,7 @@ mod tests {
                 }
                 _ => {}
             }
+            Ok(())
         }
     }
 
@@ -196,8 +208,13 @@ mod tests {
     enum Op {
         Like,
         Pump(usize),
-        Step { twice: bool },
+        Step {
+            twice: bool,
+        },
         Abort,
+        /// A step taken earlier arrives again, late (a metadata leader
+        /// that lost its place proposed it): refused or harmless.
+        Late(usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -206,15 +223,16 @@ mod tests {
             4 => (0..(SHARDS * SHARDS) as usize).prop_map(Op::Pump),
             2 => any::<bool>().prop_map(|twice| Op::Step { twice }),
             1 => Just(Op::Abort),
+            1 => any::<usize>().prop_map(Op::Late),
         ]
     }
 
     proptest! {
         /// Through any interleaving of new deltas, deliveries and one move
-        /// (maybe given up, steps maybe repeated), once every stream is
-        /// drained the entity's owner has applied every delta exactly
-        /// once, in the order they were made, and no other shard holds
-        /// any.
+        /// (maybe given up, steps maybe repeated, any step arriving again
+        /// late), once every stream is drained the entity's owner has
+        /// applied every delta exactly once, in the order they were made,
+        /// and no other shard holds any.
         #[test]
         fn every_delta_reaches_the_owner_once_and_in_order(
             ops in prop::collection::vec(op(), 1..120),
@@ -227,6 +245,8 @@ mod tests {
             // Steps done: Freeze, Import, Release, Activate; or aborted.
             let mut done = 0usize;
             let mut aborted = false;
+            // Every step taken, for late arrivals.
+            let mut taken: Vec<(ShardId, EntityMoveCmd)> = Vec::new();
             let steps = |n: usize| -> Option<(ShardId, EntityMoveCmd)> {
                 Some(match n {
                     0 => (home, MoveCmdOf::Freeze { key: key(), to }),
@@ -249,25 +269,39 @@ mod tests {
                             if twice {
                                 w.step(at, &cmd);
                             }
+                            taken.push((at, cmd));
                             done += 1;
                         }
                     }
                     Op::Step { .. } => {}
                     // Only before the copy is recorded (the Release step).
                     Op::Abort if !aborted && (1..=2).contains(&done) => {
-                        w.step(to, &MoveCmdOf::Discard { key: key(), to: home });
+                        let discard = MoveCmdOf::Discard { key: key(), to: home };
+                        w.step(to, &discard);
                         w.step(home, &MoveCmdOf::Unfreeze { key: key() });
+                        taken.push((to, discard));
+                        taken.push((home, MoveCmdOf::Unfreeze { key: key() }));
                         aborted = true;
                     }
                     Op::Abort => {}
+                    Op::Late(i) if !taken.is_empty() => {
+                        let (at, cmd) = taken[i % taken.len()].clone();
+                        let _ = w.try_step(at, &cmd);
+                    }
+                    Op::Late(_) => {}
                 }
             }
             // Finish: the move's remaining steps, then drain every stream.
             if !aborted {
                 while let Some((at, cmd)) = steps(done) {
                     w.step(at, &cmd);
+                    taken.push((at, cmd));
                     done += 1;
                 }
+            }
+            // And every step once more, late, after the move ended.
+            for (at, cmd) in &taken {
+                let _ = w.try_step(*at, cmd);
             }
             while let Some(i) = w.streams.iter().position(|s| !s.is_empty()) {
                 w.pump(i);
@@ -293,12 +327,12 @@ mod tests {
         assert_eq!(h.route_delta(BIZ, E), DeltaRoute::Apply);
         assert_eq!(t.route_delta(BIZ, E), DeltaRoute::Forward(home), "not here: to its home");
         assert_eq!(t.entity_readable(BIZ, E), Err(home));
-        h.step(&MoveCmdOf::<_, EntityCopy>::Freeze { key: key(), to }).unwrap();
+        h.step(MV, &MoveCmdOf::<_, EntityCopy>::Freeze { key: key(), to }).unwrap();
         assert_eq!(h.route_delta(BIZ, E), DeltaRoute::Hold);
         assert_eq!(h.entity_readable(BIZ, E), Ok(()), "a frozen entity is read");
-        t.step(&copy()).unwrap();
+        t.step(MV, &copy()).unwrap();
         assert_eq!(t.entity_readable(BIZ, E), Ok(()));
-        h.step(&MoveCmdOf::<_, EntityCopy>::Release { key: key(), to }).unwrap();
+        h.step(MV, &MoveCmdOf::<_, EntityCopy>::Release { key: key(), to }).unwrap();
         assert_eq!(h.route_delta(BIZ, E), DeltaRoute::Forward(to));
         assert_eq!(h.entity_readable(BIZ, E), Err(to));
         assert_eq!(t.route_delta(BIZ, E), DeltaRoute::Apply, "incoming: the source let go");

@@ -6,7 +6,7 @@
 //! follows), so a board's writers pause from the freeze to the activation;
 //! an incoming board serves reads and refuses events until activated.
 
-use crate::residence::{Copied, Elsewhere, MoveCmdOf, Residence, Residences};
+use crate::residence::{Copied, Elsewhere, MoveCmdOf, Residence, Residences, StepOf};
 use plaudit_proto::placement::BoardKey;
 use plaudit_proto::rankings::RankId;
 use serde::{Deserialize, Serialize};
@@ -15,6 +15,8 @@ pub use crate::residence::Effect;
 
 /// One step of a board's move.
 pub type MoveCmd = MoveCmdOf<BoardKey, BoardCopy>;
+/// One step of a board's move, with the move's id.
+pub type BoardStep = StepOf<BoardKey, BoardCopy>;
 /// The board residence entries of one shard.
 pub type BoardResidences = Residences<BoardKey>;
 

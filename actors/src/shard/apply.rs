@@ -97,7 +97,10 @@ impl ShardActor {
                 b.cmds.iter().any(|c| {
                     matches!(
                         c,
-                        Command::DropBoard { .. } | Command::MoveBoard(_) | Command::MoveEntity(_)
+                        Command::DropBoard { .. }
+                            | Command::MoveBoard(_)
+                            | Command::MoveBoardV2(_)
+                            | Command::MoveEntity(_)
                     )
                 })
             })
@@ -193,7 +196,13 @@ impl ShardActor {
                         boards.drop_board(*rank, type_key);
                         CmdResult::Done
                     }
-                    Command::MoveBoard(m) => self.apply_move(state, m, &mut boards, &mut out.ws)?,
+                    // Written before moves had ids: move 0.
+                    Command::MoveBoard(m) => {
+                        self.apply_move(state, 0, m, &mut boards, &mut out.ws)?
+                    }
+                    Command::MoveBoardV2(s) => {
+                        self.apply_move(state, s.mv, &s.cmd, &mut boards, &mut out.ws)?
+                    }
                     Command::MoveEntity(m) => self.apply_entity_move(
                         state,
                         m,
@@ -213,6 +222,7 @@ impl ShardActor {
                     | Command::RevokeToken { .. }
                     | Command::SetBoardLimit(_)
                     | Command::SetPlacements(_)
+                    | Command::SetPlacementsV2(_)
                     | Command::SetEntityPlacements(_)
                     | Command::ReserveBoards { .. } => {
                         registry::apply(&self.directory, self.cfg.is_meta, cmd, now, &mut out.ws)

@@ -18,19 +18,13 @@ use super::likes::LikesPlan;
 use super::{ShardActor, ShardState};
 use crate::command::{CmdResult, Delta, EntityDelta};
 use crate::error::{Fatal, ShardError};
-use crate::likes::residence::{EntityCopy, EntityMoveCmd, EntityResidences};
-use crate::residence::{Effect, MoveCmdOf, Residence, Residences};
+use crate::likes::residence::{EntityCopy, EntityResidences, EntityStep};
+use crate::residence::{Effect, MoveCmdOf, Residence, ResidenceRecord, Residences};
 use plaudit_proto::placement::EntityKey;
 use plaudit_proto::{codec, BizId, EntityId, ShardId, WireError};
 use plaudit_storage::{CountsRec, WriteSet};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-
-/// How an entity's residence entry is stored (variants only appended).
-#[derive(Serialize, Deserialize)]
-enum EntityResidenceRecord {
-    V1(Residence),
-}
 
 /// How a held delta is stored (variants only appended).
 #[derive(Serialize, Deserialize)]
@@ -51,8 +45,8 @@ impl ShardActor {
     pub(super) fn load_entity_residences(&self, state: &mut ShardState) -> Result<(), Fatal> {
         let mut entries = Vec::new();
         for (biz, entity, v) in self.store.entity_residences(self.cfg.shard)? {
-            let EntityResidenceRecord::V1(r) = codec::from_bytes(&v)?;
-            entries.push((EntityKey { biz, entity }, r));
+            let r: ResidenceRecord = codec::from_bytes(&v)?;
+            entries.push((EntityKey { biz, entity }, r.entry()));
         }
         let res = Residences::new(self.cfg.shard, self.cfg.shard_count, entries);
         self.publish_moved(&res);
@@ -98,19 +92,20 @@ impl ShardActor {
     pub(super) fn apply_entity_move(
         &self,
         state: &mut ShardState,
-        cmd: &EntityMoveCmd,
+        step: &EntityStep,
         likes: &mut LikesPlan,
         out: &mut Applied,
         (entry, delivered): (usize, &mut usize),
     ) -> Result<CmdResult, Fatal> {
         let shard = self.cfg.shard;
+        let cmd = &step.cmd;
         let key = *cmd.key();
         let was = self.entity_residences(state)?.get(&key);
-        let (effect, next) = match self.entity_residences(state)?.step(cmd) {
+        let (effect, next) = match self.entity_residences(state)?.step(step.mv, cmd) {
             Ok(done) => done,
             Err(e) => return Ok(CmdResult::Failed(e)),
         };
-        let value = next.map(|r| codec::to_bytes(&EntityResidenceRecord::V1(r))).transpose()?;
+        let value = next.map(|(r, mv)| codec::to_bytes(&ResidenceRecord::V2(r, mv))).transpose()?;
         out.ws.put_entity_residence(shard, key.biz, key.entity, value.as_deref());
         match (effect, cmd) {
             (Effect::Install, MoveCmdOf::Import(copy)) => {

@@ -19,20 +19,12 @@ use super::{ShardActor, ShardState};
 use crate::command::CmdResult;
 use crate::error::{Fatal, ShardError};
 use crate::rankings::residence::{BoardCopy, BoardResidences, MoveCmd};
-use crate::residence::{Effect, Residence};
+use crate::residence::{Effect, Residence, ResidenceRecord};
 use plaudit_proto::codec;
-use plaudit_proto::placement::BoardKey;
+use plaudit_proto::placement::{BoardKey, MoveId};
 use plaudit_proto::rankings::RankId;
 use plaudit_proto::{ShardId, WireError};
 use plaudit_storage::{BoardImage, BoardMeta, WriteSet};
-use serde::{Deserialize, Serialize};
-
-/// How a residence entry is stored: the variant is the format version
-/// (variants only appended).
-#[derive(Serialize, Deserialize)]
-enum ResidenceRecord {
-    V1(Residence),
-}
 
 /// The error a board's reader or writer gets when the board is elsewhere.
 pub(crate) fn moved(rank: RankId, to: ShardId) -> WireError {
@@ -48,8 +40,8 @@ impl ShardActor {
         if state.residences.is_none() {
             let mut entries = Vec::new();
             for (rank, type_key, v) in self.store.residences(self.cfg.shard)? {
-                let ResidenceRecord::V1(r) = codec::from_bytes(&v)?;
-                entries.push((BoardKey { rank, type_key }, r));
+                let r: ResidenceRecord = codec::from_bytes(&v)?;
+                entries.push((BoardKey { rank, type_key }, r.entry()));
             }
             state.residences =
                 Some(BoardResidences::new(self.cfg.shard, self.cfg.shard_count, entries));
@@ -66,17 +58,19 @@ impl ShardActor {
     pub(super) fn apply_move(
         &self,
         state: &mut ShardState,
+        mv: MoveId,
         cmd: &MoveCmd,
         boards: &mut BoardsPlan<'_>,
         ws: &mut WriteSet,
     ) -> Result<CmdResult, Fatal> {
         let shard = self.cfg.shard;
-        let (effect, entry) = match self.residences(state)?.step(cmd) {
+        let (effect, entry) = match self.residences(state)?.step(mv, cmd) {
             Ok(done) => done,
             Err(e) => return Ok(CmdResult::Failed(e)),
         };
         let b = cmd.key();
-        let value = entry.map(|r| codec::to_bytes(&ResidenceRecord::V1(r))).transpose()?;
+        let value =
+            entry.map(|(r, mv)| codec::to_bytes(&ResidenceRecord::V2(r, mv))).transpose()?;
         ws.put_residence(shard, b.rank, &b.type_key, value.as_deref());
         match (effect, cmd) {
             (Effect::Install, MoveCmd::Import(copy)) => {

@@ -50,6 +50,10 @@ pub(super) fn apply(
             directory.apply_set_entity_placements(p, ws).map(|()| CmdResult::Done)
         }
         Command::SetPlacements(p) => {
+            let p = plaudit_proto::placement::Placements::from((**p).clone());
+            directory.apply_set_placements(&p, ws).map(|()| CmdResult::Done)
+        }
+        Command::SetPlacementsV2(p) => {
             directory.apply_set_placements(p, ws).map(|()| CmdResult::Done)
         }
         Command::SetBoardLimit(l) => {

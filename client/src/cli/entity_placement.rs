@@ -226,6 +226,7 @@ mod tests {
             epoch: 2,
             placed: vec![(key(1, 42), 3), (key(1, 1000), 0)],
             moves: vec![EntityMove {
+                id: 4,
                 key: key(1, 43),
                 from: 1,
                 to: 2,

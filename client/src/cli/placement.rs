@@ -319,6 +319,7 @@ mod tests {
             epoch: 5,
             placed: vec![(key("7:total:0"), 3)],
             moves: vec![BoardMove {
+                id: 4,
                 key: key("9:day:1713052800_42"),
                 from: 1,
                 to: 2,
@@ -346,6 +347,7 @@ mod tests {
             epoch: 2,
             placed: vec![(key(42), 3)],
             moves: vec![EntityMove {
+                id: 4,
                 key: key(43),
                 from: 1,
                 to: 2,

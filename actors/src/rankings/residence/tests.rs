@@ -39,26 +39,33 @@ fn a_board_moves_away_and_back() {
 
     let freeze = MoveCmd::Freeze { key: b.clone(), to: t };
     assert_eq!(
-        s[h as usize].step(&freeze).unwrap(),
-        (Effect::None, Some(Residence::Frozen { to: t }))
+        s[h as usize].step(1, &freeze).unwrap(),
+        (Effect::None, Some((Residence::Frozen { to: t }, 1)))
     );
     assert_eq!(s[h as usize].writable(3, b"total:0"), Err(t));
     assert_eq!(s[h as usize].readable(3, b"total:0"), Ok(()), "a frozen board is read");
-    assert_eq!(s[t as usize].step(&copy()).unwrap().0, Effect::Install);
+    assert_eq!(s[t as usize].step(1, &copy()).unwrap().0, Effect::Install);
     assert_eq!(s[t as usize].readable(3, b"total:0"), Ok(()));
     assert_eq!(s[t as usize].writable(3, b"total:0"), Err(t), "not active yet");
     let release = MoveCmd::Release { key: b.clone(), to: t };
-    assert_eq!(s[h as usize].step(&release).unwrap().0, Effect::Drop);
+    assert_eq!(s[h as usize].step(1, &release).unwrap().0, Effect::Drop);
     assert_eq!(s[h as usize].readable(3, b"total:0"), Err(t));
     let activate = MoveCmd::Activate { key: b.clone() };
-    assert_eq!(s[t as usize].step(&activate).unwrap(), (Effect::None, Some(Residence::Here)));
+    assert_eq!(
+        s[t as usize].step(1, &activate).unwrap(),
+        (Effect::None, Some((Residence::Here, 1)))
+    );
     assert_eq!(s[t as usize].writable(3, b"total:0"), Ok(()));
 
-    // Back home: the entry at home ends as no entry at all.
-    s[t as usize].step(&MoveCmd::Freeze { key: b.clone(), to: h }).unwrap();
-    assert_eq!(s[h as usize].step(&copy()).unwrap().0, Effect::Install);
-    s[t as usize].step(&MoveCmd::Release { key: b.clone(), to: h }).unwrap();
-    assert_eq!(s[h as usize].step(&activate).unwrap(), (Effect::None, None));
+    // Back home, by move 2: the entry at home says Here, as good as none,
+    // and keeps the move's id.
+    s[t as usize].step(2, &MoveCmd::Freeze { key: b.clone(), to: h }).unwrap();
+    assert_eq!(s[h as usize].step(2, &copy()).unwrap().0, Effect::Install);
+    s[t as usize].step(2, &MoveCmd::Release { key: b.clone(), to: h }).unwrap();
+    assert_eq!(
+        s[h as usize].step(2, &activate).unwrap(),
+        (Effect::None, Some((Residence::Here, 2)))
+    );
     assert_eq!(s[h as usize].writable(3, b"total:0"), Ok(()));
     assert_eq!(s[t as usize].writable(3, b"total:0"), Err(h), "gone from the target");
 }
@@ -69,22 +76,55 @@ fn repeats_change_nothing_and_misfits_fail() {
     let t = (h + 1) % SHARDS;
     let mut s = shards();
     let freeze = MoveCmd::Freeze { key: b.clone(), to: t };
-    s[h as usize].step(&freeze).unwrap();
-    assert_eq!(s[h as usize].step(&freeze).unwrap().0, Effect::None);
-    let e = s[h as usize].step(&MoveCmd::Freeze { key: b.clone(), to: (t + 1) % SHARDS });
+    s[h as usize].step(1, &freeze).unwrap();
+    assert_eq!(s[h as usize].step(1, &freeze).unwrap().0, Effect::None);
+    let e = s[h as usize].step(1, &MoveCmd::Freeze { key: b.clone(), to: (t + 1) % SHARDS });
     assert_eq!(e.unwrap_err().code, plaudit_proto::ErrorCode::Refused, "frozen for another");
-    assert!(s[h as usize].step(&copy()).is_err(), "the source cannot import its own board");
-    assert!(s[t as usize].step(&MoveCmd::Release { key: b.clone(), to: t }).is_err());
-    assert!(s[t as usize].step(&MoveCmd::Freeze { key: b.clone(), to: h }).is_err(), "not held");
+    assert!(s[h as usize].step(1, &copy()).is_err(), "the source cannot import its own board");
+    assert!(s[t as usize].step(1, &MoveCmd::Release { key: b.clone(), to: t }).is_err());
+    assert!(s[t as usize].step(1, &MoveCmd::Freeze { key: b.clone(), to: h }).is_err(), "not held");
     let release = MoveCmd::Release { key: b.clone(), to: t };
-    s[h as usize].step(&release).unwrap();
-    assert_eq!(s[h as usize].step(&release).unwrap().0, Effect::None, "a repeat drops nothing");
-    s[t as usize].step(&copy()).unwrap();
-    assert_eq!(s[t as usize].step(&copy()).unwrap().0, Effect::Install, "the same copy again");
+    s[h as usize].step(1, &release).unwrap();
+    assert_eq!(s[h as usize].step(1, &release).unwrap().0, Effect::None, "a repeat drops nothing");
+    s[t as usize].step(1, &copy()).unwrap();
+    assert_eq!(s[t as usize].step(1, &copy()).unwrap().0, Effect::None, "installed once");
     let activate = MoveCmd::Activate { key: b };
-    s[t as usize].step(&activate).unwrap();
-    assert_eq!(s[t as usize].step(&activate).unwrap().0, Effect::None);
-    assert!(s[t as usize].step(&copy()).is_err(), "an active board is not overwritten");
+    s[t as usize].step(1, &activate).unwrap();
+    assert_eq!(s[t as usize].step(1, &activate).unwrap().0, Effect::None);
+    assert!(s[t as usize].step(1, &copy()).is_err(), "an active board is not overwritten");
+}
+
+#[test]
+fn late_steps_of_a_move_are_refused_or_change_nothing() {
+    let (b, h) = (board(), home());
+    let t = (h + 1) % SHARDS;
+    let mut s = shards();
+    let freeze = MoveCmd::Freeze { key: b.clone(), to: t };
+    let release = MoveCmd::Release { key: b.clone(), to: t };
+    let discard = MoveCmd::Discard { key: b.clone(), to: h };
+    let unfreeze = MoveCmd::Unfreeze { key: b.clone() };
+    // Move 1, given up after its copy was made.
+    s[h as usize].step(1, &freeze).unwrap();
+    s[t as usize].step(1, &copy()).unwrap();
+    s[t as usize].step(1, &discard).unwrap();
+    s[h as usize].step(1, &unfreeze).unwrap();
+    let refused = |r: Result<_, plaudit_proto::WireError>| r.unwrap_err().code;
+    use plaudit_proto::ErrorCode::Refused;
+    assert_eq!(refused(s[h as usize].step(1, &freeze)), Refused, "would hold events for good");
+    assert_eq!(refused(s[t as usize].step(1, &copy())), Refused, "a copy nobody reads");
+    assert_eq!(s[h as usize].writable(3, b"total:0"), Ok(()));
+    // Move 2 goes through; its copy arriving again changes nothing.
+    s[h as usize].step(2, &freeze).unwrap();
+    assert_eq!(s[t as usize].step(2, &copy()).unwrap().0, Effect::Install);
+    s[h as usize].step(2, &release).unwrap();
+    assert_eq!(s[t as usize].step(2, &copy()).unwrap().0, Effect::None, "installed once");
+    s[t as usize].step(2, &MoveCmd::Activate { key: b.clone() }).unwrap();
+    // Move 1's steps, late, anywhere: stale.
+    for (x, cmd) in [(h, &freeze), (t, &copy()), (t, &discard), (h, &unfreeze), (h, &release)] {
+        assert_eq!(refused(s[x as usize].step(1, cmd)), Refused, "{cmd:?} at {x}");
+    }
+    assert_eq!(s[t as usize].writable(3, b"total:0"), Ok(()));
+    assert_eq!(s[h as usize].readable(3, b"total:0"), Err(t));
 }
 
 /// One thing that happens to the board: an event sent to a shard, or the
@@ -102,6 +142,9 @@ enum Op {
     Abort {
         copied: bool,
     },
+    /// A step taken earlier arrives again, late (proposed by a metadata
+    /// leader that lost its place): refused or harmless.
+    Late(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -110,13 +153,15 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<bool>().prop_map(|twice| Op::Step { twice }),
         1 => (0..SHARDS).prop_map(Op::Move),
         1 => any::<bool>().prop_map(|copied| Op::Abort { copied }),
+        2 => any::<usize>().prop_map(Op::Late),
     ]
 }
 
 proptest! {
-    /// Through any sequence of events and moves, at most one shard takes
-    /// events, and every shard that serves a read holds every event taken
-    /// (a copy made at the freeze, no event since).
+    /// Through any sequence of events and moves, with any step arriving
+    /// again late, at most one shard takes events (exactly one while no
+    /// move is under way), and every shard that serves a read holds every
+    /// event taken (a copy made at the freeze, no event since).
     #[test]
     fn one_writer_and_reads_see_every_event(ops in prop::collection::vec(op(), 1..80)) {
         let mut s = shards();
@@ -124,8 +169,12 @@ proptest! {
         let mut held: Vec<Option<u32>> = (0..SHARDS).map(|x| (x == home()).then_some(0)).collect();
         let mut taken = 0u32;
         let mut at = home();
-        // The move under way: (from, to, steps done).
+        // The move under way: (from, to, steps done), and its id.
         let mut moving: Option<(ShardId, ShardId, usize)> = None;
+        let mut mv = 0;
+        // Every step taken: (shard, move, step, the events its copy holds),
+        // for late arrivals.
+        let mut steps: Vec<(ShardId, u64, MoveCmd, Option<u32>)> = Vec::new();
         for op in ops {
             match op {
                 Op::Event(x) => {
@@ -135,19 +184,23 @@ proptest! {
                         *h += 1;
                     }
                 }
-                Op::Move(to) if moving.is_none() && to != at => moving = Some((at, to, 0)),
+                Op::Move(to) if moving.is_none() && to != at => {
+                    moving = Some((at, to, 0));
+                    mv += 1;
+                }
                 Op::Move(_) => {}
                 Op::Abort { copied } => {
                     // Only while the next step is Copy (frozen, not placed).
                     let Some((from, to, 1)) = moving else { continue };
                     let b = board();
                     let mut run = |shard: ShardId, cmd: MoveCmd| {
-                        let (effect, _) = s[shard as usize].step(&cmd).expect("the abort fits");
+                        let (effect, _) = s[shard as usize].step(mv, &cmd).expect("the abort fits");
                         match effect {
                             Effect::Install => held[to as usize] = held[from as usize],
                             Effect::Drop => held[shard as usize] = None,
                             Effect::None => {}
                         }
+                        steps.push((shard, mv, cmd, held[from as usize]));
                     };
                     if copied {
                         run(to, copy());
@@ -168,18 +221,35 @@ proptest! {
                         _ => (to, MoveCmd::Activate { key: b }),
                     };
                     for _ in 0..(1 + usize::from(twice)) {
-                        let (effect, _) = s[shard as usize].step(&cmd).expect("the mover's step fits");
+                        let (effect, _) = s[shard as usize].step(mv, &cmd).expect("the mover's step fits");
                         match effect {
                             Effect::Install => held[to as usize] = held[from as usize],
                             Effect::Drop => held[from as usize] = None,
                             Effect::None => {}
                         }
                     }
+                    steps.push((shard, mv, cmd, held[from as usize]));
                     moving = if done == 3 { at = to; None } else { Some((from, to, done + 1)) };
                 }
+                Op::Late(i) if !steps.is_empty() => {
+                    let (shard, late_mv, cmd, copied) = steps[i % steps.len()].clone();
+                    if let Ok((effect, _)) = s[shard as usize].step(late_mv, &cmd) {
+                        // An install puts back the copy the step carried,
+                        // made when its move froze the board.
+                        match effect {
+                            Effect::Install => held[shard as usize] = copied,
+                            Effect::Drop => held[shard as usize] = None,
+                            Effect::None => {}
+                        }
+                    }
+                }
+                Op::Late(_) => {}
             }
             let writers = (0..SHARDS).filter(|&x| s[x as usize].writable(3, b"total:0").is_ok()).count();
             prop_assert!(writers <= 1, "{writers} shards take events");
+            if moving.is_none() {
+                prop_assert_eq!(writers, 1, "no move under way, and no shard takes events");
+            }
             for x in 0..SHARDS {
                 if s[x as usize].readable(3, b"total:0").is_ok() {
                     prop_assert_eq!(held[x as usize], Some(taken), "shard {} serves a stale board", x);
