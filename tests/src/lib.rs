@@ -563,6 +563,22 @@ impl Node {
     }
 }
 
+impl Node {
+    /// With `PLAUDIT_KEEP_LOGS=DIR`, a failed test's node logs are copied
+    /// there whole (the tempdir goes with the node), as
+    /// `<tempdir name>.log`, to read past the tail printed above.
+    fn keep_log(&self) {
+        let Some(dir) = std::env::var_os("PLAUDIT_KEEP_LOGS") else { return };
+        let name = self.log_path.parent().and_then(|d| d.file_name()).unwrap_or_default();
+        let to = Path::new(&dir).join(format!("{}.log", name.to_string_lossy()));
+        let kept = std::fs::create_dir_all(&dir).and_then(|()| std::fs::copy(&self.log_path, &to));
+        match kept {
+            Ok(_) => eprintln!("--- node {} log kept at {}", self.id, to.display()),
+            Err(e) => eprintln!("--- node {} log not kept: {e}", self.id),
+        }
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -571,6 +587,7 @@ impl Drop for Node {
                 self.log_path.display(),
                 self.log_tail(LOG_TAIL_LINES)
             );
+            self.keep_log();
         }
         self.kill9();
     }
