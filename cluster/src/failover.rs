@@ -10,7 +10,8 @@
 //! AppendEntries it received, plus a small margin for the other voters'
 //! clocks), then calls `trigger().elect()`. Surviving voters are ranked by
 //! id and stagger their attempts, so two of them do not split the vote, and
-//! each tries again every `RETRY` until a leader is known: a first attempt
+//! each tries again after `RETRY`, then ever later up to the election
+//! timeout (`transfer::campaign_pause`), until a leader is known: a first attempt
 //! refused because another voter heard the dead leader a little later than
 //! this one does not wait for the next voter's turn.
 
@@ -27,7 +28,8 @@ use tracing::{debug, info};
 const MARGIN: Duration = Duration::from_millis(30);
 /// Between the first attempts of successive surviving voters.
 const STAGGER: Duration = Duration::from_millis(100);
-/// Between one voter's attempts while no leader is known.
+/// Before one voter's second attempt while no leader is known; each
+/// further pause doubles, up to the election timeout.
 const RETRY: Duration = Duration::from_millis(150);
 /// Attempts per voter before the randomised timers are left to it.
 const ATTEMPTS: u32 = 8;
@@ -99,6 +101,7 @@ async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
             debug!(shard = g.id, error = %e, "triggering an election failed");
             return;
         }
-        tokio::time::sleep(RETRY).await;
+        let most = Duration::from_millis(engine.cfg.group.election_min_ms);
+        tokio::time::sleep(crate::transfer::campaign_pause(attempt, RETRY, most)).await;
     }
 }

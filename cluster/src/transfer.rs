@@ -8,7 +8,8 @@
 //! L: stop taking writes and reads (they get NotLeader, no leader: the SDK waits and
 //!    routes again), wait until T has every entry, stop heartbeats
 //! L ─ TakeLead{group, to: T} ─> every other voter
-//!    T: trigger().elect() at once, again every 150 ms while it does not lead
+//!    T: trigger().elect() at once, again after 150 ms, 300 ms, ... (at most the
+//!       election timeout apart: `campaign_pause`) while it does not lead
 //!    others: their own election timers off until a new leader is known (≤ 3 s), so that
 //!       T, not they, takes it
 //! L: wait until someone else leads (≤ 3 s), then heartbeats on again (as a follower,
@@ -40,8 +41,22 @@ const CATCH_UP: Duration = Duration::from_secs(2);
 /// How long the old leader waits for another to lead before it takes the
 /// group back.
 const TAKE_OVER: Duration = Duration::from_secs(3);
-/// Between the target's attempts.
+/// Before the target's second attempt; each further pause doubles, up to
+/// the election timeout (`campaign_pause`).
 const RETRY: Duration = Duration::from_millis(150);
+
+/// The pause after campaign number `attempt` (0 for the first) before the
+/// next, when no leader is known yet: `first`, doubling, at most `most`.
+/// Each campaign takes a new term, and the answers to an older one are
+/// ignored, so a campaign whose round (the candidate's and each voter's
+/// vote written to disk, two messages) takes longer than the pause is never
+/// won: at a fixed 150 ms, a slow disk kept a target campaigning from term
+/// 2 to 21 in 3 s without a leader. Doubling lets rounds of any length up
+/// to `most` (the election timeout, which openraft's own timer waits too)
+/// finish, while a quick refusal is still tried again soon.
+pub(crate) fn campaign_pause(attempt: u32, first: Duration, most: Duration) -> Duration {
+    first.saturating_mul(1u32 << attempt.min(16)).min(most.max(first))
+}
 
 /// Why a hand-off did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -235,8 +250,10 @@ impl Engine {
         let me = self.node_id();
         let old = group.raft.metrics().borrow().current_leader;
         if to == me {
+            let most = Duration::from_millis(self.cfg.group.election_min_ms);
             tokio::spawn(async move {
                 let deadline = Instant::now() + TAKE_OVER;
+                let mut attempt = 0;
                 while Instant::now() < deadline {
                     let m = group.raft.metrics().borrow().clone();
                     let leader = m.current_leader;
@@ -259,7 +276,8 @@ impl Engine {
                         debug!(group = g, error = %e, "triggering an election failed");
                         return;
                     }
-                    tokio::time::sleep(RETRY).await;
+                    tokio::time::sleep(campaign_pause(attempt, RETRY, most)).await;
+                    attempt += 1;
                 }
             });
         } else {
@@ -283,6 +301,16 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn campaigns_are_tried_again_ever_later_up_to_the_election_timeout() {
+        let ms = |n| campaign_pause(n, RETRY, Duration::from_millis(450)).as_millis();
+        let pauses: Vec<u128> = (0..5).map(ms).collect();
+        assert_eq!(pauses, [150, 300, 450, 450, 450]);
+        assert_eq!(ms(u32::MAX), 450, "no overflow");
+        let floor = campaign_pause(3, RETRY, Duration::from_millis(10));
+        assert_eq!(floor, RETRY, "never below the first pause");
+    }
 
     #[test]
     fn the_preferred_voter_first_else_the_most_caught_up() {

@@ -147,27 +147,66 @@ impl Cluster {
         self.nodes.push(node);
     }
 
-    /// Whether `ids` hold `shards * rf / n` replicas each and lead
+    /// `None` if `ids` hold `shards * rf / n` replicas each and lead
     /// `shards / n` each (both ±1), with no move under way, as node `via`
-    /// sees it.
-    pub fn balanced(&self, via: u64, ids: &[u64], shards: u64, rf: u64) -> bool {
+    /// sees it; else why not.
+    fn unbalanced(&self, via: u64, ids: &[u64], shards: u64, rf: u64) -> Option<String> {
         let rows = self.nodes(via);
         let n = ids.len() as u64;
         let (rep_lo, rep_hi) = ((shards * rf) / n, (shards * rf).div_ceil(n));
         let (lead_lo, lead_hi) = (shards / n, shards.div_ceil(n));
         // No status read is not "no moves".
-        let Some(status) = self.status_via(via) else { return false };
-        let moving = status["moves"].as_array().is_none_or(|m| !m.is_empty());
+        let Some(status) = self.status_via(via) else { return Some("no status".into()) };
+        if status["moves"].as_array().is_none_or(|m| !m.is_empty()) {
+            return Some(format!("moves under way: {}", status["moves"]));
+        }
         let within = |v: &serde_json::Value, lo: u64, hi: u64| {
             v.as_u64().is_some_and(|v| v + 1 >= lo && v <= hi + 1)
         };
-        !moving
-            && ids.iter().all(|id| {
-                rows.get(id).is_some_and(|r| {
-                    within(&r["replicas"], rep_lo, rep_hi)
-                        && within(&r["leaders"], lead_lo, lead_hi)
+        let off: Vec<String> = ids
+            .iter()
+            .filter(|id| {
+                rows.get(id).is_none_or(|r| {
+                    !within(&r["replicas"], rep_lo, rep_hi)
+                        || !within(&r["leaders"], lead_lo, lead_hi)
                 })
             })
+            .map(|id| match rows.get(id) {
+                Some(r) => {
+                    format!("node {id}: {} replicas, {} leaders", r["replicas"], r["leaders"])
+                }
+                None => format!("node {id}: no row"),
+            })
+            .collect();
+        if off.is_empty() {
+            return None;
+        }
+        let leaders: Vec<String> = status["shards"]
+            .as_array()
+            .map(|a| a.iter().map(|g| format!("{}:{}", g["shard"], g["leader"])).collect())
+            .unwrap_or_default();
+        Some(format!(
+            "{} (replicas {rep_lo}..={rep_hi}, leaders {lead_lo}..={lead_hi}, ±1); shard:leader {}",
+            off.join("; "),
+            leaders.join(" ")
+        ))
+    }
+
+    /// Waits until `ids` share `shards` shards of three replicas evenly
+    /// (`unbalanced`); on timeout, panics saying which nodes are off and
+    /// who leads each shard.
+    pub async fn wait_balanced(&self, via: u64, ids: &[u64], shards: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let why = match self.unbalanced(via, ids, shards, 3) {
+                None => return,
+                Some(why) => why,
+            };
+            if Instant::now() > deadline {
+                panic!("not balanced on {ids:?} after {timeout:?}: {why}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// The node leading the metadata group, as node `via` sees it; waits up

@@ -15,10 +15,7 @@ async fn growing_from_three_to_five_nodes_balances_and_fails_no_request() {
     let five = cluster.add_node();
     assert_eq!((four, five), (4, 5));
     let all = cluster.ids();
-    wait_until(Duration::from_secs(240), "replicas and leaders balanced on five nodes", || async {
-        cluster.balanced(1, &all, 10, 3)
-    })
-    .await;
+    cluster.wait_balanced(1, &all, 10, Duration::from_secs(240)).await;
     let rows = cluster.nodes(5);
     for id in &all {
         assert_eq!(rows[id]["state"], "up", "{:?}", rows[id]);
@@ -98,10 +95,7 @@ async fn a_dead_node_is_replaced_and_comes_back_empty_as_a_new_incarnation() {
     })
     .await;
     let all = cluster.ids();
-    wait_until(Duration::from_secs(120), "balanced again", || async {
-        cluster.balanced(1, &all, 8, 3)
-    })
-    .await;
+    cluster.wait_balanced(1, &all, 8, Duration::from_secs(120)).await;
     w.stop().await;
     cluster.wait_converged().await;
     w.check(&admin).await;

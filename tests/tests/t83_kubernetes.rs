@@ -11,7 +11,6 @@
 
 use plaudit_tests::pods::Pods;
 use plaudit_tests::tls::issue;
-use plaudit_tests::wait_until;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -83,10 +82,7 @@ async fn the_statefulset_forms_scales_restarts_and_shrinks_under_load() {
 
     pods.scale(5);
     let all: Vec<u64> = (1..=5).collect();
-    wait_until(Duration::from_secs(300), "balanced on five pods", || async {
-        pods.cluster.balanced(1, &all, shards, 3)
-    })
-    .await;
+    pods.cluster.wait_balanced(1, &all, shards, Duration::from_secs(300)).await;
     w.wait_acks(200, Duration::from_secs(30), "writes on five pods").await;
     phase("scaled to 5 and balanced");
 
@@ -99,10 +95,7 @@ async fn the_statefulset_forms_scales_restarts_and_shrinks_under_load() {
     decommission_and_scale_down(&mut pods);
     phase("decommissioned to 3");
     let three: Vec<u64> = (1..=3).collect();
-    wait_until(Duration::from_secs(120), "balanced on three pods", || async {
-        pods.cluster.balanced(1, &three, shards, 3)
-    })
-    .await;
+    pods.cluster.wait_balanced(1, &three, shards, Duration::from_secs(120)).await;
     w.wait_acks(200, Duration::from_secs(30), "writes on three pods").await;
 
     pods.cluster.finish_load(&admin, w).await;
