@@ -78,6 +78,8 @@ pub(crate) struct Cluster {
     split_reads: bool,
     /// `ClientOptions::spread_reads`.
     spread_reads: bool,
+    /// `ClientOptions::raw_score_outcomes`.
+    pub(crate) raw_score_outcomes: bool,
     dialer: Dialer,
     view: Mutex<View>,
     pools: Mutex<HashMap<String, Arc<Pool>>>,
@@ -116,6 +118,7 @@ impl Cluster {
             cache_ttl,
             spread_hot_reads,
             spread_reads,
+            raw_score_outcomes,
             ..
         } = opts;
         if seeds.is_empty() {
@@ -130,6 +133,7 @@ impl Cluster {
             timeout,
             split_reads,
             spread_reads,
+            raw_score_outcomes,
             dialer: Dialer { timeout: timeout.min(MAX_DIAL), token, tls },
             view: Mutex::new(View::new(seeds.clone())),
             pools: Mutex::new(HashMap::new()),

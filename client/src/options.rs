@@ -54,6 +54,13 @@ pub struct ClientOptions {
     /// trip to the leader, dearer than the leader's own lease read when
     /// the nodes share cores.
     pub spread_reads: bool,
+    /// Report every sub-board's scoring outcome as the node gave it. By
+    /// default, a `duplicate` answered to a retry of `score` after an
+    /// attempt that may have applied the event (a lost answer, a timeout)
+    /// is reported `applied`: the caller sent the event once and it counted
+    /// once. An auditor that re-sends events it sent before, to learn
+    /// whether each was kept, needs the node's word. Default `false`.
+    pub raw_score_outcomes: bool,
 }
 
 impl std::fmt::Debug for ClientOptions {
@@ -67,6 +74,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("cache_ttl", &self.cache_ttl)
             .field("spread_hot_reads", &self.spread_hot_reads)
             .field("spread_reads", &self.spread_reads)
+            .field("raw_score_outcomes", &self.raw_score_outcomes)
             .finish()
     }
 }
@@ -88,6 +96,7 @@ impl Default for ClientOptions {
             cache_ttl: Self::DEFAULT_CACHE_TTL,
             spread_hot_reads: false,
             spread_reads: false,
+            raw_score_outcomes: false,
         }
     }
 }

@@ -115,7 +115,8 @@ impl Client {
     /// Scores one event on every sub-board it lands on; repeating the same
     /// `event_id` reports `duplicate` and changes nothing. The SDK's own
     /// retry of this call (after a lost answer or a timeout) that finds the
-    /// event applied by its earlier attempt reports `applied`.
+    /// event applied by its earlier attempt reports `applied`, unless
+    /// `ClientOptions::raw_score_outcomes`.
     pub async fn score(&self, event: ScoreRequest) -> Result<ScoreReply, ClientError> {
         match self.request(Request::Score(event)).await? {
             Response::Score(r) => Ok(r),

@@ -94,7 +94,7 @@ impl Cluster {
     /// three likers, one scorer) and waits until it runs. Returns the admin
     /// client the history check needs, and the load.
     pub async fn start_load(&self, seed: u64) -> (Client, crate::history::Workload) {
-        let admin = self.client().await;
+        let admin = self.auditor().await;
         let mut w = crate::history::Workload::setup(&admin, seed).await;
         let mut likers = Vec::new();
         for _ in 0..3 {
@@ -295,6 +295,14 @@ impl Cluster {
     /// An SDK client seeded with every node.
     pub async fn client(&self) -> Client {
         self.client_with(ClientOptions::default()).await
+    }
+
+    /// The client a history check runs through (`Workload::check`): it
+    /// reports scoring outcomes as the nodes give them, so a re-sent event
+    /// the cluster kept reads `duplicate` even when an attempt of the
+    /// re-send was lost (`ClientOptions::raw_score_outcomes`).
+    pub async fn auditor(&self) -> Client {
+        self.client_with(ClientOptions { raw_score_outcomes: true, ..Default::default() }).await
     }
 
     /// `client` with `opts`, given the cluster's token and CA.

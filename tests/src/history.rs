@@ -468,7 +468,8 @@ impl Workload {
         }
     }
 
-    /// The history checks, through `client`.
+    /// The history checks, through `client`, which must report scoring
+    /// outcomes as the nodes give them (`Cluster::auditor`).
     pub async fn check(&self, client: &Client) {
         if let Err(e) = check_likes(client, self.likes, &self.hist).await {
             panic!("likes: {e}");

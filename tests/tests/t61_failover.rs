@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_busiest_leader_loses_nothing_and_applies_nothing_twice() {
     let mut cluster = Cluster::start(3);
-    let admin = cluster.client().await;
+    let admin = cluster.auditor().await;
     let mut w = Workload::setup(&admin, 61).await;
     let mut likers = Vec::new();
     for _ in 0..4 {

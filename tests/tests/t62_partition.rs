@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_leader_acknowledges_nothing_and_catches_up_after_healing() {
     let cluster = Cluster::start(3);
-    let admin = cluster.client().await;
+    let admin = cluster.auditor().await;
     let mut w = Workload::setup(&admin, 62).await;
     let isolated = cluster.most_leading();
     let majority: Vec<u64> = cluster.ids().into_iter().filter(|&i| i != isolated).collect();

@@ -11,7 +11,7 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_is_replaced_and_rejoins_without_damage() {
     let cluster = Cluster::start(3);
-    let admin = cluster.client().await;
+    let admin = cluster.auditor().await;
     let mut w = Workload::setup(&admin, 63).await;
     let mut likers = Vec::new();
     for _ in 0..4 {
@@ -54,7 +54,7 @@ async fn a_paused_leader_that_wakes_up_cut_off_acknowledges_nothing() {
     use plaudit_client::proto::routing::shard_of;
 
     let cluster = Cluster::builder(3).isolatable(1).start();
-    let admin = cluster.client().await;
+    let admin = cluster.auditor().await;
     let mut w = Workload::setup(&admin, 631).await;
     let mut likers = Vec::new();
     for _ in 0..3 {

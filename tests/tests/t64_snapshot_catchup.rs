@@ -13,7 +13,7 @@ async fn a_replica_behind_a_purged_log_catches_up_by_snapshot() {
         .env("PLAUDIT_SNAPSHOT_EVERY_ENTRIES", 40)
         .env("PLAUDIT_SNAPSHOT_LOGS_TO_KEEP", 5)
         .start();
-    let admin = cluster.client().await;
+    let admin = cluster.auditor().await;
     let mut w = Workload::setup(&admin, 64).await;
     let down = 3;
     let up: Vec<u64> = vec![1, 2];

@@ -27,7 +27,7 @@ async fn five_nodes_hold_three_replicas_each_and_survive_a_death() {
         assert_eq!(n["shards_led"], 2, "{s}");
     }
 
-    let admin = cluster.client().await;
+    let admin = cluster.auditor().await;
     let mut w = Workload::setup(&admin, 65).await;
     let mut likers = Vec::new();
     for _ in 0..4 {

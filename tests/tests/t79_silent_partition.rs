@@ -32,7 +32,7 @@ fn majority_sees_the_truth(cluster: &Cluster) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_tells_the_truth_through_a_silent_partition_and_nothing_is_lost() {
     let cluster = Cluster::builder(3).shards(6).isolatable(1).start();
-    let admin = cluster.client().await;
+    let admin = cluster.auditor().await;
     let mut w = Workload::setup(&admin, 79).await;
     let mut likers = Vec::new();
     for _ in 0..4 {

@@ -133,7 +133,7 @@ impl Cluster {
                     if !matches!(r, Err(ClientError::Protocol(_))) {
                         lock(&self.view).mark_up(&dest.addr);
                     }
-                    return retry::settle(r, call.maybe_applied);
+                    return retry::settle(r, call.maybe_applied && !self.raw_score_outcomes);
                 }
                 Outcome::NotLeader(hint, e) => {
                     tracing::debug!(op = req.op(), addr = %dest.addr, ?hint, "not the leader");
