@@ -127,6 +127,16 @@ fn late_steps_of_a_move_are_refused_or_change_nothing() {
     assert_eq!(s[h as usize].readable(3, b"total:0"), Err(t));
 }
 
+/// What a step's `effect` on `shard` does to the events each shard holds:
+/// an install puts `copy` there (the copy's events), a drop empties it.
+fn take_effect(held: &mut [Option<u32>], shard: ShardId, effect: Effect, copy: Option<u32>) {
+    match effect {
+        Effect::Install => held[shard as usize] = copy,
+        Effect::Drop => held[shard as usize] = None,
+        Effect::None => {}
+    }
+}
+
 /// One thing that happens to the board: an event sent to a shard, or the
 /// mover's next step (maybe sent twice, as a mover that lost its leader
 /// does), or a new move to a shard.
@@ -195,11 +205,8 @@ proptest! {
                     let b = board();
                     let mut run = |shard: ShardId, cmd: MoveCmd| {
                         let (effect, _) = s[shard as usize].step(mv, &cmd).expect("the abort fits");
-                        match effect {
-                            Effect::Install => held[to as usize] = held[from as usize],
-                            Effect::Drop => held[shard as usize] = None,
-                            Effect::None => {}
-                        }
+                        let copy = held[from as usize];
+                        take_effect(&mut held, shard, effect, copy);
                         steps.push((shard, mv, cmd, held[from as usize]));
                     };
                     if copied {
@@ -222,11 +229,8 @@ proptest! {
                     };
                     for _ in 0..(1 + usize::from(twice)) {
                         let (effect, _) = s[shard as usize].step(mv, &cmd).expect("the mover's step fits");
-                        match effect {
-                            Effect::Install => held[to as usize] = held[from as usize],
-                            Effect::Drop => held[from as usize] = None,
-                            Effect::None => {}
-                        }
+                        let copy = held[from as usize];
+                        take_effect(&mut held, shard, effect, copy);
                     }
                     steps.push((shard, mv, cmd, held[from as usize]));
                     moving = if done == 3 { at = to; None } else { Some((from, to, done + 1)) };
@@ -236,11 +240,7 @@ proptest! {
                     if let Ok((effect, _)) = s[shard as usize].step(late_mv, &cmd) {
                         // An install puts back the copy the step carried,
                         // made when its move froze the board.
-                        match effect {
-                            Effect::Install => held[shard as usize] = copied,
-                            Effect::Drop => held[shard as usize] = None,
-                            Effect::None => {}
-                        }
+                        take_effect(&mut held, shard, effect, copied);
                     }
                 }
                 Op::Late(_) => {}
