@@ -3,10 +3,17 @@
 //! part per leader node (the shards of a node whose leader is not known
 //! go one part each).
 //!
+//! The counts reads of one pipeline are split together: each business's
+//! entities that one node serves go as one part, whichever reads asked for
+//! them, so a pipeline of 16 reads of 20 entities costs each node one
+//! request rather than one per read (per request, a node's decode, routing,
+//! lease check and reply cost more than its lookups of a few entities).
+//!
 //! ```text
-//! [Like, Counts{e1..e20}, Status]  ─ plan ─►  [Like, Counts{shard 0's}, ..., Counts{shard 5's}, Status]
-//!                                                      │ sent as one pipeline (each part: Target::Leader)
-//! [Like's, Counts{e1..e20 in order}, Status's]  ◄ merge ┘
+//! [Like, Counts{e1..e20}, Counts{e21..e40}, Status]
+//!   ─ plan ─►  [Like, Counts{node 1's of both}, Counts{node 2's}, Counts{node 3's}, Status]
+//!                                  │ sent as one pipeline (each part: Target::Leader)
+//! [Like's, Counts{e1..e20 in order}, Counts{e21..e40 in order}, Status's]  ◄ merge ┘
 //! ```
 //!
 //! Without this, a node took the whole read and forwarded each shard's part
@@ -17,36 +24,68 @@
 use crate::entity_routes::EntityRoutes;
 use crate::error::ClientError;
 use plaudit_proto::cluster::NodeId;
+use plaudit_proto::keyed_hash::KeyedHash;
 use plaudit_proto::likes::{CountsRequest, EntityCounts};
+use plaudit_proto::limits::MAX_BATCH;
 use plaudit_proto::{BizId, EntityId, Request, Response};
 use std::collections::HashMap;
-use std::ops::Range;
 
 type Answer = Result<Response, ClientError>;
+
+/// Entities by business, hashed cheaply (SipHash was a tenth of a read
+/// pipeline's client CPU).
+type ByEntity<V> = HashMap<(BizId, EntityId), V, KeyedHash>;
 
 /// How the answers of the sent parts become the answers of the requests
 /// asked, in their order.
 #[derive(Debug, Default)]
 pub(crate) struct Plan {
     spans: Vec<Span>,
-    /// Whether any request was split (else the answers pass through).
+    /// Whether any read was split or merged (else the answers pass through,
+    /// one per request).
     split: bool,
+    /// The counts parts, each with its business.
+    counts_parts: Vec<(usize, BizId)>,
 }
 
 #[derive(Debug)]
 enum Span {
-    /// Sent as it was; its answer is the part's.
-    Whole,
-    /// A counts read, as parts `parts`, answered in `entities`' order.
-    Counts { entities: Vec<EntityId>, parts: Range<usize> },
+    /// Sent as it was, as part `part`; its answer is the part's.
+    Whole { part: usize },
+    /// A counts read of `biz`, served by parts `parts` (which other reads
+    /// may share), answered in `entities`' order.
+    Counts { biz: BizId, entities: Vec<EntityId>, parts: Vec<usize> },
+}
+
+impl Span {
+    /// How many entities the span's read asked for.
+    fn asked(&self) -> usize {
+        match self {
+            Span::Whole { .. } => 0,
+            Span::Counts { entities, .. } => entities.len(),
+        }
+    }
+}
+
+/// The parts being filled: each business's entities by the server that
+/// serves them, and which part each entity went into.
+struct Parts<'a> {
+    shards: u32,
+    leaders: &'a [Option<NodeId>],
+    routes: &'a EntityRoutes,
+    /// The part of `(biz, server)` still taking entities.
+    open: Vec<((BizId, Server), usize)>,
+    /// The part each `(biz, entity)` asked so far went into.
+    placed: ByEntity<usize>,
 }
 
 /// The parts to send for `reqs` in a cluster of `shards` shards (0: no map,
-/// nothing is split) whose leaders are `leaders` (by shard, as far as the
-/// client knows), and the plan that merges their answers. A part's first
-/// entity's shard is led by the node every shard of the part is, so
-/// routing the part by it (`route::target`) sends it there; the node reads
-/// all of it in place if it still leads them.
+/// nothing is split or merged) whose leaders are `leaders` (by shard, as
+/// far as the client knows), and the plan that merges their answers. A
+/// part's first entity's shard is led by the node every shard of the part
+/// is, so routing the part by it (`route::target`) sends it there; the node
+/// reads all of it in place if it still leads them. A part holds each
+/// entity once and at most `MAX_BATCH` of them.
 pub(crate) fn plan(
     reqs: Vec<Request>,
     shards: u32,
@@ -54,30 +93,30 @@ pub(crate) fn plan(
     routes: &EntityRoutes,
 ) -> (Vec<Request>, Plan) {
     let mut parts = Vec::with_capacity(reqs.len());
-    let mut plan = Plan { spans: Vec::with_capacity(reqs.len()), split: false };
+    let mut plan =
+        Plan { spans: Vec::with_capacity(reqs.len()), split: false, counts_parts: Vec::new() };
+    let asked = reqs.iter().map(|r| if let Request::Counts(c) = r { c.entities.len() } else { 0 });
+    let placed = ByEntity::with_capacity_and_hasher(asked.sum(), KeyedHash::default());
+    let mut filling = Parts { shards, leaders, routes, open: Vec::new(), placed };
     for req in reqs {
-        // A request the node would refuse goes whole, to be refused whole
-        // (its parts might each pass: 501 entities as parts of fewer).
-        let groups = match &req {
-            Request::Counts(r) if shards > 1 && r.validate().is_ok() => {
-                by_leader(r.biz, &r.entities, shards, leaders, routes)
-            }
-            _ => Vec::new(),
-        };
         match req {
-            Request::Counts(r) if groups.len() > 1 => {
-                let start = parts.len();
-                parts.extend(
-                    groups.into_iter().map(|(_, entities)| {
-                        Request::Counts(CountsRequest { biz: r.biz, entities })
-                    }),
-                );
-                plan.spans.push(Span::Counts { entities: r.entities, parts: start..parts.len() });
+            // A request the node would refuse goes whole, to be refused
+            // whole (its parts might each pass: 501 entities as parts of
+            // fewer).
+            Request::Counts(r) if shards > 0 && r.validate().is_ok() => {
+                let mut mine = Vec::new();
+                for &e in &r.entities {
+                    let part = filling.place(r.biz, e, &mut parts, &mut plan);
+                    if !mine.contains(&part) {
+                        mine.push(part);
+                    }
+                }
+                plan.spans.push(Span::Counts { biz: r.biz, entities: r.entities, parts: mine });
                 plan.split = true;
             }
             req => {
+                plan.spans.push(Span::Whole { part: parts.len() });
                 parts.push(req);
-                plan.spans.push(Span::Whole);
             }
         }
     }
@@ -92,29 +131,53 @@ enum Server {
     Shard(u32),
 }
 
-/// The entities of each server, in the order each first appears (an
-/// entity by the shard it lives on: `entity_routes.rs`). A linear search:
-/// a request spans at most the cluster's shards, a few.
-fn by_leader(
-    biz: BizId,
-    entities: &[EntityId],
-    shards: u32,
-    leaders: &[Option<NodeId>],
-    routes: &EntityRoutes,
-) -> Vec<(Server, Vec<EntityId>)> {
-    let mut groups: Vec<(Server, Vec<EntityId>)> = Vec::new();
-    for &e in entities {
-        let shard = routes.shard(biz, e, shards);
-        let s = match leaders.get(shard as usize) {
+impl Parts<'_> {
+    /// The part that asks for `entity` of `biz`: the one an earlier read
+    /// put it in, else its server's open part (a new one when there is
+    /// none or it is full), which it joins.
+    fn place(
+        &mut self,
+        biz: BizId,
+        entity: EntityId,
+        parts: &mut Vec<Request>,
+        plan: &mut Plan,
+    ) -> usize {
+        if let Some(&part) = self.placed.get(&(biz, entity)) {
+            return part;
+        }
+        // An entity by the shard it lives on (`entity_routes.rs`).
+        let shard = self.routes.shard(biz, entity, self.shards);
+        let server = match self.leaders.get(shard as usize) {
             Some(Some(n)) => Server::Node(*n),
             _ => Server::Shard(shard),
         };
-        match groups.iter_mut().find(|(g, _)| *g == s) {
-            Some((_, of)) => of.push(e),
-            None => groups.push((s, vec![e])),
+        let key = (biz, server);
+        // A linear search: a pipeline's parts are its businesses times the
+        // cluster's nodes, a few.
+        let open = self.open.iter().position(|(k, _)| *k == key);
+        let room = |i: usize| match &parts[i] {
+            Request::Counts(r) => r.entities.len() < MAX_BATCH,
+            _ => false,
+        };
+        let part = match open.map(|o| self.open[o].1) {
+            Some(i) if room(i) => i,
+            _ => {
+                parts.push(Request::Counts(CountsRequest { biz, entities: Vec::new() }));
+                let i = parts.len() - 1;
+                plan.counts_parts.push((i, biz));
+                match open {
+                    Some(o) => self.open[o].1 = i,
+                    None => self.open.push((key, i)),
+                }
+                i
+            }
+        };
+        if let Request::Counts(r) = &mut parts[part] {
+            r.entities.push(entity);
         }
+        self.placed.insert((biz, entity), part);
+        part
     }
-    groups
 }
 
 impl Plan {
@@ -124,14 +187,26 @@ impl Plan {
         if !self.split {
             return answers;
         }
-        let mut answers = answers.into_iter();
+        let mut answers: Vec<Option<Answer>> = answers.into_iter().map(Some).collect();
+        // Every part's counts, by business and entity: an entity is in one
+        // part of its business.
+        let mut found = ByEntity::with_capacity_and_hasher(
+            self.spans.iter().map(Span::asked).sum(),
+            KeyedHash::default(),
+        );
+        for &(p, biz) in &self.counts_parts {
+            if let Some(Some(Ok(Response::Counts(counts)))) = answers.get(p) {
+                found.extend(counts.iter().map(|c| ((biz, c.entity), *c)));
+            }
+        }
         let mut out = Vec::with_capacity(self.spans.len());
         for span in self.spans {
             out.push(match span {
-                Span::Whole => answers.next().unwrap_or(Err(ClientError::Closed)),
-                Span::Counts { entities, parts } => {
-                    let mine: Vec<Answer> = answers.by_ref().take(parts.len()).collect();
-                    merge_counts(&entities, mine)
+                Span::Whole { part } => {
+                    answers.get_mut(part).and_then(Option::take).unwrap_or(Err(ClientError::Closed))
+                }
+                Span::Counts { biz, entities, parts } => {
+                    merge_counts(biz, &entities, &parts, &answers, &found)
                 }
             });
         }
@@ -142,18 +217,25 @@ impl Plan {
 /// A counts read's answer from its parts': the first part that failed
 /// decides the whole (the read is one call to its caller), else every
 /// entity's counts in the order asked.
-fn merge_counts(entities: &[EntityId], parts: Vec<Answer>) -> Answer {
-    let mut found: HashMap<EntityId, EntityCounts> = HashMap::with_capacity(entities.len());
-    for part in parts {
-        match part? {
-            Response::Counts(counts) => found.extend(counts.into_iter().map(|c| (c.entity, c))),
-            other => return Ok(other),
+fn merge_counts(
+    biz: BizId,
+    entities: &[EntityId],
+    parts: &[usize],
+    answers: &[Option<Answer>],
+    found: &ByEntity<EntityCounts>,
+) -> Answer {
+    for &p in parts {
+        match answers.get(p).and_then(Option::as_ref) {
+            Some(Ok(Response::Counts(_))) => {}
+            Some(Ok(other)) => return Ok(other.clone()),
+            Some(Err(e)) => return Err(e.duplicate()),
+            None => return Err(ClientError::Closed),
         }
     }
     let out = entities
         .iter()
         .map(|e| {
-            found.get(e).copied().ok_or_else(|| {
+            found.get(&(biz, *e)).copied().ok_or_else(|| {
                 ClientError::Protocol(format!("a node answered no counts for entity {e}"))
             })
         })
@@ -170,18 +252,25 @@ mod tests {
     use proptest::prelude::*;
 
     fn counts(entities: &[EntityId]) -> Request {
-        Request::Counts(CountsRequest { biz: 3, entities: entities.to_vec() })
+        counts_of(3, entities)
     }
 
-    /// What a node would answer each part: likes = entity, dislikes = 2 x entity.
+    fn counts_of(biz: BizId, entities: &[EntityId]) -> Request {
+        Request::Counts(CountsRequest { biz, entities: entities.to_vec() })
+    }
+
+    /// What a node holds for an entity: likes = 10 x entity + business,
+    /// dislikes = 2 x entity.
+    fn held(biz: BizId, e: EntityId) -> EntityCounts {
+        EntityCounts { entity: e, likes: 10 * e + u64::from(biz), dislikes: 2 * e }
+    }
+
+    /// What a node would answer each part.
     fn serve(part: &Request) -> Answer {
         match part {
-            Request::Counts(r) => Ok(Response::Counts(
-                r.entities
-                    .iter()
-                    .map(|&e| EntityCounts { entity: e, likes: e, dislikes: 2 * e })
-                    .collect(),
-            )),
+            Request::Counts(r) => {
+                Ok(Response::Counts(r.entities.iter().map(|&e| held(r.biz, e)).collect()))
+            }
             _ => Ok(Response::Pong),
         }
     }
@@ -215,7 +304,7 @@ mod tests {
         assert_eq!(answers.len(), 3);
         let Ok(Response::Counts(c)) = &answers[1] else { panic!("{answers:?}") };
         assert_eq!(c.iter().map(|c| c.entity).collect::<Vec<_>>(), entities);
-        assert!(c.iter().all(|c| c.likes == c.entity && c.dislikes == 2 * c.entity));
+        assert!(c.iter().all(|c| *c == held(3, c.entity)));
     }
 
     #[test]
@@ -313,15 +402,88 @@ mod tests {
         assert!(matches!(merger.merge(answers)[0], Err(ClientError::Protocol(_))));
     }
 
+    /// Shards 0..6 led by nodes 1, 2, 3, 1, 2, 3.
+    const SPREAD: [Option<NodeId>; 6] = [Some(1), Some(2), Some(3), Some(1), Some(2), Some(3)];
+
+    /// The node serving entity `e` of `biz` under `SPREAD`.
+    fn node_of(biz: BizId, e: EntityId) -> Option<NodeId> {
+        SPREAD[shard_of(biz, e, 6) as usize]
+    }
+
+    #[test]
+    fn the_reads_of_a_pipeline_share_one_part_per_business_and_node() {
+        let a: Vec<EntityId> = (100..120).collect();
+        let b: Vec<EntityId> = (110..140).collect();
+        let reqs = vec![counts_of(3, &a), Request::Ping, counts_of(3, &b), counts_of(4, &a)];
+        let whole: Vec<Answer> = reqs.iter().map(serve).collect();
+        let (parts, merger) = plan(reqs, 6, &SPREAD, &EntityRoutes::default());
+        let mut seen: Vec<(BizId, Option<NodeId>)> = Vec::new();
+        let mut asked: Vec<(BizId, EntityId)> = Vec::new();
+        for part in parts.iter().filter(|p| !matches!(p, Request::Ping)) {
+            let Request::Counts(r) = part else { panic!("{part:?}") };
+            let node = node_of(r.biz, r.entities[0]);
+            assert!(r.entities.iter().all(|&e| node_of(r.biz, e) == node), "{r:?}");
+            assert!(!seen.contains(&(r.biz, node)), "a second part for {:?}", (r.biz, node));
+            seen.push((r.biz, node));
+            asked.extend(r.entities.iter().map(|&e| (r.biz, e)));
+        }
+        assert_eq!(seen.len(), 6, "three nodes for each of two businesses: {parts:?}");
+        let distinct: std::collections::HashSet<_> = asked.iter().copied().collect();
+        assert_eq!(distinct.len(), asked.len(), "an entity asked twice: {asked:?}");
+        assert_eq!(asked.len(), 40 + 20, "entities 100..140 of business 3, 100..120 of 4");
+        let merged = merger.merge(parts.iter().map(serve).collect());
+        assert_eq!(format!("{merged:?}"), format!("{whole:?}"));
+    }
+
+    #[test]
+    fn a_part_holds_at_most_the_batch_limit() {
+        let one_node = [Some(1); 6];
+        let reqs: Vec<Request> = (0..3u64)
+            .map(|r| counts_of(3, &(r * 400..(r + 1) * 400).collect::<Vec<_>>()))
+            .collect();
+        let whole: Vec<Answer> = reqs.iter().map(serve).collect();
+        let (parts, merger) = plan(reqs, 6, &one_node, &EntityRoutes::default());
+        assert_eq!(parts.len(), 3, "1,200 entities in parts of at most {MAX_BATCH}");
+        for part in &parts {
+            let Request::Counts(r) = part else { panic!("{part:?}") };
+            assert!(r.entities.len() <= MAX_BATCH && r.validate().is_ok(), "{}", r.entities.len());
+        }
+        let merged = merger.merge(parts.iter().map(serve).collect());
+        assert_eq!(format!("{merged:?}"), format!("{whole:?}"));
+    }
+
+    #[test]
+    fn a_failed_shared_part_fails_every_read_in_it_and_only_those() {
+        let on = |node: NodeId, n: usize| -> Vec<EntityId> {
+            (0..).filter(|&e| node_of(3, e) == Some(node)).take(n).collect()
+        };
+        let (one, two) = (on(1, 6), on(2, 6));
+        let both: Vec<EntityId> = one[..3].iter().chain(&two[..3]).copied().collect();
+        let reqs = vec![counts_of(3, &both), counts_of(3, &two[3..]), counts_of(3, &one[3..])];
+        let (parts, merger) = plan(reqs, 6, &SPREAD, &EntityRoutes::default());
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        let mut answers: Vec<Answer> = parts.iter().map(serve).collect();
+        let node_two = parts
+            .iter()
+            .position(|p| matches!(p, Request::Counts(r) if node_of(3, r.entities[0]) == Some(2)))
+            .expect("a part for node 2");
+        answers[node_two] = Err(ClientError::Timeout);
+        let out = merger.merge(answers);
+        assert!(matches!(out[0], Err(ClientError::Timeout)), "{out:?}");
+        assert!(matches!(out[1], Err(ClientError::Timeout)), "{out:?}");
+        let Ok(Response::Counts(c)) = &out[2] else { panic!("{out:?}") };
+        assert_eq!(c.iter().map(|c| c.entity).collect::<Vec<_>>(), one[3..].to_vec());
+    }
+
     proptest! {
         #[test]
         fn merged_answers_are_what_one_node_would_answer(
             reqs in proptest::collection::vec(
-                proptest::collection::vec(0u64..50, 0..30), 0..8),
+                (1u32..4, proptest::collection::vec(0u64..50, 0..30)), 0..8),
             shards in 0u32..9,
             leaders in proptest::collection::vec(proptest::option::of(1u64..4), 0..9),
         ) {
-            let reqs: Vec<Request> = reqs.iter().map(|e| counts(e)).collect();
+            let reqs: Vec<Request> = reqs.iter().map(|(biz, e)| counts_of(*biz, e)).collect();
             let whole: Vec<Answer> = reqs.iter().map(serve).collect();
             let (parts, merger) = plan(reqs, shards, &leaders, &EntityRoutes::default());
             let merged = merger.merge(parts.iter().map(serve).collect());

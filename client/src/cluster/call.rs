@@ -60,8 +60,8 @@ impl Cluster {
     /// as `Err(ClientError::Server)`.
     pub(crate) async fn call(&self, req: Request) -> Result<Response, ClientError> {
         if matches!(req, Request::Counts(_)) && self.split_reads {
-            // A read that spans shards goes as one part per shard, as in a
-            // pipeline; one that does not is a call like any other.
+            // A read that spans leader nodes goes as one part per node, as
+            // in a pipeline; one that does not is a call like any other.
             let (mut parts, plan) = {
                 let view = lock(&self.view);
                 split::plan(vec![req], view.shards(), &view.table().leaders, &view.entities)

@@ -38,8 +38,9 @@ pub(crate) const CHUNK: usize = 128;
 
 impl Cluster {
     /// Sends every request and returns their answers in the same order,
-    /// each as `call` would return it. A read that spans shards goes as
-    /// one part per shard, each to a node that serves it (`split`).
+    /// each as `call` would return it. The counts reads go as one part per
+    /// business and node that serves their entities, whichever reads asked
+    /// for them (`split`).
     pub(crate) async fn pipeline(&self, reqs: Vec<Request>) -> Vec<Answer> {
         let (parts, plan) = {
             let view = lock(&self.view);
