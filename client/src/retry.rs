@@ -17,11 +17,15 @@
 //! dropped connection leaves a write "maybe applied", and repeating it is
 //! what settles it.
 //!
-//! Retries are bounded twice: by the call's deadline (`ClientOptions::timeout`,
-//! enforced by the caller) and by `MAX_ATTEMPTS`; `Busy` answers are retried
-//! only `BUSY_RETRIES` times, since a node that sheds load is asking for less
-//! of it, not more. A call that gives up returns its last error, made honest
-//! by `final_error`.
+//! Retries are bounded by the call's deadline (`ClientOptions::timeout`,
+//! enforced by the caller): a call that waits out an election or a
+//! hand-off keeps trying, each try after a backoff, until then, however
+//! long the caller allowed. Attempts made back to back, with no pause
+//! between them (the first redirects, another node after a dead one), are
+//! also bounded by `MAX_ATTEMPTS`, so that views that disagree cannot spin
+//! a call. `Busy` answers are retried only `BUSY_RETRIES` times, since a
+//! node that sheds load is asking for less of it, not more. A call that
+//! gives up returns its last error, made honest by `final_error`.
 
 use crate::error::ClientError;
 use plaudit_proto::error::LeaderHint;
@@ -29,7 +33,9 @@ use plaudit_proto::{ErrorCode, Request, Response};
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-/// Attempts of one call, whatever their outcome.
+/// Attempts of one call made back to back, with no pause between them.
+/// (A count of every attempt let a call with a long timeout give up after
+/// ~4 s of backoff, still inside its deadline.)
 pub(crate) const MAX_ATTEMPTS: u32 = 24;
 /// Retries after an `Overloaded` or `Timeout` answer.
 pub(crate) const BUSY_RETRIES: u32 = 2;
@@ -174,7 +180,8 @@ pub(crate) fn settle(
 /// The bookkeeping of one call's attempts.
 #[derive(Debug, Default)]
 pub(crate) struct Attempts {
-    total: u32,
+    /// Attempts made with no pause before them, the first one included.
+    at_once: u32,
     busy: u32,
     redirects: u32,
     waits: u32,
@@ -192,26 +199,30 @@ pub(crate) enum Step {
 }
 
 impl Attempts {
-    /// Counts an attempt; `GiveUp` once `MAX_ATTEMPTS` have been made.
-    fn count(&mut self) -> bool {
-        self.total += 1;
-        self.total < MAX_ATTEMPTS
+    /// Another attempt at once; `GiveUp` once `MAX_ATTEMPTS` have been
+    /// made back to back.
+    fn at_once(&mut self) -> Step {
+        self.at_once = self.at_once.max(1) + 1;
+        if self.at_once <= MAX_ATTEMPTS {
+            Step::Now
+        } else {
+            Step::GiveUp
+        }
     }
 
+    /// Another attempt after a backoff, growing; the deadline bounds these.
     fn wait(&mut self) -> Step {
         let step = backoff(self.waits);
         self.waits += 1;
+        self.at_once = 0;
         Step::After(step)
     }
 
     /// After a redirect to a node the hint names.
     pub(crate) fn redirected(&mut self) -> Step {
-        if !self.count() {
-            return Step::GiveUp;
-        }
         self.redirects += 1;
         if self.redirects <= FREE_REDIRECTS {
-            Step::Now
+            self.at_once()
         } else {
             self.wait()
         }
@@ -220,20 +231,14 @@ impl Attempts {
     /// After an answer that asks to wait (no leader yet, or the leader is
     /// down): back off, growing.
     pub(crate) fn waited(&mut self) -> Step {
-        if !self.count() {
-            return Step::GiveUp;
-        }
         self.wait()
     }
 
     /// After a connection failure; `elsewhere` says whether another node is
     /// up to try at once.
     pub(crate) fn node_down(&mut self, elsewhere: bool) -> Step {
-        if !self.count() {
-            return Step::GiveUp;
-        }
         if elsewhere {
-            Step::Now
+            self.at_once()
         } else {
             self.wait()
         }
@@ -241,7 +246,7 @@ impl Attempts {
 
     /// After `Overloaded` or `Timeout`: a few times, backing off.
     pub(crate) fn busy(&mut self) -> Step {
-        if !self.count() || self.busy >= BUSY_RETRIES {
+        if self.busy >= BUSY_RETRIES {
             return Step::GiveUp;
         }
         self.busy += 1;
@@ -399,12 +404,33 @@ mod tests {
     }
 
     #[test]
-    fn no_call_makes_more_than_max_attempts() {
+    fn no_call_makes_more_than_max_attempts_back_to_back() {
         let mut a = Attempts::default();
         let mut made = 1; // the first attempt
         while a.node_down(true) != Step::GiveUp {
             made += 1;
         }
         assert_eq!(made, MAX_ATTEMPTS);
+        // A pause starts a new run of attempts.
+        assert!(matches!(a.node_down(false), Step::After(_)));
+        let mut again = 1;
+        while a.node_down(true) != Step::GiveUp {
+            again += 1;
+        }
+        assert_eq!(again, MAX_ATTEMPTS);
+    }
+
+    #[test]
+    fn waits_are_bounded_by_the_deadline_not_by_a_count() {
+        // An election or a hand-off longer than MAX_ATTEMPTS backoff steps
+        // (~4 s) is waited out while the caller's timeout allows.
+        let mut a = Attempts::default();
+        for _ in 0..FREE_REDIRECTS {
+            assert_eq!(a.redirected(), Step::Now);
+        }
+        for n in 0..10 * MAX_ATTEMPTS {
+            let step = if n % 3 == 0 { a.redirected() } else { a.waited() };
+            assert!(matches!(step, Step::After(d) if d <= MAX_BACKOFF), "{n}: {step:?}");
+        }
     }
 }
