@@ -520,5 +520,6 @@ fn variant(r: &Response) -> &'static str {
         Response::Placements(_) => "Placements",
         Response::EntityPlacements(_) => "EntityPlacements",
         Response::EntityRoutes(_) => "EntityRoutes",
+        Response::EntityRoutesPage(_) => "EntityRoutesPage",
     }
 }

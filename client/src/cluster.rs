@@ -32,8 +32,10 @@ use crate::retry;
 use crate::route::View;
 use plaudit_proto::auth::TokenSecret;
 use plaudit_proto::cluster::RoutingTable;
+use plaudit_proto::entity_routes::{RoutesPage, MAX_ROUTES_PAGE};
+use plaudit_proto::placement::EntityKey;
 use plaudit_proto::rankings::RankId;
-use plaudit_proto::{ErrorCode, Request, Response, WireError};
+use plaudit_proto::{ErrorCode, Request, Response, ShardId, WireError};
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -290,16 +292,15 @@ impl Cluster {
         }
     }
 
-    /// Asks the node that gave the table where moved entities live. A node
-    /// that cannot say (an older build, a timeout) leaves what was known:
-    /// a placement not known costs only a forward on the node.
+    /// Asks the node that gave the table where moved entities live, page
+    /// by page, unless the version this client holds is still current. A
+    /// node that cannot say (a timeout) leaves what was known: a placement
+    /// not known costs only a forward on the node.
     async fn refresh_entity_routes(&self, pool: &Pool) {
-        let ask = async {
-            let conn = pool.get().await?;
-            conn.call(&Request::EntityRoutes).await
-        };
-        match tokio::time::timeout(FETCH_PATIENCE, ask).await {
-            Ok(Ok(Response::EntityRoutes(placed))) => lock(&self.view).entities.accept(placed),
+        let known = lock(&self.view).entities.version();
+        match tokio::time::timeout(FETCH_PATIENCE, fetch_entity_routes(pool, known)).await {
+            Ok(Ok(Some((placed, version)))) => lock(&self.view).entities.accept(placed, version),
+            Ok(Ok(None)) => {}
             other => tracing::debug!(addr = pool.addr(), ?other, "no entity routes"),
         }
     }
@@ -387,6 +388,47 @@ impl Cluster {
             });
         }
     }
+}
+
+/// Pages of routes one refresh reads at most (a million moved entities): past
+/// them the rest are not learned, and their reads are forwarded by the node
+/// they reach.
+const MAX_ROUTE_PAGES: usize = 32;
+
+/// Where moved entities live, from the node behind `pool`: `None` if the
+/// version `known` is still current, else every route and its version (no
+/// version from a node older than `EntityRoutesPage`, asked the one-reply
+/// `EntityRoutes` instead).
+async fn fetch_entity_routes(
+    pool: &Pool,
+    known: Option<u64>,
+) -> Result<Option<(Vec<(EntityKey, ShardId)>, Option<u64>)>, ClientError> {
+    let conn = pool.get().await?;
+    let mut req = RoutesPage { known, after: None, limit: MAX_ROUTES_PAGE };
+    let mut routes = Vec::new();
+    for _ in 0..MAX_ROUTE_PAGES {
+        match conn.call(&Request::EntityRoutesPage(req.clone())).await? {
+            Response::EntityRoutesPage(page) if page.unchanged => return Ok(None),
+            Response::EntityRoutesPage(page) => {
+                routes.extend(page.routes);
+                match page.next {
+                    Some(after) => req = RoutesPage { known: None, after: Some(after), ..req },
+                    None => return Ok(Some((routes, Some(page.version)))),
+                }
+            }
+            Response::Error(e) if e.code == ErrorCode::BadRequest && req.after.is_none() => {
+                // A node from before pages: its one reply (the first 32,768).
+                return match conn.call(&Request::EntityRoutes).await? {
+                    Response::EntityRoutes(all) => Ok(Some((all, None))),
+                    other => Err(unexpected("entity_routes", &other)),
+                };
+            }
+            other => return Err(unexpected("entity_routes_page", &other)),
+        }
+    }
+    // More pages than a refresh reads: what was read, and no version, so
+    // that the next refresh reads them again rather than hear "unchanged".
+    Ok(Some((routes, None)))
 }
 
 async fn refresher(cluster: Weak<Cluster>, wake: Arc<Notify>) {

@@ -19,12 +19,21 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EntityRoutes {
     placed: HashMap<(BizId, EntityId), ShardId>,
+    /// The cluster's version of the list (`proto/src/entity_routes.rs`),
+    /// when the node that gave it said one.
+    version: Option<u64>,
 }
 
 impl EntityRoutes {
-    /// Replaces what was known with the cluster's list.
-    pub(crate) fn accept(&mut self, placed: Vec<(EntityKey, ShardId)>) {
+    /// Replaces what was known with the cluster's list, of `version`.
+    pub(crate) fn accept(&mut self, placed: Vec<(EntityKey, ShardId)>, version: Option<u64>) {
         self.placed = placed.into_iter().map(|(k, s)| ((k.biz, k.entity), s)).collect();
+        self.version = version;
+    }
+
+    /// The version of the list held, to ask whether it changed.
+    pub(crate) fn version(&self) -> Option<u64> {
+        self.version
     }
 
     /// The shard `entity` lives on.
@@ -69,7 +78,7 @@ mod tests {
 
     fn routes(biz: BizId, entity: EntityId, to: ShardId) -> EntityRoutes {
         let mut r = EntityRoutes::default();
-        r.accept(vec![(EntityKey { biz, entity }, to)]);
+        r.accept(vec![(EntityKey { biz, entity }, to)], Some(1));
         r
     }
 
@@ -100,7 +109,8 @@ mod tests {
     #[test]
     fn a_new_list_replaces_the_old() {
         let mut r = routes(1, 5, 3);
-        r.accept(vec![]);
+        r.accept(vec![], Some(2));
+        assert_eq!(r.version(), Some(2));
         assert_eq!(r.shard(1, 5, SHARDS), shard_of(1, 5, SHARDS));
         assert_eq!(r.target(&likers(5), Target::Leader(0), SHARDS), Target::Leader(0));
     }

@@ -108,6 +108,7 @@ pub(crate) fn target(req: &Request, shards: u32) -> Target {
         | Request::Hello(_)
         | Request::Routing
         | Request::EntityRoutes
+        | Request::EntityRoutesPage(_)
         // Any node passes it on to the node it names (or leads the change).
         | Request::DrainNode(_)
         | Request::MoveBoard(_)

@@ -338,7 +338,7 @@ mod tests {
         let home = shard_of(3, e, 6);
         let to = (home + 1) % 6;
         let mut routes = EntityRoutes::default();
-        routes.accept(vec![(plaudit_proto::placement::EntityKey { biz: 3, entity: e }, to)]);
+        routes.accept(vec![(plaudit_proto::placement::EntityKey { biz: 3, entity: e }, to)], None);
         let entities: Vec<EntityId> = (100..120).collect();
         let (parts, merger) = plan(vec![counts(&entities)], 6, &leaders, &routes);
         let part_of_e = parts

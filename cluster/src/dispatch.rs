@@ -73,6 +73,9 @@ impl Engine {
             // A business's connection is answered by the node's server
             // (its own entities only); this is the admin's whole list.
             Request::EntityRoutes => Ok(Response::EntityRoutes(self.entity_routes(None))),
+            Request::EntityRoutesPage(r) => {
+                self.entity_routes_page(None, &r).map(Response::EntityRoutesPage)
+            }
             Request::CreateBiz(_)
             | Request::UpdateBiz(_)
             | Request::CreateRank(_)

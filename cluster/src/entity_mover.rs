@@ -14,28 +14,36 @@ use crate::peer::wire::{PeerRequest, PeerResponse};
 use crate::router::Hop;
 use plaudit_actors::likes::residence::{EntityCopy, EntityStep};
 use plaudit_actors::{Command, Directory, ShardError};
+use plaudit_proto::entity_routes::{self, RoutesPage, RoutesReply, MAX_ROUTES_PAGE};
 use plaudit_proto::placement::{EntityKey, EntityMove, EntityPlacements, MoveEntity};
 use plaudit_proto::{BizId, Request, Response, ShardId, WireError};
 use std::sync::Arc;
 
 /// At most this many routes in one `EntityRoutes` answer (~16 bytes each,
-/// well inside a client's 1 MiB frame). An SDK not told of a moved entity
-/// is still answered: the node its read reaches forwards it.
-pub const MAX_ENTITY_ROUTES: usize = 32_768;
+/// well inside a client's 1 MiB frame), the first page of what
+/// `EntityRoutesPage` pages through. An older SDK not told of a moved
+/// entity is still answered: the node its read reaches forwards it.
+pub const MAX_ENTITY_ROUTES: usize = MAX_ROUTES_PAGE as usize;
 
 impl Engine {
     /// `EntityRoutes`: the moved entities and their shards, of business
     /// `only` when given (what a business's token is told: another
     /// tenant's ids are not its to know), at most `MAX_ENTITY_ROUTES`.
     pub fn entity_routes(&self, only: Option<BizId>) -> Vec<(EntityKey, ShardId)> {
-        self.directory
-            .entity_placements()
-            .placed
-            .iter()
-            .filter(|(k, _)| only.is_none_or(|b| k.biz == b))
-            .take(MAX_ENTITY_ROUTES)
-            .cloned()
-            .collect()
+        let placements = self.directory.entity_placements();
+        let mine = entity_routes::visible(&placements.placed, only);
+        mine.iter().take(MAX_ENTITY_ROUTES).copied().collect()
+    }
+
+    /// `EntityRoutesPage`: one page of `entity_routes`, or word that the
+    /// asker's version is current.
+    pub fn entity_routes_page(
+        &self,
+        only: Option<BizId>,
+        req: &RoutesPage,
+    ) -> Result<RoutesReply, WireError> {
+        req.validate()?;
+        Ok(entity_routes::page(&self.directory.entity_placements().placed, only, req))
     }
 }
 

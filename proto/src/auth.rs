@@ -131,7 +131,7 @@ pub fn authorize(role: &Role, req: &Request) -> Result<(), WireError> {
         // Which entities moved where (ids and shards, not their state):
         // the SDK routes reads by it, as by the map. A business is told its
         // own only (the node's server filters the answer by the role).
-        Request::EntityRoutes => true,
+        Request::EntityRoutes | Request::EntityRoutesPage(_) => true,
         Request::Like(r) => own_biz(r.biz) && !read_only,
         Request::Status(r) => own_biz(r.biz),
         Request::Counts(r) => own_biz(r.biz),

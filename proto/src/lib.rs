@@ -37,6 +37,7 @@ pub mod business;
 mod client_codec;
 pub mod cluster;
 pub mod codec;
+pub mod entity_routes;
 pub mod error;
 mod fast_decode;
 pub mod fast_encode;

@@ -129,12 +129,17 @@ pub enum Request {
     /// Where moved entities live (any client: the SDK asks with each
     /// routing table, to send an entity's reads to where it lives; a
     /// business's token is told its own entities only, at most 32,768);
-    /// answered `EntityRoutes`.
+    /// answered `EntityRoutes`. Superseded by `EntityRoutesPage`; still
+    /// answered, for older SDKs.
     EntityRoutes,
+    /// One page of where moved entities live, or word that the asker's
+    /// version is current (any client, as `EntityRoutes`);
+    /// answered `EntityRoutesPage`.
+    EntityRoutesPage(crate::entity_routes::RoutesPage),
 }
 
 /// Every name `Request::op` returns, in a fixed order (metrics labels).
-pub const OPS: [&str; 43] = [
+pub const OPS: [&str; 44] = [
     "ping",
     "biz_create",
     "biz_get",
@@ -178,6 +183,7 @@ pub const OPS: [&str; 43] = [
     "move_entity",
     "entity_placements",
     "entity_routes",
+    "entity_routes_page",
 ];
 
 impl Request {
@@ -237,6 +243,7 @@ impl Request {
             Request::MoveEntity(_) => "move_entity",
             Request::EntityPlacements => "entity_placements",
             Request::EntityRoutes => "entity_routes",
+            Request::EntityRoutesPage(_) => "entity_routes_page",
         }
     }
 
@@ -257,6 +264,7 @@ impl Request {
                 }
             }
             Request::HotSet(r) => r.validate(),
+            Request::EntityRoutesPage(r) => r.validate(),
             Request::MoveBoard(m) => m.validate(),
             Request::Placements | Request::EntityPlacements | Request::EntityRoutes => Ok(()),
             Request::MoveEntity(_) => Ok(()),
@@ -338,6 +346,7 @@ impl Request {
             Request::HotKeys(_) | Request::HotSet(_) => None,
             Request::MoveBoard(_) | Request::Placements => None,
             Request::MoveEntity(_) | Request::EntityPlacements | Request::EntityRoutes => None,
+            Request::EntityRoutesPage(_) => None,
             Request::CreateToken(c) => Some(c.biz),
             Request::CreateRankInfo(i) => i.owner,
             Request::Once { req, .. } | Request::Stale(req) | Request::Replica(req) => req.biz(),
@@ -419,6 +428,8 @@ pub enum Response {
     EntityPlacements(Box<crate::placement::EntityPlacements>),
     /// The reply to `EntityRoutes`: each moved entity and its shard.
     EntityRoutes(Vec<(crate::placement::EntityKey, crate::ids::ShardId)>),
+    /// The reply to `EntityRoutesPage`.
+    EntityRoutesPage(crate::entity_routes::RoutesReply),
 }
 
 #[cfg(test)]
@@ -500,6 +511,11 @@ mod tests {
             Request::MoveEntity(crate::placement::MoveEntity { biz: 1, entity: 2, to_shard: 3 }),
             Request::EntityPlacements,
             Request::EntityRoutes,
+            Request::EntityRoutesPage(crate::entity_routes::RoutesPage {
+                known: Some(3),
+                after: None,
+                limit: 100,
+            }),
         ]
     }
 

@@ -116,8 +116,10 @@ async fn a_ranking_of_one_business_is_never_given_to_another() {
 /// entities only; the admin sees them all.
 #[tokio::test]
 async fn a_business_is_told_where_its_own_moved_entities_live_only() {
+    use plaudit_client::proto::entity_routes::RoutesPage;
     use plaudit_client::proto::placement::{EntityPlacements, MoveEntity};
     use plaudit_client::proto::routing::shard_of;
+    use plaudit_client::proto::ErrorCode;
     use plaudit_client::proto::{Request, Response};
     use std::time::{Duration, Instant};
 
@@ -152,8 +154,33 @@ async fn a_business_is_told_where_its_own_moved_entities_live_only() {
         }
     };
     let (my_token, _) = admin.create_token(mine, &[], true).await.unwrap();
-    assert_eq!(routes(client_as(&node, &my_token).await).await, vec![mine]);
-    let mut all = routes(admin).await;
+    let me = client_as(&node, &my_token).await;
+    assert_eq!(routes(me.clone()).await, vec![mine]);
+    let mut all = routes(admin.clone()).await;
     all.sort_unstable();
     assert_eq!(all, vec![mine, theirs], "the admin sees every business's");
+
+    // Page by page, and "unchanged" for the version held.
+    let page = |c: Client, known: Option<u64>, after, limit| async move {
+        let req = RoutesPage { known, after, limit };
+        match c.request(Request::EntityRoutesPage(req)).await {
+            Ok(Response::EntityRoutesPage(r)) => r,
+            other => panic!("EntityRoutesPage answered {other:?}"),
+        }
+    };
+    let first = page(me.clone(), None, None, 10).await;
+    let bizes: Vec<_> = first.routes.iter().map(|(k, _)| k.biz).collect();
+    assert_eq!((bizes, first.next, first.unchanged), (vec![mine], None, false));
+    let again = page(me.clone(), Some(first.version), None, 10).await;
+    assert!(again.unchanged && again.routes.is_empty(), "{again:?}");
+    let one = page(admin.clone(), None, None, 1).await;
+    assert_eq!(one.routes.len(), 1);
+    let two = page(admin.clone(), None, one.next, 1).await;
+    let mut paged: Vec<_> = one.routes.iter().chain(&two.routes).map(|(k, _)| k.biz).collect();
+    paged.sort_unstable();
+    assert_eq!((paged, two.next), (vec![mine, theirs], None), "two pages of one");
+    assert_ne!(one.version, first.version, "the admin's set is another");
+    let refused =
+        me.request(Request::EntityRoutesPage(RoutesPage { known: None, after: None, limit: 0 }));
+    assert!(matches!(refused.await, Err(e) if e.code() == Some(ErrorCode::BadRequest)));
 }

@@ -59,6 +59,18 @@ impl<S: super::Socket> Conn<S> {
             self.push_reply(req_id, Response::EntityRoutes(routes));
             return;
         }
+        if let (Request::EntityRoutesPage(r), Some(biz)) = (&body, self.access.biz()) {
+            let (reply, code) = match self.server.engine.entity_routes_page(Some(biz), r) {
+                Ok(page) => (Response::EntityRoutesPage(page), None),
+                Err(e) => {
+                    let code = Some(e.code);
+                    (Response::Error(e), code)
+                }
+            };
+            self.observe("entity_routes_page", Duration::ZERO, code);
+            self.push_reply(req_id, reply);
+            return;
+        }
         if let Some(resp) = self.server.engine.answer_now(&body) {
             charge(&self.server.engine, sampled);
             // A read this node answers at once (`cluster/inline.rs`): no
