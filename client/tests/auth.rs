@@ -98,6 +98,7 @@ async fn every_connection_says_auth_right_after_its_hello() {
                         Request::Auth(_) => Response::Auth(Role::Admin),
                         Request::Routing => Response::Routing(Box::new(support::one_node(&addr))),
                         Request::EntityRoutes => Response::EntityRoutes(vec![]),
+                        Request::EntityRoutesPage(_) => support::no_routes(),
                         Request::Ping => Response::Pong,
                         other => panic!("unexpected {other:?}"),
                     };

@@ -33,6 +33,7 @@ async fn serve(script: Vec<(Request, Response)>) -> (String, tokio::task::JoinHa
                 Request::Hello(_) => Response::Hello,
                 Request::Routing => Response::Routing(Box::new(table.clone())),
                 Request::EntityRoutes => Response::EntityRoutes(vec![]),
+                Request::EntityRoutesPage(_) => support::no_routes(),
                 got => {
                     let (want, reply) = script.next().unwrap();
                     let got = match got {

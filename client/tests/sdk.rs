@@ -53,6 +53,7 @@ impl Peer {
             let body = match env.body {
                 Request::Routing => Response::Routing(Box::new(support::one_node(&self.addr))),
                 Request::EntityRoutes => Response::EntityRoutes(vec![]),
+                Request::EntityRoutesPage(_) => support::no_routes(),
                 _ => return Some(env),
             };
             self.send(env.req_id, body).await;

@@ -16,8 +16,10 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use plaudit_client::proto::cluster::{ClusterMap, NodeId, NodeInfo, RoutingTable};
+use plaudit_client::proto::entity_routes::{self, RoutesPage};
 use plaudit_client::proto::frame::{read_frame, write_frame};
-use plaudit_client::proto::{Envelope, Request, Response};
+use plaudit_client::proto::placement::EntityKey;
+use plaudit_client::proto::{Envelope, Request, Response, ShardId, WireError};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,6 +48,16 @@ pub fn table(
     RoutingTable { map: ClusterMap { epoch: 1, nodes, shards, meta_voters }, leaders, meta_leader }
 }
 
+/// What a node with no moved entity answers `EntityRoutesPage`.
+pub fn no_routes() -> Response {
+    Response::EntityRoutesPage(plaudit_client::proto::entity_routes::RoutesReply {
+        version: 0,
+        unchanged: false,
+        routes: vec![],
+        next: None,
+    })
+}
+
 /// A one-node, one-shard cluster at `addr`: what a lone node answers.
 pub fn one_node(addr: &str) -> RoutingTable {
     table(&[addr.to_string()], vec![vec![1]], vec![Some(1)], Some(1))
@@ -60,6 +72,16 @@ pub enum Reply {
 
 pub type Handler = Arc<dyn Fn(NodeId, &Request) -> Reply + Send + Sync>;
 
+/// Where the fake nodes say moved entities live.
+#[derive(Clone)]
+pub enum Routes {
+    /// Answered page by page, one route a page (`EntityRoutesPage`).
+    Paged(Vec<(EntityKey, ShardId)>),
+    /// As a node from before pages: `EntityRoutesPage` is refused
+    /// `BadRequest`, `EntityRoutes` answered whole.
+    Old(Vec<(EntityKey, ShardId)>),
+}
+
 pub struct FakeNode {
     pub id: NodeId,
     pub addr: String,
@@ -71,6 +93,10 @@ pub struct FakeNode {
 pub struct FakeCluster {
     pub nodes: Vec<FakeNode>,
     pub table: Arc<Mutex<RoutingTable>>,
+    /// What the nodes answer about moved entities (none at first).
+    pub routes: Arc<Mutex<Routes>>,
+    /// Every `EntityRoutesPage` asked, in order.
+    pub route_asks: Arc<Mutex<Vec<RoutesPage>>>,
     log: Arc<Mutex<Vec<(NodeId, Request)>>>,
 }
 
@@ -88,6 +114,8 @@ impl FakeCluster {
         let addrs: Vec<String> =
             listeners.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
         let table = Arc::new(Mutex::new(make_table(&addrs)));
+        let routes = Arc::new(Mutex::new(Routes::Paged(Vec::new())));
+        let route_asks = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::new(Mutex::new(Vec::new()));
         let mut nodes = Vec::new();
         for (i, listener) in listeners.into_iter().enumerate() {
@@ -98,6 +126,8 @@ impl FakeCluster {
             let node = Node {
                 id,
                 table: table.clone(),
+                routes: routes.clone(),
+                route_asks: route_asks.clone(),
                 log: log.clone(),
                 silent: silent.clone(),
                 open: open.clone(),
@@ -115,7 +145,7 @@ impl FakeCluster {
             tasks.lock().unwrap().push(accept);
             nodes.push(FakeNode { id, addr: addrs[i].clone(), silent, open, tasks });
         }
-        FakeCluster { nodes, table, log }
+        FakeCluster { nodes, table, routes, route_asks, log }
     }
 
     pub fn addr(&self, id: NodeId) -> String {
@@ -167,6 +197,8 @@ impl Drop for FakeCluster {
 struct Node {
     id: NodeId,
     table: Arc<Mutex<RoutingTable>>,
+    routes: Arc<Mutex<Routes>>,
+    route_asks: Arc<Mutex<Vec<RoutesPage>>>,
     log: Arc<Mutex<Vec<(NodeId, Request)>>>,
     silent: Arc<AtomicBool>,
     open: Arc<AtomicUsize>,
@@ -215,8 +247,21 @@ impl Node {
                 Request::Routing => {
                     Reply::Now(Response::Routing(Box::new(self.table.lock().unwrap().clone())))
                 }
-                // No entity was moved.
-                Request::EntityRoutes => Reply::Now(Response::EntityRoutes(vec![])),
+                Request::EntityRoutes => {
+                    Reply::Now(Response::EntityRoutes(match &*self.routes.lock().unwrap() {
+                        Routes::Paged(r) | Routes::Old(r) => r.clone(),
+                    }))
+                }
+                Request::EntityRoutesPage(ask) => {
+                    self.route_asks.lock().unwrap().push(ask.clone());
+                    Reply::Now(match &*self.routes.lock().unwrap() {
+                        Routes::Paged(r) => {
+                            let one = RoutesPage { limit: 1, ..ask.clone() };
+                            Response::EntityRoutesPage(entity_routes::page(r, None, &one))
+                        }
+                        Routes::Old(_) => Response::Error(WireError::bad_request("unknown")),
+                    })
+                }
                 Request::Ping => Reply::Now(Response::Pong),
                 other => {
                     self.log.lock().unwrap().push((self.id, other.clone()));
