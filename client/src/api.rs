@@ -229,7 +229,10 @@ impl Client {
     /// once: the way to send a burst (a page's worth of reads, a batch of
     /// events) for a fraction of the client CPU of as many `request`s. Each
     /// request is routed, made safe to repeat and retried as `request`
-    /// does, within one timeout for the whole pipeline.
+    /// does, within one timeout for the whole pipeline. The requests are
+    /// concurrent, not ordered: a write's effect on a later read of the
+    /// same pipeline is not promised (its counts reads, for one, go to
+    /// each node as one shared part).
     pub async fn pipeline(&self, reqs: Vec<Request>) -> Vec<Result<Response, ClientError>> {
         self.pipeline_cached(reqs).await.into_iter().map(|a| a.map(|c| c.value)).collect()
     }
