@@ -71,7 +71,10 @@ impl Cluster {
                 return plan.merge(answers).pop().unwrap_or(Err(ClientError::Closed));
             }
             let Some(req) = parts.pop() else { return Err(ClientError::Closed) };
-            return self.call_until(self.read_to(req), Instant::now() + self.timeout, false).await;
+            let deadline = Instant::now() + self.timeout;
+            let answer = self.call_until(self.read_to(req), deadline, false).await;
+            // One part still needs the plan: it asks each entity once.
+            return plan.merge(vec![answer]).pop().unwrap_or(Err(ClientError::Closed));
         }
         self.call_until(self.read_to(req), Instant::now() + self.timeout, false).await
     }
