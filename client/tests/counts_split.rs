@@ -5,30 +5,14 @@
 
 mod support;
 
-use plaudit_client::proto::likes::{CountsRequest, EntityCounts};
+use plaudit_client::proto::likes::CountsRequest;
 use plaudit_client::proto::routing::shard_of;
 use plaudit_client::proto::{EntityId, Request, Response};
 use plaudit_client::{Client, ClientOptions};
-use std::sync::Arc;
 use std::time::Duration;
-use support::{FakeCluster, Handler, Reply};
+use support::FakeCluster;
 
 const BIZ: u32 = 4;
-
-/// Two nodes, two shards: node 1 leads shard 0, node 2 shard 1.
-fn placement(addrs: &[String]) -> plaudit_client::proto::cluster::RoutingTable {
-    support::table(addrs, vec![vec![1, 2], vec![1, 2]], vec![Some(1), Some(2)], Some(1))
-}
-
-/// Each entity's counts (likes = the entity's id), once per entity asked.
-fn counts_node() -> Handler {
-    Arc::new(|_, req| match req {
-        Request::Counts(c) => Reply::Now(Response::Counts(
-            c.entities.iter().map(|&e| EntityCounts { entity: e, likes: e, dislikes: 0 }).collect(),
-        )),
-        other => panic!("unexpected {other:?}"),
-    })
-}
 
 fn counts(entities: &[EntityId]) -> Request {
     Request::Counts(CountsRequest { biz: BIZ, entities: entities.to_vec() })
@@ -46,7 +30,7 @@ fn entities_of(answer: &Response) -> Vec<EntityId> {
 
 #[tokio::test]
 async fn repeated_entities_are_asked_once_and_answered_as_often_as_asked() {
-    let cluster = FakeCluster::start(2, placement, counts_node()).await;
+    let cluster = FakeCluster::start(2, support::two_shards, support::counts_by_id()).await;
     let opts =
         ClientOptions { pool_size: 1, timeout: Duration::from_secs(5), ..Default::default() };
     let client = Client::connect_with(&cluster.seeds(), opts).await.unwrap();

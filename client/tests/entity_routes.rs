@@ -7,31 +7,15 @@
 mod support;
 
 use plaudit_client::proto::entity_routes::version;
-use plaudit_client::proto::likes::{CountsRequest, EntityCounts};
+use plaudit_client::proto::likes::CountsRequest;
 use plaudit_client::proto::placement::EntityKey;
 use plaudit_client::proto::routing::shard_of;
 use plaudit_client::proto::{EntityId, Request, Response, ShardId};
 use plaudit_client::{Client, ClientOptions};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{FakeCluster, Handler, Reply, Routes};
+use support::{FakeCluster, Routes};
 
 const BIZ: u32 = 4;
-
-/// Two nodes, two shards: node 1 leads shard 0, node 2 shard 1.
-fn placement(addrs: &[String]) -> plaudit_client::proto::cluster::RoutingTable {
-    support::table(addrs, vec![vec![1, 2], vec![1, 2]], vec![Some(1), Some(2)], Some(1))
-}
-
-/// Counts of what is asked, from whichever node is asked.
-fn counts_node() -> Handler {
-    Arc::new(|_, req| match req {
-        Request::Counts(c) => Reply::Now(Response::Counts(
-            c.entities.iter().map(|&e| EntityCounts { entity: e, likes: e, dislikes: 0 }).collect(),
-        )),
-        other => panic!("unexpected {other:?}"),
-    })
-}
 
 /// Two entities of shard 0 moved to shard 1, and one of shard 1 to shard 0.
 fn moved() -> (Vec<(EntityKey, ShardId)>, EntityId) {
@@ -60,7 +44,7 @@ async fn served_by(cluster: &FakeCluster, client: &Client, entity: EntityId) -> 
 
 #[tokio::test]
 async fn routes_are_read_page_by_page_and_then_only_asked_whether_they_changed() {
-    let cluster = FakeCluster::start(2, placement, counts_node()).await;
+    let cluster = FakeCluster::start(2, support::two_shards, support::counts_by_id()).await;
     let (routes, a) = moved();
     *cluster.routes.lock().unwrap() = Routes::Paged(routes.clone());
     let client = Client::connect_with(&cluster.seeds(), opts()).await.unwrap();
@@ -99,7 +83,7 @@ async fn routes_are_read_page_by_page_and_then_only_asked_whether_they_changed()
 
 #[tokio::test]
 async fn a_node_from_before_pages_is_asked_the_whole_list() {
-    let cluster = FakeCluster::start(2, placement, counts_node()).await;
+    let cluster = FakeCluster::start(2, support::two_shards, support::counts_by_id()).await;
     let (routes, a) = moved();
     *cluster.routes.lock().unwrap() = Routes::Old(routes);
     let client = Client::connect_with(&cluster.seeds(), opts()).await.unwrap();

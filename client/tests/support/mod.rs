@@ -18,6 +18,7 @@
 use plaudit_client::proto::cluster::{ClusterMap, NodeId, NodeInfo, RoutingTable};
 use plaudit_client::proto::entity_routes::{self, RoutesPage};
 use plaudit_client::proto::frame::{read_frame, write_frame};
+use plaudit_client::proto::likes::EntityCounts;
 use plaudit_client::proto::placement::EntityKey;
 use plaudit_client::proto::{Envelope, Request, Response, ShardId, WireError};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -46,6 +47,21 @@ pub fn table(
         .collect();
     let meta_voters = nodes.iter().map(|n| n.id).take(3).collect();
     RoutingTable { map: ClusterMap { epoch: 1, nodes, shards, meta_voters }, leaders, meta_leader }
+}
+
+/// Two nodes, two shards: node 1 leads shard 0, node 2 shard 1.
+pub fn two_shards(addrs: &[String]) -> RoutingTable {
+    table(addrs, vec![vec![1, 2], vec![1, 2]], vec![Some(1), Some(2)], Some(1))
+}
+
+/// Answers counts reads only: each entity asked, with likes = its id.
+pub fn counts_by_id() -> Handler {
+    Arc::new(|_, req| match req {
+        Request::Counts(c) => Reply::Now(Response::Counts(
+            c.entities.iter().map(|&e| EntityCounts { entity: e, likes: e, dislikes: 0 }).collect(),
+        )),
+        other => panic!("unexpected {other:?}"),
+    })
 }
 
 /// What a node with no moved entity answers `EntityRoutesPage`.
