@@ -20,6 +20,7 @@
 
 use crate::ids::{BizId, ShardId};
 use crate::placement::EntityKey;
+use crate::routing::mix;
 use crate::WireError;
 use serde::{Deserialize, Serialize};
 
@@ -68,25 +69,15 @@ pub fn visible(placed: &[(EntityKey, ShardId)], only: Option<BizId>) -> &[(Entit
     &placed[start..end]
 }
 
-/// A digest of `routes` that every node computes alike: a multiply-rotate
-/// per word, as FxHash does (two multiplies a route, where FNV's multiply
-/// per byte takes 24: every SDK asks every 3 s, over every route it may
-/// see), their count, and a final mix.
+/// A digest of `routes` that every node computes alike: each route's words
+/// folded through the routing hash's fixed mix (`routing::mix`), then
+/// their count.
 pub fn version(routes: &[(EntityKey, ShardId)]) -> u64 {
-    const K: u64 = 0x517c_c1b7_2722_0a95;
-    let mix = |h: u64, word: u64| (h.rotate_left(5) ^ word).wrapping_mul(K);
-    let mut h = 0u64;
-    for (k, shard) in routes {
-        h = mix(h, (u64::from(k.biz) << 32) | u64::from(*shard));
-        h = mix(h, k.entity);
-    }
-    h = mix(h, routes.len() as u64);
-    // murmur3's finalizer: every input bit reaches every output bit.
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+    let words = routes
+        .iter()
+        .flat_map(|(k, shard)| [(u64::from(k.biz) << 32) | u64::from(*shard), k.entity]);
+    let h = words.fold(0u64, |h, w| mix(h ^ w));
+    mix(h ^ routes.len() as u64)
 }
 
 /// The answer to `req` from `placed` (sorted by key), as `only` may see it.

@@ -4,7 +4,7 @@
 use crate::ids::{BizId, ShardId};
 
 /// splitmix64's finaliser: cheap, well mixed, and fixed forever.
-fn mix(mut z: u64) -> u64 {
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
