@@ -304,6 +304,10 @@ pub enum Delta {
     Entity(EntityDelta),
     /// To the owner's shard: received likes.
     Received { biz: BizId, owner: UserId, d_likes: i64 },
+    /// From an entity's home to the shard it lives on, which is being
+    /// moved on: every delta the home sent it before is ahead of this one
+    /// (`residence.rs`, the `Hold` step of move `mv`).
+    Barrier { biz: BizId, entity: EntityId, mv: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,6 +20,28 @@
 //! Unfreeze      Frozen ─> Here: taking writes again
 //! ```
 //!
+//! A key whose writes pass through its home whatever the placements say
+//! (`Placeable::THROUGH_HOME`: an entity's deltas), moved from a shard S
+//! other than its home H, takes two more steps on H, and its freeze on S
+//! waits for a barrier:
+//!
+//! ```text
+//!                 home H                              source S
+//! Hold{S}       Away{S} ─> Held{S}: its writes held here;
+//!               a barrier to S behind the writes sent before ─> (arrives) Here ─> Drained
+//! Freeze{to}                                          Drained ─> Frozen{to} (refused until drained)
+//! Import, when the target is H:  Held{S} ─> IncomingHeld: served, its writes still held
+//! Pass{to}      Held ─> Away{to}: the held writes sent on to `to`, in order
+//!               IncomingHeld ─> Incoming (to = H): the held writes applied here, in order
+//! given up:     Discard{S} (target H): Held | IncomingHeld ─> Away{S}, the held sent to S;
+//!               Unfreeze on S: Drained | Frozen ─> Here; Pass{S} on H: the held sent to S
+//! ```
+//!
+//! So the key's writes take one path at every moment: H -> S until the
+//! barrier (S applies all of them before its freeze), held at H during
+//! the copy, H -> target after the release (or applied at H). None can
+//! overtake another: each stream is in order and only one carries them.
+//!
 //! `Here` on the key's hash shard means what no entry means (owned); it is
 //! kept for the move id it carries (below).
 //!
@@ -65,6 +87,16 @@ pub enum Residence {
     Incoming,
     /// Taking writes: moved here, or back (a move ended at home).
     Here,
+    /// Taking writes, and everything its home sent before holding its
+    /// writes for the entry's move has arrived: that move may freeze it.
+    Drained,
+    /// Lives at `to`, from where it is being moved: the writes that reach
+    /// it through this shard, its home, are held here until the move
+    /// passes them on.
+    Held { to: ShardId },
+    /// Copied here, its home, by a move back: served, its writes held
+    /// until the move passes them in.
+    IncomingHeld,
 }
 
 /// How a shard stores a residence entry (shard meta `r:` for boards, `e:`
@@ -116,6 +148,20 @@ pub enum MoveCmdOf<K, C> {
     Unfreeze {
         key: K,
     },
+    /// On the key's home, for a move from `to` (another shard): hold the
+    /// writes that reach the key through here, and send `to` a barrier
+    /// behind those sent before.
+    Hold {
+        key: K,
+        to: ShardId,
+    },
+    /// On the key's home, once the move released the key (or was given
+    /// up): what it held goes on to `to`, as later writes will, or is
+    /// applied here when `to` is here.
+    Pass {
+        key: K,
+        to: ShardId,
+    },
 }
 
 /// One step of move `mv`, as a shard's log carries it.
@@ -132,7 +178,9 @@ impl<K, C: Copied<K>> MoveCmdOf<K, C> {
             | MoveCmdOf::Release { key, .. }
             | MoveCmdOf::Activate { key }
             | MoveCmdOf::Discard { key, .. }
-            | MoveCmdOf::Unfreeze { key } => key,
+            | MoveCmdOf::Unfreeze { key }
+            | MoveCmdOf::Hold { key, .. }
+            | MoveCmdOf::Pass { key, .. } => key,
             MoveCmdOf::Import(c) => c.key(),
         }
     }
@@ -145,6 +193,8 @@ impl<K, C: Copied<K>> MoveCmdOf<K, C> {
             MoveCmdOf::Activate { .. } => "activate",
             MoveCmdOf::Discard { .. } => "discard",
             MoveCmdOf::Unfreeze { .. } => "unfreeze",
+            MoveCmdOf::Hold { .. } => "hold",
+            MoveCmdOf::Pass { .. } => "pass",
         }
     }
 }
@@ -158,6 +208,14 @@ pub enum Effect {
     Install,
     /// Drop the key's state.
     Drop,
+    /// Send shard `to` a barrier behind the writes sent to it before.
+    Barrier(ShardId),
+    /// Send the writes held for the key on to shard `to`, in order.
+    PassHeld(ShardId),
+    /// Apply the writes held for the key here, in order.
+    ApplyHeld,
+    /// Drop the copy, and send the held writes on to shard `to`.
+    DropAndPass(ShardId),
 }
 
 /// The residence entries of one shard: each with the id of the move that
@@ -218,10 +276,11 @@ impl<K: Placeable> Residences<K> {
         let now = stood.map(|(r, _)| r);
         let home = key.home(self.shards) == self.me;
         let owned = match now {
-            Some(Residence::Here) => true,
+            Some(Residence::Here | Residence::Drained) => true,
             Some(_) => false,
             None => home,
         };
+        let me = self.me;
         let refuse = |why: String| {
             Err(WireError::refused(format!(
                 "shard {}: cannot {} {:?} of move {mv}: {why}",
@@ -242,12 +301,43 @@ impl<K: Placeable> Residences<K> {
             (MoveCmdOf::Freeze { .. }, Some(Residence::Here)) if same => {
                 return refuse("that move ended here".into())
             }
+            // Away from its home, its writes come through the home: the
+            // freeze waits for the move's barrier (module doc).
+            (MoveCmdOf::Freeze { to, .. }, _) if owned && K::THROUGH_HOME && !home => {
+                if now == Some(Residence::Drained) && same {
+                    (Effect::None, Some(Residence::Frozen { to: *to }))
+                } else {
+                    return refuse(
+                        "the writes its home sent before holding them are not all here yet".into(),
+                    );
+                }
+            }
             (MoveCmdOf::Freeze { to, .. }, _) if owned => {
                 (Effect::None, Some(Residence::Frozen { to: *to }))
             }
-            (MoveCmdOf::Import(_), Some(Residence::Incoming)) if same => (Effect::None, now),
+            (MoveCmdOf::Hold { to, .. }, Some(Residence::Held { to: t })) if t == *to && same => {
+                (Effect::None, now)
+            }
+            (MoveCmdOf::Hold { .. }, _) if same => {
+                return refuse("that move is past its hold here".into())
+            }
+            (MoveCmdOf::Hold { to, .. }, Some(Residence::Away { to: t }))
+                if t == *to && home && K::THROUGH_HOME =>
+            {
+                (Effect::Barrier(*to), Some(Residence::Held { to: *to }))
+            }
+            (MoveCmdOf::Import(_), Some(Residence::Incoming | Residence::IncomingHeld)) if same => {
+                (Effect::None, now)
+            }
             (MoveCmdOf::Import(_), Some(Residence::Away { .. })) if same => {
                 return refuse("that move was given up".into())
+            }
+            // Back home: its writes stay held until the move passes them in.
+            (MoveCmdOf::Import(_), Some(Residence::Held { .. })) => {
+                (Effect::Install, Some(Residence::IncomingHeld))
+            }
+            (MoveCmdOf::Import(_), Some(Residence::Away { .. })) if home && K::THROUGH_HOME => {
+                return refuse("its writes are not held here".into())
             }
             (MoveCmdOf::Import(_), Some(Residence::Incoming | Residence::Away { .. })) => {
                 (Effect::Install, Some(Residence::Incoming))
@@ -263,6 +353,21 @@ impl<K: Placeable> Residences<K> {
                     Some(Residence::Away { to: *to }),
                 )
             }
+            (MoveCmdOf::Pass { to, .. }, Some(Residence::Held { .. })) if *to != me => {
+                (Effect::PassHeld(*to), Some(Residence::Away { to: *to }))
+            }
+            (MoveCmdOf::Pass { to, .. }, Some(Residence::IncomingHeld)) if *to == me => {
+                (Effect::ApplyHeld, Some(Residence::Incoming))
+            }
+            // A repeat; or, for a move given up before its hold, nothing held.
+            (MoveCmdOf::Pass { to, .. }, Some(Residence::Away { to: t })) if t == *to => {
+                (Effect::None, now)
+            }
+            (MoveCmdOf::Pass { to, .. }, Some(Residence::Incoming | Residence::Here))
+                if *to == me && same =>
+            {
+                (Effect::None, now)
+            }
             (MoveCmdOf::Activate { .. }, Some(Residence::Incoming)) => {
                 (Effect::None, Some(Residence::Here))
             }
@@ -270,10 +375,16 @@ impl<K: Placeable> Residences<K> {
             (MoveCmdOf::Discard { to, .. }, Some(Residence::Incoming)) => {
                 (Effect::Drop, Some(Residence::Away { to: *to }))
             }
+            (MoveCmdOf::Discard { to, .. }, Some(Residence::IncomingHeld)) => {
+                (Effect::DropAndPass(*to), Some(Residence::Away { to: *to }))
+            }
+            (MoveCmdOf::Discard { to, .. }, Some(Residence::Held { .. })) => {
+                (Effect::PassHeld(*to), Some(Residence::Away { to: *to }))
+            }
             (MoveCmdOf::Discard { to, .. }, Some(Residence::Away { .. }) | None) if !owned => {
                 (Effect::None, Some(Residence::Away { to: *to }))
             }
-            (MoveCmdOf::Unfreeze { .. }, Some(Residence::Frozen { .. })) => {
+            (MoveCmdOf::Unfreeze { .. }, Some(Residence::Frozen { .. } | Residence::Drained)) => {
                 (Effect::None, Some(Residence::Here))
             }
             (MoveCmdOf::Unfreeze { .. }, _) if owned => (Effect::None, now),
@@ -287,6 +398,25 @@ impl<K: Placeable> Residences<K> {
         };
         Ok((effect, next))
     }
+
+    /// The barrier of move `mv` arrived from the key's home: everything it
+    /// sent before holding the key's writes has arrived, and that move may
+    /// freeze the key here. Returns the new entry for the shard to store;
+    /// `None` when the key is not taking writes here or the barrier is
+    /// older than its entry (nothing changes).
+    pub fn drained(&mut self, key: &K, mv: MoveId) -> Option<(Residence, MoveId)> {
+        let fresh = match self.map.get(key) {
+            Some((Residence::Here, seen)) => *seen < mv,
+            Some((Residence::Drained, seen)) => *seen <= mv,
+            _ => false,
+        };
+        if !fresh {
+            return None;
+        }
+        let e = (Residence::Drained, mv);
+        self.map.insert(key.clone(), e);
+        Some(e)
+    }
 }
 
 fn describe(r: Option<Residence>, owned: bool) -> String {
@@ -295,6 +425,9 @@ fn describe(r: Option<Residence>, owned: bool) -> String {
         Some(Residence::Away { to }) => format!("moved to shard {to}"),
         Some(Residence::Incoming) => "copied here, not active".into(),
         Some(Residence::Here) => "held here".into(),
+        Some(Residence::Drained) => "held here, drained for a move".into(),
+        Some(Residence::Held { to }) => format!("on shard {to}, its writes held here"),
+        Some(Residence::IncomingHeld) => "copied here, its writes held".into(),
         None if owned => "held here".into(),
         None => "not here".into(),
     }

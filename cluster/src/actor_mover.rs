@@ -9,10 +9,14 @@
 //! ```text
 //! admin move ─> metadata leader: PlacementsOf::start ─> recorded (move at Freeze)
 //! mover (one task per kind, moves one at a time, in the order recorded):
+//!   Hold      (an entity moved from elsewhere than its home)
+//!             propose Hold{source} on its home          ─> recorded: Freeze
 //!   Freeze    propose Freeze{to} on the source        ─> recorded: Copy
+//!             (after a Hold, refused until the home's barrier arrived: tried again)
 //!   Copy      export the frozen copy from the source's leader,
 //!             propose Import(copy) on the target       ─> recorded: Release + placed on the target
-//!   Release   propose Release{to} on the source        ─> recorded: Activate
+//!   Release   propose Release{to} on the source        ─> recorded: Activate (or Pass)
+//!   Pass      (after a Hold) propose Pass{target} on its home ─> recorded: Activate
 //!   Activate  propose Activate on the target           ─> recorded: the move gone
 //! ```
 //!
@@ -23,7 +27,9 @@
 //! the old leader still had on its way, landing late, is refused or
 //! changes nothing (`actors/src/residence.rs`). A Copy that keeps failing
 //! for `COPY_PATIENCE`, or cannot succeed (too large), gives the move up
-//! (`Abort`).
+//! (`Abort`); so does a Hold or a Freeze after a Hold that keeps failing
+//! that long (a barrier that does not arrive must not hold an entity's
+//! deltas for ever).
 
 use crate::engine::{internal, Engine};
 use plaudit_actors::residence::{Copied, MoveCmdOf, StepOf};
@@ -164,7 +170,12 @@ impl Engine {
                     let ms = started.elapsed().as_millis() as u64;
                     info!(kind, key = ?m.key, step, from = m.from, to = m.to, ms, "move step done");
                     match m.step {
-                        MoveStep::Freeze => frozen = Some((m.key.clone(), applied)),
+                        // Writes are held from the hold, if the move
+                        // takes one, else from the freeze.
+                        MoveStep::Hold => frozen = Some((m.key.clone(), applied)),
+                        MoveStep::Freeze if !m.through_home(self.cfg.shards) => {
+                            frozen = Some((m.key.clone(), applied))
+                        }
                         MoveStep::Activate | MoveStep::Abort => {
                             // The writers' pause, as this node saw it: from
                             // the freeze applied to the activation applied.
@@ -185,7 +196,12 @@ impl Engine {
                 }
                 Err(e) => {
                     warn!(kind = K::KIND, key = ?m.key, step = m.step.as_str(), error = %e, "a move step failed; trying again");
-                    if m.step == MoveStep::Copy {
+                    let patient = match m.step {
+                        MoveStep::Copy | MoveStep::Hold => true,
+                        MoveStep::Freeze => m.through_home(self.cfg.shards),
+                        _ => false,
+                    };
+                    if patient {
                         let since = match &failing {
                             Some((k, at)) if *k == m.key => *at,
                             _ => Instant::now(),
@@ -210,7 +226,10 @@ impl Engine {
     /// applied the step's command.
     async fn move_step<K: Movable>(&self, m: &MoveOf<K>) -> Result<Instant, WireError> {
         let key = m.key.clone();
+        let home = key.home(self.cfg.shards);
         let (shard, cmd) = match m.step {
+            MoveStep::Hold => (home, MoveCmdOf::Hold { key, to: m.from }),
+            MoveStep::Pass => (home, MoveCmdOf::Pass { key, to: m.to }),
             MoveStep::Freeze => (m.from, MoveCmdOf::Freeze { key, to: m.to }),
             MoveStep::Copy => (m.to, MoveCmdOf::Import(Box::new(K::export(self, m).await?))),
             MoveStep::Release => (m.from, MoveCmdOf::Release { key, to: m.to }),
@@ -220,7 +239,15 @@ impl Engine {
                 // writes again, no other shard may serve the actor.
                 let discard = MoveCmdOf::Discard { key: key.clone(), to: m.from };
                 self.move_command::<K>(m.to, m.id, discard).await?;
-                (m.from, MoveCmdOf::Unfreeze { key })
+                if !m.through_home(self.cfg.shards) {
+                    (m.from, MoveCmdOf::Unfreeze { key })
+                } else {
+                    // The source takes deltas again, then its home sends it
+                    // what it held, and the later ones.
+                    let unfreeze = MoveCmdOf::Unfreeze { key: key.clone() };
+                    self.move_command::<K>(m.from, m.id, unfreeze).await?;
+                    (home, MoveCmdOf::Pass { key, to: m.from })
+                }
             }
         };
         self.move_command::<K>(shard, m.id, cmd).await?;

@@ -7,7 +7,7 @@
 //! every look:
 //!   a swap of leaderships recorded and not yet followed by the leaders ─> nothing
 //!     (until they follow, at most SWAP_WAIT)
-//!   the move: movable actors at hot_move_min_rps or more (summed over the nodes that
+//!   the move: actors at hot_move_min_rps or more (summed over the nodes that
 //!     counted them), not moved in the last COOLDOWN, heaviest first ─> its shard's
 //!     leader node is the source; the least loaded other node that leads a shard is the
 //!     target; moved only if the target's load plus the actor's stays below the
@@ -31,13 +31,11 @@
 //! of its two shards stops taking writes for one hand-off (~22 ms), where
 //! an actor's move holds its writes for its copy (100–170 ms); and it is
 //! the only relief of a node whose load is mostly one actor, or keys that
-//! do not move (users' lists, an entity moved once): that actor stays where
+//! do not move (users' lists): that actor stays where
 //! it is and the node's other shards go to a quieter node, each for one of
 //! that node's quieter shards, so every node still leads its share (the
-//! leader spread keeps it). The cooldowns keep a board, or a shard's
-//! leadership, from going back and forth when loads are close; an entity
-//! moves once at all (`Placeable::MOVES_AGAIN`), so one already moved is
-//! not movable.
+//! leader spread keeps it). The cooldowns keep a board, an entity, or a
+//! shard's leadership, from going back and forth when loads are close.
 
 mod swap;
 
@@ -81,8 +79,6 @@ pub struct Hot {
     /// Where it lives now.
     pub shard: ShardId,
     pub rps: u64,
-    /// Whether it may be moved (an entity moved once may not).
-    pub movable: bool,
 }
 
 /// What one look saw.
@@ -229,14 +225,14 @@ impl HotMoves {
         Relief::Swap(s)
     }
 
-    /// The heaviest hot movable actor whose move relieves, its target shard
+    /// The heaviest hot actor whose move relieves, its target shard
     /// and the highest node load after it; updates how long each actor has
     /// been hot.
     fn best_move(&mut self, p: Policy, look: &Look, now: Instant) -> Option<(Actor, ShardId, u64)> {
         let hot: HashMap<&Actor, (ShardId, u64)> = look
             .actors
             .iter()
-            .filter(|h| h.movable && h.rps >= p.min_rps)
+            .filter(|h| h.rps >= p.min_rps)
             .map(|h| (&h.actor, (h.shard, h.rps)))
             .collect();
         self.hot_since.retain(|b, _| hot.contains_key(b));

@@ -105,9 +105,8 @@ impl Engine {
 
     /// Every node's hot keys, as the policy reads them: boards and entities
     /// by where they live (a board counted by the dimensions its events
-    /// carry is each of its live windows' boards; an entity moved once is
-    /// not movable), each shard's load as its hot keys', each shard's
-    /// leader and replicas.
+    /// carry is each of its live windows' boards), each shard's load as
+    /// its hot keys', each shard's leader and replicas.
     async fn hot_look(&self) -> Look {
         let mut summed: HashMap<HotKey, u64> = HashMap::new();
         for row in self.hot_keys(HOT_LOOK_TOP).await {
@@ -119,12 +118,11 @@ impl Engine {
         let shard_load = vec![0; shards as usize];
         let mut look = Look { leaders, replicas, shard_load, ..Look::default() };
         for (key, rps) in summed {
-            let on: Vec<(Option<(Actor, bool)>, ShardId)> = match &key {
+            let on: Vec<(Option<Actor>, ShardId)> = match &key {
                 HotKey::Entity { biz, entity } => {
                     let shard = self.directory.entity_shard(*biz, *entity, shards);
-                    let home = shard == shard_of(*biz, *entity, shards);
                     let e = EntityKey { biz: *biz, entity: *entity };
-                    vec![(Some((Actor::Entity(e), home)), shard)]
+                    vec![(Some(Actor::Entity(e)), shard)]
                 }
                 HotKey::User { biz, user } => vec![(None, shard_of(*biz, *user, shards))],
                 HotKey::Board { rank, board } => self
@@ -133,7 +131,7 @@ impl Engine {
                     .map(|k| {
                         let shard = self.board_home(*rank, &k);
                         let b = BoardKey { rank: *rank, type_key: k };
-                        (Some((Actor::Board(b), true)), shard)
+                        (Some(Actor::Board(b)), shard)
                     })
                     .collect(),
             };
@@ -141,8 +139,8 @@ impl Engine {
                 if let Some(l) = look.shard_load.get_mut(shard as usize) {
                     *l += rps;
                 }
-                if let Some((actor, movable)) = actor {
-                    look.actors.push(Hot { actor, shard, rps, movable });
+                if let Some(actor) = actor {
+                    look.actors.push(Hot { actor, shard, rps });
                 }
             }
         }

@@ -10,9 +10,15 @@
 //! `actors/src/residence.rs`):
 //!
 //! ```text
-//! Freeze    the source stops taking writes for the actor (its state is final)
+//! Hold      (only a key whose writes pass through its hash shard, moved from
+//!           another shard) its home holds the writes for it, and sends the source
+//!           a barrier behind those it sent before
+//! Freeze    the source stops taking writes for the actor (its state is final;
+//!           after a Hold, only once the barrier arrived)
 //! Copy      the target takes the frozen image, serving reads
 //! Release   (recorded together with the new placement) the source drops the actor
+//! Pass      (after a Hold) its home sends what it held on to the target, and
+//!           the later writes too (or applies them, when the target is home)
 //! Activate  the target takes writes again; then the move is gone
 //! ```
 //!
@@ -20,6 +26,14 @@
 //! (`PlacementsOf<K>`); what "writes" are differs (a board's events are
 //! refused while frozen, an entity's delivered deltas are held), which is
 //! the shards' business.
+//!
+//! Why Hold and Pass: an entity's deltas reach it through its hash shard
+//! whatever the placements say (a user's shard reads only its own state),
+//! so a moved entity's deltas travel home -> where it lives. Moving it on
+//! (or back home) without them would open a second path beside deltas
+//! still on the first, and a user's unlike could overtake its like. With
+//! them there is one path at every moment: home -> source until the
+//! barrier, held at home during the move, home -> target after.
 
 use crate::ids::{BizId, EntityId, ShardId};
 use crate::rankings::RankId;
@@ -64,12 +78,10 @@ pub struct MoveEntity {
 pub trait Placeable: Clone + Ord + std::hash::Hash + std::fmt::Debug {
     /// The shard the key lives on unless it was moved.
     fn home(&self, shards: u32) -> ShardId;
-    /// Whether a key placed off its home may be moved again. An entity may
-    /// not: deltas reach a moved entity through its home shard, and a
-    /// second move (or one back home) could let a later delta overtake an
-    /// earlier one still on its way through the old path
-    /// (`actors/src/likes/residence.rs`).
-    const MOVES_AGAIN: bool;
+    /// Whether the key's writes reach it through its home shard whatever
+    /// the placements say (an entity's deltas), so that a move from
+    /// another shard takes the `Hold` and `Pass` steps (module doc).
+    const THROUGH_HOME: bool;
 }
 
 /// A sub-board: its ranking and binary type id (`TypeId::to_key`).
@@ -83,7 +95,7 @@ impl Placeable for BoardKey {
     fn home(&self, shards: u32) -> ShardId {
         board_shard(self.rank, &self.type_key, shards)
     }
-    const MOVES_AGAIN: bool = true;
+    const THROUGH_HOME: bool = false;
 }
 
 /// An entity, whose counts and likers its shard holds.
@@ -97,7 +109,7 @@ impl Placeable for EntityKey {
     fn home(&self, shards: u32) -> ShardId {
         shard_of(self.biz, self.entity, shards)
     }
-    const MOVES_AGAIN: bool = false;
+    const THROUGH_HOME: bool = true;
 }
 
 /// The step a move takes next. Variants are only appended.
@@ -111,6 +123,11 @@ pub enum MoveStep {
     /// not be made): the target drops what it may hold, the source takes
     /// events again, then the move is gone.
     Abort,
+    /// Before `Freeze`, for a key moved from a shard other than its home
+    /// whose writes pass through its home (`Placeable::THROUGH_HOME`).
+    Hold,
+    /// After `Release`, for a move that took `Hold`.
+    Pass,
 }
 
 impl MoveStep {
@@ -121,6 +138,8 @@ impl MoveStep {
             MoveStep::Release => "release",
             MoveStep::Activate => "activate",
             MoveStep::Abort => "abort",
+            MoveStep::Hold => "hold",
+            MoveStep::Pass => "pass",
         }
     }
 }
@@ -141,6 +160,14 @@ pub struct MoveOf<K> {
     /// When the move was recorded (the proposer's clock, ms since the epoch),
     /// for status only.
     pub started_ms: u64,
+}
+
+impl<K: Placeable> MoveOf<K> {
+    /// Whether the move takes the `Hold` and `Pass` steps: its key's
+    /// writes pass through its home, and it moves from elsewhere.
+    pub fn through_home(&self, shards: u32) -> bool {
+        K::THROUGH_HOME && self.from != self.key.home(shards)
+    }
 }
 
 pub type BoardMove = MoveOf<BoardKey>;
@@ -216,15 +243,14 @@ impl<K: Placeable> PlacementsOf<K> {
         if from == to {
             return Err(WireError::bad_request(format!("{key:?} is on shard {to} already")));
         }
-        if !K::MOVES_AGAIN && from != key.home(shards) {
-            return Err(WireError::refused(format!(
-                "{key:?} was moved to shard {from} already, and an entity moves only once"
-            )));
-        }
         let mut next = self.clone();
         next.epoch += 1;
         let id = next.epoch;
-        next.moves.push(MoveOf { id, key, from, to, step: MoveStep::Freeze, started_ms: now_ms });
+        let mut m = MoveOf { id, key, from, to, step: MoveStep::Freeze, started_ms: now_ms };
+        if m.through_home(shards) {
+            m.step = MoveStep::Hold;
+        }
+        next.moves.push(m);
         Ok(next)
     }
 
@@ -236,14 +262,17 @@ impl<K: Placeable> PlacementsOf<K> {
         let i = self.moves.iter().position(|m| &m.key == key && m.step == done)?;
         let mut next = self.clone();
         next.epoch += 1;
+        let through_home = next.moves[i].through_home(shards);
         match done {
+            MoveStep::Hold => next.moves[i].step = MoveStep::Freeze,
             MoveStep::Freeze => next.moves[i].step = MoveStep::Copy,
             MoveStep::Copy => {
                 next.moves[i].step = MoveStep::Release;
                 let to = next.moves[i].to;
                 next.place(key, to, shards);
             }
-            MoveStep::Release => next.moves[i].step = MoveStep::Activate,
+            MoveStep::Release if through_home => next.moves[i].step = MoveStep::Pass,
+            MoveStep::Release | MoveStep::Pass => next.moves[i].step = MoveStep::Activate,
             MoveStep::Activate | MoveStep::Abort => {
                 next.moves.remove(i);
             }
@@ -256,7 +285,7 @@ impl<K: Placeable> PlacementsOf<K> {
     /// its target yet). `None` otherwise, or if there is no such move.
     pub fn abort(&self, key: &K) -> Option<Self> {
         let i = self.moves.iter().position(|m| &m.key == key)?;
-        if !matches!(self.moves[i].step, MoveStep::Freeze | MoveStep::Copy) {
+        if !matches!(self.moves[i].step, MoveStep::Hold | MoveStep::Freeze | MoveStep::Copy) {
             return None;
         }
         let mut next = self.clone();
@@ -456,22 +485,66 @@ mod tests {
         assert!(p.placed.windows(2).all(|w| w[0].0 < w[1].0), "sorted");
     }
 
-    #[test]
-    fn an_entity_moves_once_and_is_found_where_it_went() {
-        let e = EntityKey { biz: 3, entity: 42 };
-        let home = shard_of(3, 42, 6);
-        let to = (home + 2) % 6;
-        let p = EntityPlacements::default();
-        assert_eq!(p.entity_shard(3, 42, 6), home);
+    /// Runs an entity's move through the steps its record asks for, and
+    /// returns them.
+    fn entity_moved(
+        p: &EntityPlacements,
+        e: EntityKey,
+        to: ShardId,
+    ) -> (EntityPlacements, Vec<MoveStep>) {
         let mut p = p.start(e, to, 6, 0).unwrap();
-        for step in [MoveStep::Freeze, MoveStep::Copy, MoveStep::Release, MoveStep::Activate] {
+        let mut steps = Vec::new();
+        while let Some(m) = p.move_of(&e) {
+            let step = m.step;
+            steps.push(step);
             p = p.advance(&e, step, 6).unwrap();
         }
+        (p, steps)
+    }
+
+    #[test]
+    fn an_entity_moves_on_and_back_home_through_its_home() {
+        use MoveStep::*;
+        let e = EntityKey { biz: 3, entity: 42 };
+        let home = shard_of(3, 42, 6);
+        let (to, on) = ((home + 2) % 6, (home + 3) % 6);
+        let p = EntityPlacements::default();
+        assert_eq!(p.entity_shard(3, 42, 6), home);
+        // From home: its deltas arrive there, nothing to hold elsewhere.
+        let (p, steps) = entity_moved(&p, e, to);
+        assert_eq!(steps, [Freeze, Copy, Release, Activate]);
         assert_eq!(p.entity_shard(3, 42, 6), to);
         assert_eq!(p.home_of(&e, 6), to);
         assert_eq!(p.entity_shard(3, 43, 6), shard_of(3, 43, 6), "others stay home");
-        let again = p.start(e, (to + 1) % 6, 6, 0).unwrap_err();
-        assert_eq!(again.code, ErrorCode::Refused, "{again:?}");
-        assert_eq!(p.start(e, home, 6, 0).unwrap_err().code, ErrorCode::Refused, "nor back home");
+        // On, and back home: held at home, passed on after the release.
+        let (p, steps) = entity_moved(&p, e, on);
+        assert_eq!(steps, [Hold, Freeze, Copy, Release, Pass, Activate]);
+        assert_eq!(p.entity_shard(3, 42, 6), on);
+        let (p, steps) = entity_moved(&p, e, home);
+        assert_eq!(steps, [Hold, Freeze, Copy, Release, Pass, Activate]);
+        assert_eq!(p.entity_shard(3, 42, 6), home);
+        assert!(p.placed.is_empty(), "home again: no entry {p:?}");
+        // A board's events are routed by the placements: no hold.
+        let b = key(9);
+        let bh = board_shard(1, &b.type_key, 6);
+        let moved = moved(&Placements::default(), &b, (bh + 1) % 6, 6);
+        let again = moved.start(b.clone(), (bh + 2) % 6, 6, 0).unwrap();
+        assert_eq!(again.move_of(&b).unwrap().step, Freeze);
+    }
+
+    #[test]
+    fn a_move_through_home_is_given_up_until_its_release() {
+        let e = EntityKey { biz: 3, entity: 42 };
+        let home = shard_of(3, 42, 6);
+        let (p, _) = entity_moved(&EntityPlacements::default(), e, (home + 1) % 6);
+        let started = p.start(e, (home + 2) % 6, 6, 0).unwrap();
+        assert_eq!(started.move_of(&e).unwrap().step, MoveStep::Hold);
+        assert!(started.abort(&e).is_some(), "at its hold");
+        let mut at = started;
+        for step in [MoveStep::Hold, MoveStep::Freeze, MoveStep::Copy] {
+            at = at.advance(&e, step, 6).unwrap();
+        }
+        assert_eq!(at.move_of(&e).unwrap().step, MoveStep::Release);
+        assert!(at.abort(&e).is_none(), "placed on its target: too late");
     }
 }

@@ -11,6 +11,9 @@
 //!           leader, restart 1 s later; the move must finish there
 //! move B  ─ home -> a shard led elsewhere; once copied (Release/Activate): SIGKILL
 //!           of the target's leader, restart; the move must finish there
+//! move A on ─ to a third shard, through its home (Hold .. Pass): at Hold/Freeze
+//!           SIGKILL of the home's leader, restart; the move must finish there
+//! move B back home ─ at Pass/Activate SIGKILL of the home's leader (the target's)
 //! end     ─ the truth is each user's state (its own shard decides it); each entity's
 //!           counts (at the leader and at every replica), its likers and its owner's
 //!           received total must come to exactly what the truth implies (more: a delta
@@ -18,9 +21,8 @@
 //!           while each move ran, and both entities ended on their targets
 //! ```
 //!
-//! Then: an entity moves only once (a second move, or one back home, is
-//! refused and records nothing), and a move to where it is, or to no
-//! shard, is a bad request.
+//! Then: a move to where it is, or to no shard, is a bad request and
+//! records nothing.
 
 use plaudit_client::proto::business::BizConfig;
 use plaudit_client::proto::likes::{CountsRequest, LikeAction, LikeState};
@@ -124,22 +126,28 @@ fn target(cluster: &Cluster, from: u32) -> u32 {
 enum Victim {
     Source,
     Target,
+    /// The entity's hash shard, which holds its deltas during a move from
+    /// elsewhere.
+    Home,
 }
 
-/// Moves `entity` from its home to a shard led elsewhere; once the move is
-/// at one of `kill_at`, kills the `victim` shard's leader with SIGKILL and
-/// restarts it 1 s later; waits until the move is done. Returns the target
-/// and the likes acknowledged while the move ran.
+/// Moves `entity` from where it lives to `to` (by default a shard led
+/// elsewhere); once the move is at one of `kill_at`, kills the `victim`
+/// shard's leader with SIGKILL and restarts it 1 s later; waits until the
+/// move is done. Returns the target and the likes acknowledged while the
+/// move ran.
 async fn move_killing(
     cluster: &mut Cluster,
     admin: &Client,
     load: &Load,
-    key: EntityKey,
+    (key, to): (EntityKey, Option<u32>),
     victim: Victim,
     kill_at: &[MoveStep],
 ) -> (u32, u64) {
-    let from = shard_of(key.biz, key.entity, SHARDS);
-    let to = target(cluster, from);
+    let home = shard_of(key.biz, key.entity, SHARDS);
+    let from =
+        placements(admin).await.expect("placements").entity_shard(key.biz, key.entity, SHARDS);
+    let to = to.unwrap_or_else(|| target(cluster, from));
     let acked_before = load.acked.load(Ordering::SeqCst);
     let sent = Instant::now();
     match move_entity(admin, key.biz, key.entity, to).await {
@@ -171,7 +179,11 @@ async fn move_killing(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    let shard = if victim == Victim::Source { from } else { to };
+    let shard = match victim {
+        Victim::Source => from,
+        Victim::Target => to,
+        Victim::Home => home,
+    };
     let killed = cluster.leader_of(shard).await;
     eprintln!(
         "t96: move of {key:?} {from} -> {to} at {step:?} after {:?}: SIGKILL of node {killed} \
@@ -297,7 +309,7 @@ async fn a_moved_entity_under_likes_loses_nothing_and_applies_nothing_twice() {
         &mut cluster,
         &admin,
         &load,
-        key_a,
+        (key_a, None),
         Victim::Source,
         &[MoveStep::Copy, MoveStep::Release],
     )
@@ -308,12 +320,36 @@ async fn a_moved_entity_under_likes_loses_nothing_and_applies_nothing_twice() {
         &mut cluster,
         &admin,
         &load,
-        key_b,
+        (key_b, None),
         Victim::Target,
         &[MoveStep::Release, MoveStep::Activate],
     )
     .await;
     grows_by(&load.acked, 200, Duration::from_secs(30), "likes after move B").await;
+    // A on, to a shard neither its home nor where it is: through its home.
+    let (home_a, home_b) = (shard_of(biz, a, SHARDS), shard_of(biz, b, SHARDS));
+    let on_a = (1..SHARDS).map(|d| (to_a + d) % SHARDS).find(|s| *s != home_a).unwrap();
+    let (on_a, during_on) = move_killing(
+        &mut cluster,
+        &admin,
+        &load,
+        (key_a, Some(on_a)),
+        Victim::Home,
+        &[MoveStep::Hold, MoveStep::Freeze],
+    )
+    .await;
+    grows_by(&load.acked, 200, Duration::from_secs(30), "likes after A moved on").await;
+    // B back home, its home's leader killed once it has the copy.
+    let (back_b, during_back) = move_killing(
+        &mut cluster,
+        &admin,
+        &load,
+        (key_b, Some(home_b)),
+        Victim::Home,
+        &[MoveStep::Pass, MoveStep::Activate],
+    )
+    .await;
+    grows_by(&load.acked, 200, Duration::from_secs(30), "likes after B came home").await;
     load.stop.store(true, Ordering::Relaxed);
     for t in tasks {
         t.await.expect("a writer");
@@ -324,17 +360,16 @@ async fn a_moved_entity_under_likes_loses_nothing_and_applies_nothing_twice() {
         load.acked.load(Ordering::Relaxed),
         load.errors.load(Ordering::Relaxed)
     );
-    assert!(
-        during_a > 0 && during_b > 0,
-        "likes went on while each move ran: {during_a}, {during_b}"
-    );
+    let during = [during_a, during_b, during_on, during_back];
+    assert!(during.iter().all(|d| *d > 0), "likes went on while each move ran: {during:?}");
 
     let p = placements(&admin).await.expect("placements at the end");
     assert!(p.moves.is_empty(), "{p:?}");
-    assert_eq!(p.entity_shard(biz, a, SHARDS), to_a, "{p:?}");
-    assert_eq!(p.entity_shard(biz, b, SHARDS), to_b, "{p:?}");
-    assert_ne!(to_a, shard_of(biz, a, SHARDS));
-    assert_ne!(to_b, shard_of(biz, b, SHARDS));
+    assert_eq!(p.entity_shard(biz, a, SHARDS), on_a, "{p:?}");
+    assert_eq!(p.entity_shard(biz, b, SHARDS), home_b, "{p:?}");
+    assert_eq!(back_b, home_b);
+    assert!(![home_a, to_a].contains(&on_a) && to_b != home_b, "{to_a} {on_a} {to_b}");
+    assert_eq!(p.placed, vec![(key_a, on_a)], "B, home again, has no entry: {p:?}");
 
     let want = assert_caught_up(&cluster, &admin, biz).await;
     phase("counts caught up");
@@ -356,26 +391,17 @@ async fn a_moved_entity_under_likes_loses_nothing_and_applies_nothing_twice() {
         }
     }
 
-    // The CLI lists both where they went.
+    // The CLI lists where A went; B, home again, is not listed.
     let v = tokio::task::block_in_place(|| cluster.node(cluster.ids()[0]).cli("admin placements"));
     let placed = &v["entities"]["placed"];
-    for (e, to) in [(a, to_a), (b, to_b)] {
-        let row = serde_json::json!({"biz": biz, "entity": e, "shard": to});
-        assert!(placed.as_array().is_some_and(|p| p.contains(&row)), "{row} in {v}");
-    }
+    let row = serde_json::json!({"biz": biz, "entity": a, "shard": on_a});
+    assert_eq!(placed.as_array(), Some(&vec![row]), "{v}");
 
-    // An entity moves once: neither on nor back home.
-    let home = shard_of(biz, a, SHARDS);
-    let onwards = (0..SHARDS).find(|s| *s != home && *s != to_a).unwrap();
-    for (to, code) in [
-        (onwards, ErrorCode::Refused),
-        (home, ErrorCode::Refused),
-        (to_a, ErrorCode::BadRequest),
-        (SHARDS, ErrorCode::BadRequest),
-    ] {
+    // A move to where it is, or to no shard, is refused.
+    for to in [on_a, SHARDS] {
         match move_entity(&admin, biz, a, to).await {
             Err(ClientError::Server(e)) => {
-                assert_eq!(e.code, code, "a move of A to shard {to}: {e}")
+                assert_eq!(e.code, ErrorCode::BadRequest, "a move of A to shard {to}: {e}")
             }
             other => panic!("a move of A to shard {to} was not refused: {other:?}"),
         }

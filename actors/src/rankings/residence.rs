@@ -61,10 +61,14 @@ impl Residences<BoardKey> {
     /// Whether this shard takes events for the board, or the shard to ask.
     pub fn writable(&self, rank: RankId, type_key: &[u8]) -> Result<(), Elsewhere> {
         match self.entry(rank, type_key) {
-            Some(Residence::Here) => Ok(()),
-            Some(Residence::Frozen { to } | Residence::Away { to }) => Err(to),
+            // (A board's events are routed by the placements, so it is
+            // never drained or held: `Placeable::THROUGH_HOME`.)
+            Some(Residence::Here | Residence::Drained) => Ok(()),
+            Some(Residence::Frozen { to } | Residence::Away { to } | Residence::Held { to }) => {
+                Err(to)
+            }
             // Ask again here: the copy takes events once activated.
-            Some(Residence::Incoming) => Err(self.me),
+            Some(Residence::Incoming | Residence::IncomingHeld) => Err(self.me),
             None => self.board_at_home(rank, type_key),
         }
     }
@@ -72,8 +76,14 @@ impl Residences<BoardKey> {
     /// Whether this shard serves reads of the board, or the shard to ask.
     pub fn readable(&self, rank: RankId, type_key: &[u8]) -> Result<(), Elsewhere> {
         match self.entry(rank, type_key) {
-            Some(Residence::Here | Residence::Frozen { .. } | Residence::Incoming) => Ok(()),
-            Some(Residence::Away { to }) => Err(to),
+            Some(
+                Residence::Here
+                | Residence::Drained
+                | Residence::Frozen { .. }
+                | Residence::Incoming
+                | Residence::IncomingHeld,
+            ) => Ok(()),
+            Some(Residence::Away { to } | Residence::Held { to }) => Err(to),
             None => self.board_at_home(rank, type_key),
         }
     }

@@ -175,6 +175,8 @@ impl ShardActor {
                         // At once: a move step later in this entry must
                         // find them (`entity_moves.rs`).
                         self.hold_deltas(state, &mut out.ws, std::mem::take(&mut likes.held))?;
+                        let barriers = std::mem::take(&mut likes.barriers);
+                        self.drain_barriers(state, &mut out, barriers)?;
                         for (e, k, to, d) in likes.forwarded.drain(..) {
                             out.outbox.forwarded(e, k, to, d);
                         }

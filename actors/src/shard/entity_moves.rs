@@ -78,10 +78,12 @@ impl ShardActor {
 
     fn publish_moved(&self, res: &EntityResidences) {
         let entries = res.entries().map(|(k, r)| match r {
-            Residence::Away { to } => (k.biz, k.entity, Some(to)),
-            Residence::Frozen { .. } | Residence::Incoming | Residence::Here => {
-                (k.biz, k.entity, None)
-            }
+            Residence::Away { to } | Residence::Held { to } => (k.biz, k.entity, Some(to)),
+            Residence::Frozen { .. }
+            | Residence::Incoming
+            | Residence::IncomingHeld
+            | Residence::Here
+            | Residence::Drained => (k.biz, k.entity, None),
         });
         self.directory.moved_entities().set_shard(self.cfg.shard, entries);
     }
@@ -107,21 +109,42 @@ impl ShardActor {
         };
         let value = next.map(|(r, mv)| codec::to_bytes(&ResidenceRecord::V2(r, mv))).transpose()?;
         out.ws.put_entity_residence(shard, key.biz, key.entity, value.as_deref());
+        // Sends what is held for the entity on to `to`, in order.
+        let mut pass = |state: &mut ShardState, out: &mut Applied, to: ShardId| {
+            for d in self.take_held(state, &mut out.ws, key)? {
+                out.outbox.forwarded(entry, *delivered, to, Delta::Entity(d));
+                *delivered += 1;
+            }
+            Ok::<_, Fatal>(())
+        };
         match (effect, cmd) {
             (Effect::Install, MoveCmdOf::Import(copy)) => {
-                // Whatever this shard held for the entity goes first: the
-                // copy is the whole truth.
+                // Whatever this shard had for the entity goes first: the
+                // copy is the whole truth. (What it holds for a move back
+                // home stays held, for the pass.)
                 self.drop_entity(state, &mut out.ws, key)?;
                 install(&mut out.ws, shard, copy);
             }
             (Effect::Drop, MoveCmdOf::Release { to, .. }) => {
                 self.drop_entity(state, &mut out.ws, key)?;
-                for d in self.take_held(state, &mut out.ws, key)? {
-                    out.outbox.forwarded(entry, *delivered, *to, Delta::Entity(d));
-                    *delivered += 1;
-                }
+                pass(state, out, *to)?;
             }
             (Effect::Drop, _) => self.drop_entity(state, &mut out.ws, key)?,
+            (Effect::DropAndPass(to), _) => {
+                self.drop_entity(state, &mut out.ws, key)?;
+                pass(state, out, to)?;
+            }
+            (Effect::PassHeld(to), _) => pass(state, out, to)?,
+            (Effect::Barrier(to), _) => {
+                let d = Delta::Barrier { biz: key.biz, entity: key.entity, mv: step.mv };
+                out.outbox.forwarded(entry, *delivered, to, d);
+                *delivered += 1;
+            }
+            (Effect::ApplyHeld, _) => {
+                for d in self.take_held(state, &mut out.ws, key)? {
+                    likes.entity_delta(d, entry, delivered);
+                }
+            }
             (Effect::None, MoveCmdOf::Unfreeze { .. })
                 if matches!(was, Some(Residence::Frozen { .. })) =>
             {
@@ -140,6 +163,43 @@ impl ShardActor {
             "entity move step applied"
         );
         Ok(CmdResult::Done)
+    }
+
+    /// Marks the entities of delivered move barriers drained (their home
+    /// sent everything before holding their deltas), so those moves may
+    /// freeze them. At once, as each `Deliver` is planned: a freeze later
+    /// in the same entry must find it.
+    pub(super) fn drain_barriers(
+        &self,
+        state: &mut ShardState,
+        out: &mut Applied,
+        barriers: Vec<(EntityKey, u64)>,
+    ) -> Result<(), Fatal> {
+        let shard = self.cfg.shard;
+        for (key, mv) in barriers {
+            match self.entity_residences(state)?.drained(&key, mv) {
+                Some((r, mv)) => {
+                    let v = codec::to_bytes(&ResidenceRecord::V2(r, mv))?;
+                    out.ws.put_entity_residence(shard, key.biz, key.entity, Some(&v));
+                    out.moved_entities = true;
+                    tracing::info!(
+                        shard,
+                        biz = key.biz,
+                        entity = key.entity,
+                        mv,
+                        "entity drained for its move"
+                    );
+                }
+                None => tracing::warn!(
+                    shard,
+                    biz = key.biz,
+                    entity = key.entity,
+                    mv,
+                    "a move's barrier for an entity not taking deltas here, or late: ignored"
+                ),
+            }
+        }
+        Ok(())
     }
 
     /// Stores the deltas delivered for frozen entities, numbered per entity

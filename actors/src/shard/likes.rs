@@ -45,6 +45,9 @@ pub(super) struct LikesPlan {
     /// Delivered deltas for entities moved away: `(entry, k, to, delta)`,
     /// for the outbox.
     pub forwarded: Vec<(usize, usize, ShardId, Delta)>,
+    /// Delivered barriers of moves (`Delta::Barrier`), in arrival order
+    /// (`entity_moves.rs` marks their entities drained).
+    pub barriers: Vec<(plaudit_proto::placement::EntityKey, u64)>,
 }
 
 impl LikesPlan {
@@ -54,6 +57,7 @@ impl LikesPlan {
             ents: Grouped::new(),
             held: Vec::new(),
             forwarded: Vec::new(),
+            barriers: Vec::new(),
         }
     }
 
@@ -103,6 +107,9 @@ impl LikesPlan {
                     Delta::Received { biz, owner, d_likes } => {
                         self.users.push((biz, owner), UserOp::Received(d_likes), None)
                     }
+                    Delta::Barrier { biz, entity, mv } => self
+                        .barriers
+                        .push((plaudit_proto::placement::EntityKey { biz, entity }, mv)),
                 }
             }
         }

@@ -134,6 +134,10 @@ fn take_effect(held: &mut [Option<u32>], shard: ShardId, effect: Effect, copy: O
         Effect::Install => held[shard as usize] = copy,
         Effect::Drop => held[shard as usize] = None,
         Effect::None => {}
+        // Only a key whose writes pass through its home takes these.
+        Effect::Barrier(_) | Effect::PassHeld(_) | Effect::ApplyHeld | Effect::DropAndPass(_) => {
+            panic!("a board's step had effect {effect:?}")
+        }
     }
 }
 

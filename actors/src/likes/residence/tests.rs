@@ -1,0 +1,507 @@
+use super::*;
+use crate::residence::Effect;
+use plaudit_proto::placement::MoveId;
+use plaudit_proto::routing::shard_of;
+use plaudit_proto::WireError;
+use proptest::prelude::*;
+use std::collections::VecDeque;
+
+const SHARDS: u32 = 4;
+const BIZ: BizId = 1;
+const E: EntityId = 77;
+/// The move's id.
+const MV: MoveId = 1;
+
+fn key() -> EntityKey {
+    EntityKey { biz: BIZ, entity: E }
+}
+
+fn copy() -> EntityMoveCmd {
+    let c = EntityCopy { key: key(), likes: 0, dislikes: 0, owner: None, likers: vec![] };
+    MoveCmdOf::Import(Box::new(c))
+}
+
+/// The model of one shard: its residence, the deltas it applied to the
+/// entity (by number) and the ones it holds.
+struct Shard {
+    res: EntityResidences,
+    applied: Vec<u32>,
+    held: Vec<u32>,
+}
+
+/// Shards with FIFO streams between them (as the outbox delivers).
+struct World {
+    shards: Vec<Shard>,
+    streams: Vec<VecDeque<(ShardId, u32)>>,
+}
+
+impl World {
+    fn new() -> Self {
+        let shards = (0..SHARDS)
+            .map(|s| Shard { res: Residences::new(s, SHARDS, []), applied: vec![], held: vec![] })
+            .collect();
+        World { shards, streams: (0..SHARDS * SHARDS).map(|_| VecDeque::new()).collect() }
+    }
+
+    fn arrive(&mut self, at: ShardId, d: u32) {
+        let s = &mut self.shards[at as usize];
+        match s.res.route_delta(BIZ, E) {
+            DeltaRoute::Apply => s.applied.push(d),
+            DeltaRoute::Hold => s.held.push(d),
+            DeltaRoute::Forward(to) => self.streams[(at * SHARDS + to) as usize].push_back((to, d)),
+        }
+    }
+
+    /// Delivers the oldest delta of stream `i`.
+    fn pump(&mut self, i: usize) {
+        if let Some((to, d)) = self.streams[i].pop_front() {
+            self.arrive(to, d);
+        }
+    }
+
+    fn step(&mut self, at: ShardId, cmd: &EntityMoveCmd) {
+        self.try_step(at, cmd).expect("the mover's step fits");
+    }
+
+    /// A step of move `MV`, refused or applied as the shard would.
+    fn try_step(&mut self, at: ShardId, cmd: &EntityMoveCmd) -> Result<(), WireError> {
+        let s = &mut self.shards[at as usize];
+        let was = s.res.get(&key());
+        let (effect, _) = s.res.step(MV, cmd)?;
+        match (cmd, effect) {
+            (MoveCmdOf::Import(_), Effect::Install) => {
+                // The copy: what the frozen source applied.
+                let src = self
+                    .shards
+                    .iter()
+                    .find(|x| matches!(x.res.get(&key()), Some(Residence::Frozen { .. })));
+                let applied = src.map(|x| x.applied.clone()).unwrap_or_default();
+                self.shards[at as usize].applied = applied;
+            }
+            (MoveCmdOf::Release { to, .. }, Effect::Drop) => {
+                let held = std::mem::take(&mut s.held);
+                s.applied.clear();
+                for d in held {
+                    self.streams[(at * SHARDS + to) as usize].push_back((*to, d));
+                }
+            }
+            (MoveCmdOf::Discard { .. }, Effect::Drop) => s.applied.clear(),
+            (MoveCmdOf::Unfreeze { .. }, _) if matches!(was, Some(Residence::Frozen { .. })) => {
+                let held = std::mem::take(&mut s.held);
+                s.applied.extend(held);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Like,
+    Pump(usize),
+    Step {
+        twice: bool,
+    },
+    Abort,
+    /// A step taken earlier arrives again, late (a metadata leader
+    /// that lost its place proposed it): refused or harmless.
+    Late(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => Just(Op::Like),
+        4 => (0..(SHARDS * SHARDS) as usize).prop_map(Op::Pump),
+        2 => any::<bool>().prop_map(|twice| Op::Step { twice }),
+        1 => Just(Op::Abort),
+        1 => any::<usize>().prop_map(Op::Late),
+    ]
+}
+
+proptest! {
+    /// Through any interleaving of new deltas, deliveries and one move
+    /// (maybe given up, steps maybe repeated, any step arriving again
+    /// late), once every stream is drained the entity's owner has
+    /// applied every delta exactly once, in the order they were made,
+    /// and no other shard holds any.
+    #[test]
+    fn every_delta_reaches_the_owner_once_and_in_order(
+        ops in prop::collection::vec(op(), 1..120),
+        to_offset in 1..SHARDS,
+    ) {
+        let home = shard_of(BIZ, E, SHARDS);
+        let to = (home + to_offset) % SHARDS;
+        let mut w = World::new();
+        let mut made = 0u32;
+        // Steps done: Freeze, Import, Release, Activate; or aborted.
+        let mut done = 0usize;
+        let mut aborted = false;
+        // Every step taken, for late arrivals.
+        let mut taken: Vec<(ShardId, EntityMoveCmd)> = Vec::new();
+        let steps = |n: usize| -> Option<(ShardId, EntityMoveCmd)> {
+            Some(match n {
+                0 => (home, MoveCmdOf::Freeze { key: key(), to }),
+                1 => (to, copy()),
+                2 => (home, MoveCmdOf::Release { key: key(), to }),
+                3 => (to, MoveCmdOf::Activate { key: key() }),
+                _ => return None,
+            })
+        };
+        for op in ops {
+            match op {
+                Op::Like => {
+                    w.arrive(home, made);
+                    made += 1;
+                }
+                Op::Pump(i) => w.pump(i),
+                Op::Step { twice } if !aborted => {
+                    if let Some((at, cmd)) = steps(done) {
+                        w.step(at, &cmd);
+                        if twice {
+                            w.step(at, &cmd);
+                        }
+                        taken.push((at, cmd));
+                        done += 1;
+                    }
+                }
+                Op::Step { .. } => {}
+                // Only before the copy is recorded (the Release step).
+                Op::Abort if !aborted && (1..=2).contains(&done) => {
+                    let discard = MoveCmdOf::Discard { key: key(), to: home };
+                    w.step(to, &discard);
+                    w.step(home, &MoveCmdOf::Unfreeze { key: key() });
+                    taken.push((to, discard));
+                    taken.push((home, MoveCmdOf::Unfreeze { key: key() }));
+                    aborted = true;
+                }
+                Op::Abort => {}
+                Op::Late(i) if !taken.is_empty() => {
+                    let (at, cmd) = taken[i % taken.len()].clone();
+                    let _ = w.try_step(at, &cmd);
+                }
+                Op::Late(_) => {}
+            }
+        }
+        // Finish: the move's remaining steps, then drain every stream.
+        if !aborted {
+            while let Some((at, cmd)) = steps(done) {
+                w.step(at, &cmd);
+                taken.push((at, cmd));
+                done += 1;
+            }
+        }
+        // And every step once more, late, after the move ended.
+        for (at, cmd) in &taken {
+            let _ = w.try_step(*at, cmd);
+        }
+        while let Some(i) = w.streams.iter().position(|s| !s.is_empty()) {
+            w.pump(i);
+        }
+        let owner = if aborted || done == 0 { home } else { to };
+        let want: Vec<u32> = (0..made).collect();
+        prop_assert_eq!(&w.shards[owner as usize].applied, &want);
+        for (i, s) in w.shards.iter().enumerate() {
+            prop_assert!(s.held.is_empty(), "shard {} holds {:?}", i, s.held);
+            if i as ShardId != owner {
+                prop_assert!(s.applied.is_empty(), "shard {} applied {:?}", i, s.applied);
+            }
+        }
+    }
+}
+
+#[test]
+fn routes_follow_the_entry() {
+    let home = shard_of(BIZ, E, SHARDS);
+    let to = (home + 1) % SHARDS;
+    let mut h: EntityResidences = Residences::new(home, SHARDS, []);
+    let mut t: EntityResidences = Residences::new(to, SHARDS, []);
+    assert_eq!(h.route_delta(BIZ, E), DeltaRoute::Apply);
+    assert_eq!(t.route_delta(BIZ, E), DeltaRoute::Forward(home), "not here: to its home");
+    assert_eq!(t.entity_readable(BIZ, E), Err(home));
+    h.step(MV, &MoveCmdOf::<_, EntityCopy>::Freeze { key: key(), to }).unwrap();
+    assert_eq!(h.route_delta(BIZ, E), DeltaRoute::Hold);
+    assert_eq!(h.entity_readable(BIZ, E), Ok(()), "a frozen entity is read");
+    t.step(MV, &copy()).unwrap();
+    assert_eq!(t.entity_readable(BIZ, E), Ok(()));
+    h.step(MV, &MoveCmdOf::<_, EntityCopy>::Release { key: key(), to }).unwrap();
+    assert_eq!(h.route_delta(BIZ, E), DeltaRoute::Forward(to));
+    assert_eq!(h.entity_readable(BIZ, E), Err(to));
+    assert_eq!(t.route_delta(BIZ, E), DeltaRoute::Apply, "incoming: the source let go");
+    let other = (0..).find(|e| *e != E && shard_of(BIZ, *e, SHARDS) == home).unwrap();
+    assert_eq!(h.route_delta(BIZ, other), DeltaRoute::Apply, "other entities stay");
+}
+
+/// Many moves of one entity, on and back home, through the placements
+/// record the metadata group keeps (`PlacementsOf`): the mover's steps as
+/// `cluster/src/actor_mover.rs` takes them, and their effects as
+/// `shard/entity_moves.rs` applies them.
+mod moves {
+    use super::*;
+    use plaudit_proto::placement::{EntityPlacements, MoveOf, MoveStep};
+
+    /// What travels on a stream between two shards.
+    #[derive(Debug, Clone, Copy)]
+    enum Msg {
+        Delta(u32),
+        Barrier(MoveId),
+    }
+
+    struct World {
+        shards: Vec<Shard>,
+        streams: Vec<VecDeque<Msg>>,
+        /// Each move's copy, as its Copy step exported it (a late Import
+        /// carries the same copy).
+        copies: std::collections::HashMap<MoveId, Vec<u32>>,
+    }
+
+    impl World {
+        fn new() -> Self {
+            let shards = (0..SHARDS)
+                .map(|s| Shard {
+                    res: Residences::new(s, SHARDS, []),
+                    applied: vec![],
+                    held: vec![],
+                })
+                .collect();
+            let streams = (0..SHARDS * SHARDS).map(|_| VecDeque::new()).collect();
+            World { shards, streams, copies: Default::default() }
+        }
+
+        fn send(&mut self, from: ShardId, to: ShardId, m: Msg) {
+            self.streams[(from * SHARDS + to) as usize].push_back(m);
+        }
+
+        fn arrive(&mut self, at: ShardId, m: Msg) {
+            let s = &mut self.shards[at as usize];
+            match m {
+                Msg::Delta(d) => match s.res.route_delta(BIZ, E) {
+                    DeltaRoute::Apply => s.applied.push(d),
+                    DeltaRoute::Hold => s.held.push(d),
+                    DeltaRoute::Forward(to) => self.send(at, to, m),
+                },
+                Msg::Barrier(mv) => {
+                    s.res.drained(&key(), mv);
+                }
+            }
+        }
+
+        fn pump(&mut self, i: usize) {
+            if let Some(m) = self.streams[i].pop_front() {
+                self.arrive(i as ShardId % SHARDS, m);
+            }
+        }
+
+        fn drain(&mut self) {
+            while let Some(i) = self.streams.iter().position(|s| !s.is_empty()) {
+                self.pump(i);
+            }
+        }
+
+        /// Sends what `at` holds on to `to`, in order.
+        fn pass(&mut self, at: ShardId, to: ShardId) {
+            for d in std::mem::take(&mut self.shards[at as usize].held) {
+                self.send(at, to, Msg::Delta(d));
+            }
+        }
+
+        /// Step `cmd` of move `mv` on shard `at`, refused or applied with
+        /// its effect.
+        fn try_step(
+            &mut self,
+            at: ShardId,
+            mv: MoveId,
+            cmd: &EntityMoveCmd,
+        ) -> Result<(), WireError> {
+            let was = self.shards[at as usize].res.get(&key());
+            let (effect, _) = self.shards[at as usize].res.step(mv, cmd)?;
+            let s = &mut self.shards[at as usize];
+            match (effect, cmd) {
+                (Effect::Install, MoveCmdOf::Import(_)) => s.applied = self.copies[&mv].clone(),
+                (Effect::Drop, MoveCmdOf::Release { to, .. }) => {
+                    s.applied.clear();
+                    self.pass(at, *to);
+                }
+                (Effect::Drop, _) => s.applied.clear(),
+                (Effect::DropAndPass(to), _) => {
+                    s.applied.clear();
+                    self.pass(at, to);
+                }
+                (Effect::PassHeld(to), _) => self.pass(at, to),
+                (Effect::Barrier(to), _) => self.send(at, to, Msg::Barrier(mv)),
+                (Effect::ApplyHeld, _) => {
+                    let held = std::mem::take(&mut s.held);
+                    s.applied.extend(held);
+                }
+                (Effect::None, MoveCmdOf::Unfreeze { .. })
+                    if matches!(was, Some(Residence::Frozen { .. })) =>
+                {
+                    let held = std::mem::take(&mut s.held);
+                    s.applied.extend(held);
+                }
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+
+    /// The commands the mover proposes for move `m`'s current step, with
+    /// the shard each goes to.
+    fn commands(w: &mut World, m: &MoveOf<EntityKey>) -> Vec<(ShardId, EntityMoveCmd)> {
+        let home = shard_of(BIZ, E, SHARDS);
+        let k = key();
+        match m.step {
+            MoveStep::Hold => vec![(home, MoveCmdOf::Hold { key: k, to: m.from })],
+            MoveStep::Freeze => vec![(m.from, MoveCmdOf::Freeze { key: k, to: m.to })],
+            MoveStep::Copy => {
+                // The export: the frozen source's state.
+                let src = &w.shards[m.from as usize];
+                assert!(
+                    matches!(src.res.get(&k), Some(Residence::Frozen { .. })),
+                    "exported frozen"
+                );
+                let applied = src.applied.clone();
+                w.copies.entry(m.id).or_insert(applied);
+                let c = EntityCopy { key: k, likes: 0, dislikes: 0, owner: None, likers: vec![] };
+                vec![(m.to, MoveCmdOf::Import(Box::new(c)))]
+            }
+            MoveStep::Release => vec![(m.from, MoveCmdOf::Release { key: k, to: m.to })],
+            MoveStep::Pass => vec![(home, MoveCmdOf::Pass { key: k, to: m.to })],
+            MoveStep::Activate => vec![(m.to, MoveCmdOf::Activate { key: k })],
+            MoveStep::Abort => {
+                let mut v = vec![
+                    (m.to, MoveCmdOf::Discard { key: k, to: m.from }),
+                    (m.from, MoveCmdOf::Unfreeze { key: k }),
+                ];
+                if m.through_home(SHARDS) {
+                    v.push((home, MoveCmdOf::Pass { key: k, to: m.from }));
+                }
+                v
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Like,
+        Pump(usize),
+        /// A move to the shard this far from where the entity lives.
+        Move(u32),
+        Step {
+            twice: bool,
+        },
+        Abort,
+        Late(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => Just(Op::Like),
+            5 => (0..(SHARDS * SHARDS) as usize).prop_map(Op::Pump),
+            1 => (1..SHARDS).prop_map(Op::Move),
+            4 => any::<bool>().prop_map(|twice| Op::Step { twice }),
+            1 => Just(Op::Abort),
+            1 => any::<usize>().prop_map(Op::Late),
+        ]
+    }
+
+    /// Takes the current move's step if its commands fit (a freeze after
+    /// a hold waits for the barrier: refused until then, as the mover
+    /// tries again); returns whether it was taken.
+    fn step(
+        w: &mut World,
+        p: &mut EntityPlacements,
+        taken: &mut Vec<(ShardId, MoveId, EntityMoveCmd)>,
+        twice: bool,
+    ) -> bool {
+        let Some(m) = p.moves.first().cloned() else { return false };
+        for (at, cmd) in commands(w, &m) {
+            match w.try_step(at, m.id, &cmd) {
+                Ok(()) => {}
+                Err(e) => {
+                    assert!(
+                        m.step == MoveStep::Freeze && m.through_home(SHARDS),
+                        "the mover's {cmd:?} at {at} was refused: {e:?}"
+                    );
+                    return false;
+                }
+            }
+            if twice {
+                w.try_step(at, m.id, &cmd).expect("a repeat");
+            }
+            taken.push((at, m.id, cmd));
+        }
+        *p = p.advance(&key(), m.step, SHARDS).expect("recorded");
+        true
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Through any interleaving of new deltas, deliveries and moves of
+        /// one entity (on, and back home, some given up, steps repeated or
+        /// arriving again late), once every stream is drained the shard
+        /// the placements name has applied every delta exactly once, in the
+        /// order they were made, and no other shard applied or holds any.
+        #[test]
+        fn every_delta_reaches_the_owner_once_and_in_order_over_many_moves(
+            ops in prop::collection::vec(op(), 1..200),
+        ) {
+            let home = shard_of(BIZ, E, SHARDS);
+            let mut w = World::new();
+            let mut p = EntityPlacements::default();
+            let mut made = 0u32;
+            let mut taken = Vec::new();
+            let mut moves = 0;
+            for op in ops {
+                match op {
+                    Op::Like => {
+                        w.arrive(home, Msg::Delta(made));
+                        made += 1;
+                    }
+                    Op::Pump(i) => w.pump(i),
+                    Op::Move(off) if p.moves.is_empty() => {
+                        let at = p.home_of(&key(), SHARDS);
+                        p = p.start(key(), (at + off) % SHARDS, SHARDS, 0).expect("a move");
+                        moves += 1;
+                    }
+                    Op::Move(_) => {}
+                    Op::Step { twice } => {
+                        step(&mut w, &mut p, &mut taken, twice);
+                    }
+                    Op::Abort => {
+                        if let Some(a) = p.abort(&key()) {
+                            p = a;
+                        }
+                    }
+                    Op::Late(i) if !taken.is_empty() => {
+                        let (at, mv, cmd) = taken[i % taken.len()].clone();
+                        let _ = w.try_step(at, mv, &cmd);
+                    }
+                    Op::Late(_) => {}
+                }
+            }
+            // Finish the move under way (a freeze waiting for its barrier
+            // gets it once the streams are drained).
+            while !p.moves.is_empty() {
+                if !step(&mut w, &mut p, &mut taken, false) {
+                    w.drain();
+                }
+            }
+            // Every step once more, late, after the moves ended.
+            for (at, mv, cmd) in taken.clone() {
+                let _ = w.try_step(at, mv, &cmd);
+            }
+            w.drain();
+            let owner = p.home_of(&key(), SHARDS);
+            let want: Vec<u32> = (0..made).collect();
+            prop_assert_eq!(&w.shards[owner as usize].applied, &want, "owner {} after {} moves", owner, moves);
+            for (i, s) in w.shards.iter().enumerate() {
+                prop_assert!(s.held.is_empty(), "shard {} holds {:?}", i, s.held);
+                if i as ShardId != owner {
+                    prop_assert!(s.applied.is_empty(), "shard {} applied {:?}", i, s.applied);
+                }
+            }
+        }
+    }
+}
