@@ -362,7 +362,9 @@ async fn writes_proposed_together_each_get_their_own_result() {
 
 /// A read pass's replies leave together once its writes have ended
 /// (`node/src/server/hold.rs`): a score and two board reads sent in one
-/// segment come back in one segment, the reads' answers with the score's.
+/// segment come back in one segment, the reads' answers with the score's
+/// (five times; a round whose write outlasted the hold's bound is tried
+/// again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_pass_is_answered_in_one_write() {
     use plaudit_client::proto::cluster::{ClientHello, Routing};
@@ -383,31 +385,62 @@ async fn a_read_pass_is_answered_in_one_write() {
     conn.send_request(1, Request::Hello(ClientHello { routing: Routing::Redirect })).await;
     assert_eq!(conn.recv().await.body, Response::Hello);
 
-    for round in 0..5u64 {
+    // A hold ends after `MAX_HOLD` whether its write has or not
+    // (`node/src/server/hold.rs`): on a loaded machine a round whose score
+    // took longer comes back in two segments, which proves nothing either
+    // way, and is tried again. Replies without the score sooner than that
+    // are a hold that did not hold.
+    const MAX_HOLD: Duration = Duration::from_millis(20);
+    let (mut together, mut round) = (0, 0u64);
+    while together < 5 {
+        assert!(round < 50, "only {together} of {round} rounds' writes took under {MAX_HOLD:?}");
         let mut burst = request_frame(10, score(rank, 1, 7, 3, 100 + round));
         burst.extend(request_frame(11, query(rank, 1, BoardQuery::Top { offset: 0, limit: 3 })));
         burst.extend(request_frame(12, query(rank, 1, BoardQuery::RankOf { item: 7 })));
+        let sent = std::time::Instant::now();
         conn.send(&burst).await;
-        // One read takes what the first segment brought.
-        let mut buf = vec![0u8; 64 * 1024];
-        let n = tokio::time::timeout(READ_TIMEOUT, conn.stream.read(&mut buf))
-            .await
-            .expect("replies in time")
-            .expect("read");
         let mut ids = Vec::new();
-        let mut rest = &buf[..n];
-        while rest.len() >= 4 {
-            let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
-            let env = frame::decode_payload::<Response>(&rest[4..4 + len]).expect("a reply");
-            if env.req_id == 10 {
-                let Response::Score(r) = &env.body else { panic!("{:?}", env.body) };
-                assert_eq!(r.boards[0].score, Some(3 * (round as i64 + 1)), "round {round}");
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut have = 0;
+        let mut first_segment = None;
+        // One read takes what the first segment brought; more reads only
+        // after a hold that ran out.
+        while ids.len() < 3 {
+            let n = tokio::time::timeout(READ_TIMEOUT, conn.stream.read(&mut buf[have..]))
+                .await
+                .expect("replies in time")
+                .expect("read");
+            have += n;
+            let mut rest = &buf[..have];
+            while rest.len() >= 4 {
+                let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+                if rest.len() < 4 + len {
+                    break;
+                }
+                let env = frame::decode_payload::<Response>(&rest[4..4 + len]).expect("a reply");
+                if env.req_id == 10 {
+                    let Response::Score(r) = &env.body else { panic!("{:?}", env.body) };
+                    assert_eq!(r.boards[0].score, Some(3 * (round as i64 + 1)), "round {round}");
+                }
+                ids.push(env.req_id);
+                rest = &rest[4 + len..];
             }
-            ids.push(env.req_id);
-            rest = &rest[4 + len..];
+            let used = have - rest.len();
+            buf.copy_within(used..have, 0);
+            have -= used;
+            first_segment.get_or_insert((ids.clone(), sent.elapsed()));
         }
-        ids.sort_unstable();
-        assert_eq!(ids, [10, 11, 12], "round {round}: all three replies in the first segment");
-        assert!(rest.is_empty(), "round {round}: a partial frame");
+        let (mut first, took) = first_segment.expect("a first segment");
+        first.sort_unstable();
+        if first == [10, 11, 12] {
+            assert_eq!(have, 0, "round {round}: a partial frame");
+            together += 1;
+        } else {
+            assert!(
+                took >= MAX_HOLD,
+                "round {round}: replies {first:?} left after {took:?}, before their pass's write"
+            );
+        }
+        round += 1;
     }
 }
