@@ -307,7 +307,7 @@ pub enum Delta {
     /// From an entity's home to the shard it lives on, which is being
     /// moved on: every delta the home sent it before is ahead of this one
     /// (`residence.rs`, the `Hold` step of move `mv`).
-    Barrier { biz: BizId, entity: EntityId, mv: u64 },
+    Barrier { biz: BizId, entity: EntityId, mv: plaudit_proto::placement::MoveId },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

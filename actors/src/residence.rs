@@ -384,10 +384,13 @@ impl<K: Placeable> Residences<K> {
             (MoveCmdOf::Discard { to, .. }, Some(Residence::Away { .. }) | None) if !owned => {
                 (Effect::None, Some(Residence::Away { to: *to }))
             }
-            (MoveCmdOf::Unfreeze { .. }, Some(Residence::Frozen { .. } | Residence::Drained)) => {
+            // Owned (Drained too) or frozen: Here, marked with the move even
+            // at home, where no entry means the same, so that a late Freeze
+            // of this move, given up, is refused.
+            (MoveCmdOf::Unfreeze { .. }, Some(Residence::Frozen { .. })) => {
                 (Effect::None, Some(Residence::Here))
             }
-            (MoveCmdOf::Unfreeze { .. }, _) if owned => (Effect::None, now),
+            (MoveCmdOf::Unfreeze { .. }, _) if owned => (Effect::None, Some(Residence::Here)),
             _ => return refuse(format!("it is {}", describe(now, owned))),
         };
         // A repeat on a key with no entry (owned at home) leaves none.

@@ -7,7 +7,8 @@
 //! `board_mover.rs`, `entity_mover.rs`.
 //!
 //! ```text
-//! admin move ─> metadata leader: PlacementsOf::start ─> recorded (move at Freeze)
+//! admin move ─> metadata leader: PlacementsOf::start ─> recorded (move at Freeze,
+//!                                                      or at Hold: below)
 //! mover (one task per kind, moves one at a time, in the order recorded):
 //!   Hold      (an entity moved from elsewhere than its home)
 //!             propose Hold{source} on its home          ─> recorded: Freeze
@@ -41,7 +42,7 @@ use plaudit_proto::WireError;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// A Copy step that keeps failing this long gives its move up: the
 /// actor's writes, held back since the freeze, wait no longer than that.
@@ -154,8 +155,10 @@ impl Engine {
     /// The mover of one kind: runs while this node leads the metadata
     /// group and a move of that kind is recorded (`membership.rs` starts it).
     pub(crate) async fn drive_moves<K: Movable>(self: Arc<Self>) {
-        // Since when the current move's Copy has kept failing.
-        let mut failing: Option<(K, Instant)> = None;
+        // Since when the current move's current step has kept failing (a
+        // step's patience is its own: a slow Hold leaves its Freeze the
+        // whole of it).
+        let mut failing: Option<(MoveId, MoveStep, Instant)> = None;
         // When the current move's freeze was applied (for its pause).
         let mut frozen: Option<(K, Instant)> = None;
         while self.leads_meta() {
@@ -166,6 +169,7 @@ impl Engine {
             let started = Instant::now();
             match self.move_step(&m).await {
                 Ok(applied) => {
+                    failing = None;
                     let (kind, step) = (K::KIND, m.step.as_str());
                     let ms = started.elapsed().as_millis() as u64;
                     info!(kind, key = ?m.key, step, from = m.from, to = m.to, ms, "move step done");
@@ -195,18 +199,21 @@ impl Engine {
                     }
                 }
                 Err(e) => {
-                    warn!(kind = K::KIND, key = ?m.key, step = m.step.as_str(), error = %e, "a move step failed; trying again");
-                    let patient = match m.step {
-                        MoveStep::Copy | MoveStep::Hold => true,
-                        MoveStep::Freeze => m.through_home(self.cfg.shards),
-                        _ => false,
-                    };
+                    // A freeze waiting for its barrier is refused until the
+                    // barrier arrives: expected, not worth a warning.
+                    let draining = m.step == MoveStep::Freeze && m.through_home(self.cfg.shards);
+                    if draining && e.code == plaudit_proto::ErrorCode::Refused {
+                        debug!(kind = K::KIND, key = ?m.key, error = %e, "the freeze waits for its barrier");
+                    } else {
+                        warn!(kind = K::KIND, key = ?m.key, step = m.step.as_str(), error = %e, "a move step failed; trying again");
+                    }
+                    let patient = matches!(m.step, MoveStep::Copy | MoveStep::Hold) || draining;
                     if patient {
-                        let since = match &failing {
-                            Some((k, at)) if *k == m.key => *at,
+                        let since = match failing {
+                            Some((id, step, at)) if id == m.id && step == m.step => at,
                             _ => Instant::now(),
                         };
-                        failing = Some((m.key.clone(), since));
+                        failing = Some((m.id, m.step, since));
                         // A copy too large fails the same way every time.
                         let hopeless = e.code == plaudit_proto::ErrorCode::BadRequest;
                         if hopeless || since.elapsed() >= COPY_PATIENCE {

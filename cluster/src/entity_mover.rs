@@ -5,8 +5,10 @@
 //!
 //! Likes are never refused: they are decided on the likers' shards. What a
 //! move holds back is the deltas those likes send the entity, from the
-//! freeze until the source lets go (`actors/src/likes/residence.rs`), so
-//! counts lag by the move's time at most. Reads are served throughout.
+//! freeze until the source lets go, or, for an entity moved from elsewhere
+//! than its home, from the home's Hold to its Pass
+//! (`actors/src/likes/residence.rs`), so counts lag by the move's time at
+//! most. Reads are served throughout.
 
 use crate::actor_mover::Movable;
 use crate::engine::Engine;

@@ -121,7 +121,8 @@ pub enum MoveStep {
     Activate,
     /// Given up before the board was placed on its target (its copy could
     /// not be made): the target drops what it may hold, the source takes
-    /// events again, then the move is gone.
+    /// events again (after a `Hold`, its home then passes what it held to
+    /// the source), then the move is gone.
     Abort,
     /// Before `Freeze`, for a key moved from a shard other than its home
     /// whose writes pass through its home (`Placeable::THROUGH_HOME`).

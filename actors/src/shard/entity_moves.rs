@@ -1,15 +1,21 @@
 //! Applying the steps of an entity's move on a shard (the decisions are
-//! `likes/residence.rs`'s), the deltas held while the entity is frozen,
-//! and what the rest of the node asks of residence: whether the entity's
-//! reads are served here, and the frozen entity's copy for the target.
+//! `crate::residence`'s and `likes/residence.rs`'s), the deltas held while
+//! the entity is frozen (or, on its home, during a move from elsewhere),
+//! the barriers that drain a source, and what the rest of the node asks of
+//! residence: whether the entity's reads are served here, and the frozen
+//! entity's copy for the target.
 //!
 //! ```text
 //! MoveEntity(step) ─> Residences::step ─> entry stored (shard meta `e:`), published to the node
-//!                                       └─ Import:  anything held for the entity dropped, the copy written
+//!                                       └─ Import:  the entity's state here replaced by the copy
+//!                                                   (deltas held for a move back home stay held)
 //!                                       └─ Release: the entity dropped; its held deltas to the outbox for the target
-//!                                       └─ Discard: the copy dropped
+//!                                       └─ Discard: the copy dropped (on its home: the held deltas to the source)
 //!                                       └─ Unfreeze: its held deltas applied here
+//!                                       └─ Hold:    a barrier to the source in the outbox
+//!                                       └─ Pass:    the held deltas to the target, or applied here
 //! Deliver ─> per entity delta: applied | held (meta `h:`, numbered) | sent on (outbox)
+//!        ─> per barrier: the entity drained (its move may freeze it)
 //! likers page ─> readable? else Moved(shard); counts: the node's `MovedEntities`
 //! ```
 
@@ -20,7 +26,7 @@ use crate::command::{CmdResult, Delta, EntityDelta};
 use crate::error::{Fatal, ShardError};
 use crate::likes::residence::{EntityCopy, EntityResidences, EntityStep};
 use crate::residence::{Effect, MoveCmdOf, Residence, ResidenceRecord, Residences};
-use plaudit_proto::placement::EntityKey;
+use plaudit_proto::placement::{EntityKey, MoveId};
 use plaudit_proto::{codec, BizId, EntityId, ShardId, WireError};
 use plaudit_storage::{CountsRec, WriteSet};
 use serde::{Deserialize, Serialize};
@@ -173,7 +179,7 @@ impl ShardActor {
         &self,
         state: &mut ShardState,
         out: &mut Applied,
-        barriers: Vec<(EntityKey, u64)>,
+        barriers: Vec<(EntityKey, MoveId)>,
     ) -> Result<(), Fatal> {
         let shard = self.cfg.shard;
         for (key, mv) in barriers {
@@ -190,7 +196,9 @@ impl ShardActor {
                         "entity drained for its move"
                     );
                 }
-                None => tracing::warn!(
+                // A move given up before its barrier arrived leaves one
+                // behind: nothing to do.
+                None => tracing::debug!(
                     shard,
                     biz = key.biz,
                     entity = key.entity,
@@ -202,7 +210,8 @@ impl ShardActor {
         Ok(())
     }
 
-    /// Stores the deltas delivered for frozen entities, numbered per entity
+    /// Stores the deltas delivered for entities that hold them (frozen, or
+    /// on their home during a move from elsewhere), numbered per entity
     /// in arrival order. Called as each `Deliver` is planned, so that a
     /// `Release` or `Unfreeze` later in the same entry finds them.
     pub(super) fn hold_deltas(

@@ -26,6 +26,7 @@ use crate::likes::entity::{DeltaEffects, LikerChange};
 use crate::likes::residence::DeltaRoute;
 use crate::user_actor::{apply_without_actor, UserMsg, UserOp, UserOut};
 use plaudit_proto::likes::LikeRequest;
+use plaudit_proto::placement::MoveId;
 use plaudit_proto::routing::shard_of;
 use plaudit_proto::{BizId, EntityId, Millis, ShardId, UserId};
 use plaudit_storage::CountsRec;
@@ -47,7 +48,7 @@ pub(super) struct LikesPlan {
     pub forwarded: Vec<(usize, usize, ShardId, Delta)>,
     /// Delivered barriers of moves (`Delta::Barrier`), in arrival order
     /// (`entity_moves.rs` marks their entities drained).
-    pub barriers: Vec<(plaudit_proto::placement::EntityKey, u64)>,
+    pub barriers: Vec<(plaudit_proto::placement::EntityKey, MoveId)>,
 }
 
 impl LikesPlan {

@@ -122,8 +122,8 @@ pub enum AdminCommand {
     ///
     /// A board's scores pause while it moves; reads keep being served. An
     /// entity's likes are never refused during a move; its counts lag until
-    /// the move ends. An entity moves only once: it cannot be moved again,
-    /// nor back (Refused, exit 1).
+    /// the move ends. A moved entity can be moved again, or back to its
+    /// hash shard.
     ///
     /// Waits until the move is over (the placements are read every 50 ms)
     /// and prints how long it took; exits 1 (`Timeout`) if it is not within

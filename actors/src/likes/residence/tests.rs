@@ -397,17 +397,18 @@ mod moves {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             4 => Just(Op::Like),
-            5 => (0..(SHARDS * SHARDS) as usize).prop_map(Op::Pump),
-            1 => (1..SHARDS).prop_map(Op::Move),
+            5 => any::<usize>().prop_map(Op::Pump),
+            2 => (1..SHARDS).prop_map(Op::Move),
             4 => any::<bool>().prop_map(|twice| Op::Step { twice }),
             1 => Just(Op::Abort),
-            1 => any::<usize>().prop_map(Op::Late),
+            3 => any::<usize>().prop_map(Op::Late),
         ]
     }
 
     /// Takes the current move's step if its commands fit (a freeze after
     /// a hold waits for the barrier: refused until then, as the mover
-    /// tries again); returns whether it was taken.
+    /// tries again); returns whether it was taken. Every command proposed
+    /// goes into `taken`, applied or refused: any may land again late.
     fn step(
         w: &mut World,
         p: &mut EntityPlacements,
@@ -419,6 +420,7 @@ mod moves {
             match w.try_step(at, m.id, &cmd) {
                 Ok(()) => {}
                 Err(e) => {
+                    taken.push((at, m.id, cmd.clone()));
                     assert!(
                         m.step == MoveStep::Freeze && m.through_home(SHARDS),
                         "the mover's {cmd:?} at {at} was refused: {e:?}"
@@ -436,7 +438,7 @@ mod moves {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        #![proptest_config(ProptestConfig::with_cases(1024))]
 
         /// Through any interleaving of new deltas, deliveries and moves of
         /// one entity (on, and back home, some given up, steps repeated or
@@ -459,7 +461,15 @@ mod moves {
                         w.arrive(home, Msg::Delta(made));
                         made += 1;
                     }
-                    Op::Pump(i) => w.pump(i),
+                    // Some stream that carries something, so barriers
+                    // often arrive while a move is under way.
+                    Op::Pump(i) => {
+                        let busy: Vec<usize> =
+                            (0..w.streams.len()).filter(|j| !w.streams[*j].is_empty()).collect();
+                        if !busy.is_empty() {
+                            w.pump(busy[i % busy.len()]);
+                        }
+                    }
                     Op::Move(off) if p.moves.is_empty() => {
                         let at = p.home_of(&key(), SHARDS);
                         p = p.start(key(), (at + off) % SHARDS, SHARDS, 0).expect("a move");
@@ -469,8 +479,22 @@ mod moves {
                     Op::Step { twice } => {
                         step(&mut w, &mut p, &mut taken, twice);
                     }
+                    // Given up at any step the record allows (the mover
+                    // gives up only some of them). The step it was at
+                    // may have been proposed and not applied yet: an old
+                    // metadata leader's proposal can land late.
                     Op::Abort => {
                         if let Some(a) = p.abort(&key()) {
+                            let m = p.moves[0].clone();
+                            let exportable = matches!(
+                                w.shards[m.from as usize].res.get(&key()),
+                                Some(Residence::Frozen { .. })
+                            );
+                            if m.step != MoveStep::Copy || exportable {
+                                for (at, cmd) in commands(&mut w, &m) {
+                                    taken.push((at, m.id, cmd));
+                                }
+                            }
                             p = a;
                         }
                     }
@@ -483,14 +507,18 @@ mod moves {
             }
             // Finish the move under way (a freeze waiting for its barrier
             // gets it once the streams are drained).
+            let mut waits = 0;
             while !p.moves.is_empty() {
                 if !step(&mut w, &mut p, &mut taken, false) {
                     w.drain();
+                    waits += 1;
+                    prop_assert!(waits < 3, "a move stuck: {:?}", p.moves);
                 }
             }
-            // Every step once more, late, after the moves ended.
-            for (at, mv, cmd) in taken.clone() {
-                let _ = w.try_step(at, mv, &cmd);
+            // Every step once more, late, after the moves ended, the
+            // earliest landing last (a late Freeze after its Unfreeze).
+            for (at, mv, cmd) in taken.iter().rev() {
+                let _ = w.try_step(*at, *mv, cmd);
             }
             w.drain();
             let owner = p.home_of(&key(), SHARDS);
