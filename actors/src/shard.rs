@@ -36,7 +36,7 @@ mod entity_moves;
 pub use entity_moves::entity_moved;
 mod handle;
 
-pub use delivery::OutboxSignal;
+pub use delivery::{OutboxSignal, MAX_RECORD_DELTAS};
 mod likes;
 mod moves;
 mod once;

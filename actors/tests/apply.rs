@@ -285,3 +285,65 @@ async fn a_likers_page_queued_to_an_entity_that_moves_away_is_answered_moved() {
         s.stop().await;
     }
 }
+
+/// The deltas a frozen entity held go on at its Release in records of at
+/// most `MAX_RECORD_DELTAS`, in order, under consecutive seqs (a record is
+/// delivered whole, in one log entry and one peer frame); the target,
+/// holding the copy, applies them all once.
+#[tokio::test]
+async fn a_release_sends_many_held_deltas_in_records_of_bounded_size() {
+    use plaudit_actors::command::{Delta, EntityDelta};
+    use plaudit_actors::likes::residence::EntityCopy;
+    use plaudit_actors::residence::{MoveCmdOf, StepOf};
+    use plaudit_actors::shard::MAX_RECORD_DELTAS;
+    use plaudit_proto::placement::EntityKey;
+    use plaudit_proto::routing::shard_of;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = StateStore::open(&sled::open(dir.path()).unwrap()).unwrap();
+    let (home, target) = (spawn(&store, Directory::default(), 0, 2, false).await, {
+        spawn(&store, Directory::default(), 1, 2, false).await
+    });
+    let entity = (0..).find(|&e| shard_of(1, e, 2) == 0).unwrap();
+    let key = EntityKey { biz: 1, entity };
+    let step = |i, cmd| entry(i, 1_000 + i, vec![Command::MoveEntity(StepOf { mv: 1, cmd })]);
+    let done = |r: Vec<Vec<CmdResult>>| assert!(matches!(r[0][0], CmdResult::Done), "{r:?}");
+    done(home.apply(vec![step(1, MoveCmdOf::Freeze { key, to: 1 })]).await.unwrap());
+    // Two records' worth and more, delivered from a users' shard while frozen.
+    let n = 2 * MAX_RECORD_DELTAS as u64 + 100;
+    let deltas: Vec<Delta> = (1..=n)
+        .map(|user| {
+            Delta::Entity(EntityDelta {
+                biz: 1,
+                entity,
+                owner: None,
+                user,
+                d_likes: 1,
+                d_dislikes: 0,
+                liker_added: Some(user as Millis),
+                liker_removed: None,
+            })
+        })
+        .collect();
+    let deliver = Command::Deliver { source: 9, records: vec![(1, deltas.clone())] };
+    done(home.apply(vec![entry(2, 1_002, vec![deliver])]).await.unwrap());
+    let copy = EntityCopy { key, likes: 0, dislikes: 0, owner: None, likers: vec![] };
+    done(target.apply(vec![step(1, MoveCmdOf::Import(Box::new(copy)))]).await.unwrap());
+    done(home.apply(vec![step(3, MoveCmdOf::Release { key, to: 1 })]).await.unwrap());
+
+    let records = store.outbox_after(0, 1, 0, (100, usize::MAX)).unwrap();
+    assert_eq!(records.len(), 3, "{} deltas in records of {MAX_RECORD_DELTAS}", n);
+    let mut sent = Vec::new();
+    for (i, (seq, bytes)) in records.iter().enumerate() {
+        assert_eq!(*seq, i as u64 + 1, "consecutive seqs");
+        let ds: Vec<Delta> = plaudit_proto::codec::from_bytes(bytes).unwrap();
+        assert!(ds.len() <= MAX_RECORD_DELTAS);
+        sent.push((*seq, ds));
+    }
+    assert_eq!(sent.iter().flat_map(|(_, d)| d.clone()).collect::<Vec<_>>(), deltas, "in order");
+    let deliver = Command::Deliver { source: 0, records: sent };
+    done(target.apply(vec![entry(2, 1_002, vec![deliver])]).await.unwrap());
+    assert_eq!(store.get_counts(1, 1, entity).unwrap().likes, n, "each applied once");
+    home.stop().await;
+    target.stop().await;
+}

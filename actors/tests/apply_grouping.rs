@@ -164,7 +164,8 @@ async fn build_history(
                     cmds.push(Command::DropBoard { rank: 1, type_key: vec![board] })
                 }
                 Gen::Ack { target, count } => {
-                    let pending = store.outbox_after(SHARD, target, 0, count).unwrap();
+                    let pending =
+                        store.outbox_after(SHARD, target, 0, (count, usize::MAX)).unwrap();
                     if !pending.is_empty() {
                         let seqs = pending.into_iter().map(|(s, _)| s).collect();
                         cmds.push(Command::Ack { target, seqs });

@@ -59,7 +59,7 @@ impl Engine {
             for t in self.store.outbox_targets(g.id).unwrap_or_default() {
                 let seqs = self
                     .store
-                    .outbox_after(g.id, t, 0, 10_000)
+                    .outbox_after(g.id, t, 0, (10_000, usize::MAX))
                     .unwrap_or_default()
                     .into_iter()
                     .map(|(s, _)| s)

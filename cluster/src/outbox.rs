@@ -33,6 +33,12 @@ use std::time::{Duration, Instant};
 const RETRY_AFTER: Duration = Duration::from_millis(50);
 /// A safety net: look for work this often even without a signal.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
+/// A delivery stops adding records once it carries this many bytes: it is
+/// one command in one log entry on the target, and one peer frame (32 MiB)
+/// when the target's leader is elsewhere. A record is at most
+/// `MAX_RECORD_DELTAS` deltas (`actors/src/shard/delivery.rs`), so the
+/// first one always fits.
+const MAX_DELIVER_BYTES: usize = 4 << 20;
 
 pub struct Delivery {
     pub shard: ShardId,
@@ -153,7 +159,7 @@ impl Delivery {
     async fn deliver(&self, target: ShardId, after: u64) -> Result<Option<(u64, bool)>, String> {
         let items = self
             .store
-            .outbox_after(self.shard, target, after, self.batch)
+            .outbox_after(self.shard, target, after, (self.batch, MAX_DELIVER_BYTES))
             .map_err(|e| e.to_string())?;
         let Some(&(last, _)) = items.last() else { return Ok(None) };
         let full = items.len() >= self.batch;

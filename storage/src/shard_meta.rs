@@ -104,14 +104,15 @@ impl StateStore {
     }
 
     /// Pending outbox entries of `shard` towards `target` with a seq above
-    /// `after`, oldest first, at most `limit`: a delivery round reads from
+    /// `after`, oldest first, at most `limit` of them and no more once
+    /// `max_bytes` are read (at least one): a delivery round reads from
     /// where the previous one stopped, and never past what it can send.
     pub fn outbox_after(
         &self,
         shard: u32,
         target: u32,
         after: u64,
-        limit: usize,
+        (limit, max_bytes): (usize, usize),
     ) -> Result<Vec<(u64, Vec<u8>)>> {
         let prefix = tagged(meta::OUTBOX, target);
         let mut from = prefix.clone();
@@ -121,10 +122,12 @@ impl StateStore {
         if limit == 0 || after == u64::MAX {
             return Ok(out);
         }
+        let mut bytes = 0;
         self.scan(shard, TreeRef::Shard(shard), range, false, |k, v| {
             let seq = read_u64(k, prefix.len()).ok_or_else(|| corrupt("outbox key", k))?;
             out.push((seq, v.to_vec()));
-            Ok(out.len() < limit)
+            bytes += v.len();
+            Ok(out.len() < limit && bytes < max_bytes)
         })?;
         Ok(out)
     }
@@ -296,11 +299,14 @@ mod tests {
         s.stage(ws);
         assert_eq!(s.outbox_targets(0).unwrap(), vec![1, 3]);
         let seqs = |v: Vec<(u64, Vec<u8>)>| v.into_iter().map(|(q, _)| q).collect::<Vec<_>>();
-        assert_eq!(seqs(s.outbox_after(0, 3, 0, 10).unwrap()), vec![1, 2]);
-        assert_eq!(seqs(s.outbox_after(0, 3, 0, 1).unwrap()), vec![1], "at most the limit");
-        assert_eq!(seqs(s.outbox_after(0, 3, 1, 10).unwrap()), vec![2], "from a cursor");
-        assert_eq!(s.outbox_after(0, 3, u64::MAX, 10).unwrap(), vec![]);
-        assert_eq!(s.outbox_after(0, 1, 0, 10).unwrap(), vec![(1, b"c".to_vec())]);
+        let any = usize::MAX;
+        assert_eq!(seqs(s.outbox_after(0, 3, 0, (10, any)).unwrap()), vec![1, 2]);
+        assert_eq!(seqs(s.outbox_after(0, 3, 0, (1, any)).unwrap()), vec![1], "at most the limit");
+        assert_eq!(seqs(s.outbox_after(0, 3, 0, (10, 1)).unwrap()), vec![1], "the bytes too");
+        assert_eq!(seqs(s.outbox_after(0, 3, 0, (10, 0)).unwrap()), vec![1], "one at least");
+        assert_eq!(seqs(s.outbox_after(0, 3, 1, (10, any)).unwrap()), vec![2], "from a cursor");
+        assert_eq!(s.outbox_after(0, 3, u64::MAX, (10, any)).unwrap(), vec![]);
+        assert_eq!(s.outbox_after(0, 1, 0, (10, any)).unwrap(), vec![(1, b"c".to_vec())]);
         assert_eq!(s.outbox_next(0, 3).unwrap(), 3);
         let mut ws = WriteSet::new(0);
         ws.ack_outbox(0, 3, [1, 2]);

@@ -3,7 +3,8 @@
 //! the outbox (derived deltas waiting to be delivered, numbered by a seq per
 //! target shard).
 //!
-//! Outbox records are one per *(log entry, target)*, with deltas in command
+//! Outbox records are one per *(log entry, target)* (or several in a row,
+//! of at most `MAX_RECORD_DELTAS` each, for a long one), with deltas in command
 //! order: like deltas first, in the order of their commands, then owner
 //! deltas, in the order of the delivered deltas that caused them, then
 //! deltas sent on for entities that moved away (`likes/residence.rs`), in
@@ -49,6 +50,15 @@ impl OutboxSignal {
         self.notify.notified().await
     }
 }
+
+/// The most deltas one outbox record carries. A `Release` or a `Pass`
+/// puts every delta held for an entity during its move into its entry's
+/// record for the target, which for a hot entity held for seconds is
+/// hundreds of thousands; a record is delivered whole, in one log entry
+/// and one peer frame (32 MiB), so an entry's deltas for a target are
+/// split into records of at most this many (~50 bytes each: ~400 KiB),
+/// numbered in order.
+pub const MAX_RECORD_DELTAS: usize = 8192;
 
 /// Where a derived delta sits in its outbox record.
 type OutboxOrder = (u8, usize);
@@ -104,12 +114,15 @@ impl ShardActor {
             targets.insert(target);
             deltas.sort_by_key(|(order, _)| *order);
             let deltas: Vec<Delta> = deltas.into_iter().map(|(_, d)| d).collect();
-            let next = match state.outbox_next.get(&target) {
+            let mut next = match state.outbox_next.get(&target) {
                 Some(n) => *n,
                 None => self.store.outbox_next(self.cfg.shard, target)?,
             };
-            ws.push_outbox(self.cfg.shard, target, next, &codec::to_bytes(&deltas)?);
-            state.outbox_next.insert(target, next + 1);
+            for record in deltas.chunks(MAX_RECORD_DELTAS) {
+                ws.push_outbox(self.cfg.shard, target, next, &codec::to_bytes(&record.to_vec())?);
+                next += 1;
+            }
+            state.outbox_next.insert(target, next);
         }
         Ok(targets)
     }
