@@ -99,6 +99,24 @@ pub enum Residence {
     IncomingHeld,
 }
 
+impl Residence {
+    /// Whether a shard with this entry serves the key's reads, or the
+    /// shard to ask. From a freeze to an activation no shard applies a
+    /// write for the key, so the frozen state and its copy are the same
+    /// (module doc); a home holding deltas during a move from elsewhere
+    /// has no state of the key until it takes the copy.
+    pub fn serves_reads(self) -> Result<(), ShardId> {
+        match self {
+            Residence::Here
+            | Residence::Drained
+            | Residence::Frozen { .. }
+            | Residence::Incoming
+            | Residence::IncomingHeld => Ok(()),
+            Residence::Away { to } | Residence::Held { to } => Err(to),
+        }
+    }
+}
+
 /// How a shard stores a residence entry (shard meta `r:` for boards, `e:`
 /// for entities): the variant is the format version, only appended.
 #[derive(Serialize, Deserialize)]

@@ -97,14 +97,7 @@ impl Residences<EntityKey> {
         let key = EntityKey { biz, entity };
         let entry = if self.map.is_empty() { None } else { self.get(&key) };
         match entry {
-            Some(
-                Residence::Here
-                | Residence::Drained
-                | Residence::Frozen { .. }
-                | Residence::Incoming
-                | Residence::IncomingHeld,
-            ) => Ok(()),
-            Some(Residence::Away { to } | Residence::Held { to }) => Err(to),
+            Some(r) => r.serves_reads(),
             None => self.at_home(&key),
         }
     }

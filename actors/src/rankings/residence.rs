@@ -76,14 +76,7 @@ impl Residences<BoardKey> {
     /// Whether this shard serves reads of the board, or the shard to ask.
     pub fn readable(&self, rank: RankId, type_key: &[u8]) -> Result<(), Elsewhere> {
         match self.entry(rank, type_key) {
-            Some(
-                Residence::Here
-                | Residence::Drained
-                | Residence::Frozen { .. }
-                | Residence::Incoming
-                | Residence::IncomingHeld,
-            ) => Ok(()),
-            Some(Residence::Away { to } | Residence::Held { to }) => Err(to),
+            Some(r) => r.serves_reads(),
             None => self.board_at_home(rank, type_key),
         }
     }
