@@ -23,6 +23,10 @@
 //!
 //! Then: a move to where it is, or to no shard, is a bad request and
 //! records nothing.
+//!
+//! And two moves given up under likes (every copy over a size): one from
+//! home (the source applies what it held), and one on from where a moved
+//! entity lives (its home sends what it held back to the source).
 
 use plaudit_client::proto::business::BizConfig;
 use plaudit_client::proto::likes::{CountsRequest, LikeAction, LikeState};
@@ -500,6 +504,85 @@ async fn a_move_given_up_applies_the_held_deltas_where_the_entity_stayed() {
     eprintln!("t96: steps seen {seen:?}, then the move was gone");
     assert!(seen.contains("copy"), "the move was frozen, waiting for its copy: {seen:?}");
     assert!(p.placed.is_empty(), "nothing placed: {p:?}");
+    grows_by(&load.acked, 200, Duration::from_secs(30), "likes after the move").await;
+    load.stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("a writer");
+    }
+    assert_caught_up(&cluster, &admin, biz).await;
+    cluster.wait_converged().await;
+}
+
+/// A move on from where a moved entity lives, given up (its copy has
+/// grown past `PLAUDIT_MOVE_MAX_COPY_BYTES` since its first move): its
+/// home held the entity's deltas from the Hold, and sends them back to
+/// the source, which takes them again; under likes nothing is lost or
+/// applied twice, and the entity stays where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_on_given_up_sends_what_the_home_held_back_to_the_source() {
+    let _serial = SERIAL.lock().await;
+    let cluster = Cluster::builder(3)
+        .shards(SHARDS)
+        .env("PLAUDIT_MOVE_STEP_PAUSE_MS", STEP_PAUSE_MS)
+        .env("PLAUDIT_MOVE_MAX_COPY_BYTES", 300)
+        .start();
+    cluster.wait_converged().await;
+    let admin = cluster.client().await;
+    let biz = admin.create_biz(Some(1), "stays", BizConfig::default()).await.expect("business").id;
+    let (a, _) = entities();
+    let key = EntityKey { biz, entity: a };
+    let home = shard_of(biz, a, SHARDS);
+    // Moved once with no likers yet: a copy of a few bytes.
+    let to = target(&cluster, home);
+    assert!(matches!(move_entity(&admin, biz, a, to).await, Ok(Response::Done)));
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let p = placements(&admin).await.expect("placements");
+        if p.move_of(&key).is_none() && p.entity_shard(biz, a, SHARDS) == to {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first move did not finish: {p:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let load = Arc::new(Load {
+        stop: AtomicBool::new(false),
+        acked: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+    });
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        tasks.push(tokio::spawn(writer(cluster.client().await, biz, w, load.clone())));
+    }
+    // Enough likers that the copy passes 300 bytes (~10 bytes a liker).
+    loop {
+        let c = admin.counts(biz, &[a]).await.expect("counts");
+        if c[0].likes >= 40 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no likers: {c:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let on = (1..SHARDS).map(|d| (to + d) % SHARDS).find(|s| *s != home).unwrap();
+    match move_entity(&admin, biz, a, on).await {
+        Ok(Response::Done) => {}
+        other => panic!("the move on to shard {on}: {other:?}"),
+    }
+    let mut seen = BTreeSet::new();
+    let p = loop {
+        let p = placements(&admin).await.expect("placements");
+        match p.move_of(&key) {
+            Some(m) => {
+                seen.insert(m.step.as_str());
+            }
+            None if !seen.is_empty() => break p,
+            None => {}
+        }
+        assert!(Instant::now() < deadline, "the move was not given up: {p:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("t96: steps seen {seen:?}, then the move was gone");
+    assert!(seen.contains("hold") && seen.contains("copy"), "held, then copying: {seen:?}");
+    assert_eq!(p.entity_shard(biz, a, SHARDS), to, "it stays where it was: {p:?}");
     grows_by(&load.acked, 200, Duration::from_secs(30), "likes after the move").await;
     load.stop.store(true, Ordering::Relaxed);
     for t in tasks {
