@@ -75,6 +75,35 @@ struct Load {
     errors: AtomicU64,
 }
 
+/// `WRITERS` writers on `biz` (`writer`), each with a client of its own.
+struct Writers {
+    load: Arc<Load>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Writers {
+    async fn start(cluster: &Cluster, biz: BizId) -> Writers {
+        let load = Arc::new(Load {
+            stop: AtomicBool::new(false),
+            acked: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        });
+        let mut tasks = Vec::new();
+        for w in 0..WRITERS {
+            tasks.push(tokio::spawn(writer(cluster.client().await, biz, w, load.clone())));
+        }
+        Writers { load, tasks }
+    }
+
+    async fn stop(self) -> Arc<Load> {
+        self.load.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.expect("a writer");
+        }
+        self.load
+    }
+}
+
 /// One writer: its users act on the two entities at random until stopped.
 async fn writer(client: Client, biz: BizId, w: u64, load: Arc<Load>) {
     let (a, b) = entities();
@@ -296,15 +325,8 @@ async fn a_moved_entity_under_likes_loses_nothing_and_applies_nothing_twice() {
     let (a, b) = entities();
     phase("cluster formed");
 
-    let load = Arc::new(Load {
-        stop: AtomicBool::new(false),
-        acked: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-    });
-    let mut tasks = Vec::new();
-    for w in 0..WRITERS {
-        tasks.push(tokio::spawn(writer(cluster.client().await, biz, w, load.clone())));
-    }
+    let writers = Writers::start(&cluster, biz).await;
+    let load = writers.load.clone();
     grows_by(&load.acked, 300, Duration::from_secs(30), "likes before the moves").await;
     phase("liking");
 
@@ -354,10 +376,7 @@ async fn a_moved_entity_under_likes_loses_nothing_and_applies_nothing_twice() {
     )
     .await;
     grows_by(&load.acked, 200, Duration::from_secs(30), "likes after B came home").await;
-    load.stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.expect("a writer");
-    }
+    writers.stop().await;
     phase("writers stopped");
     eprintln!(
         "t96: {} actions acknowledged, {} failed",
@@ -415,6 +434,45 @@ async fn a_moved_entity_under_likes_loses_nothing_and_applies_nothing_twice() {
     phase("checked");
 }
 
+/// Three nodes whose moves give up any copy over `bytes`, their admin
+/// client, and a new business.
+async fn copying_at_most(bytes: u64) -> (Cluster, Client, BizId) {
+    let cluster = Cluster::builder(3)
+        .shards(SHARDS)
+        .env("PLAUDIT_MOVE_STEP_PAUSE_MS", STEP_PAUSE_MS)
+        .env("PLAUDIT_MOVE_MAX_COPY_BYTES", bytes)
+        .start();
+    cluster.wait_converged().await;
+    let admin = cluster.client().await;
+    let biz = admin.create_biz(Some(1), "stays", BizConfig::default()).await.expect("business").id;
+    (cluster, admin, biz)
+}
+
+/// The steps a move of `key` (recorded just before) was seen at, until it
+/// was gone; and the placements then.
+async fn steps_until_gone(
+    admin: &Client,
+    key: EntityKey,
+) -> (BTreeSet<&'static str>, EntityPlacements) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = BTreeSet::new();
+    loop {
+        let p = placements(admin).await.expect("placements");
+        match p.move_of(&key) {
+            Some(m) => {
+                seen.insert(m.step.as_str());
+            }
+            None if !seen.is_empty() => {
+                eprintln!("t96: steps seen {seen:?}, then the move was gone");
+                return (seen, p);
+            }
+            None => {}
+        }
+        assert!(Instant::now() < deadline, "the move did not end: {p:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits until both entities show what the users' states say (the truth:
 /// the derived state catches up with it once every delta is delivered, and
 /// must then equal it); returns the truth.
@@ -461,24 +519,10 @@ async fn assert_caught_up(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_given_up_applies_the_held_deltas_where_the_entity_stayed() {
     let _serial = SERIAL.lock().await;
-    let cluster = Cluster::builder(3)
-        .shards(SHARDS)
-        .env("PLAUDIT_MOVE_STEP_PAUSE_MS", STEP_PAUSE_MS)
-        .env("PLAUDIT_MOVE_MAX_COPY_BYTES", 64)
-        .start();
-    cluster.wait_converged().await;
-    let admin = cluster.client().await;
-    let biz = admin.create_biz(Some(1), "stays", BizConfig::default()).await.expect("business").id;
+    let (cluster, admin, biz) = copying_at_most(64).await;
     let (a, _) = entities();
-    let load = Arc::new(Load {
-        stop: AtomicBool::new(false),
-        acked: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-    });
-    let mut tasks = Vec::new();
-    for w in 0..WRITERS {
-        tasks.push(tokio::spawn(writer(cluster.client().await, biz, w, load.clone())));
-    }
+    let writers = Writers::start(&cluster, biz).await;
+    let load = writers.load.clone();
     grows_by(&load.acked, 300, Duration::from_secs(30), "likes before the move").await;
     let home = shard_of(biz, a, SHARDS);
     let to = target(&cluster, home);
@@ -487,28 +531,11 @@ async fn a_move_given_up_applies_the_held_deltas_where_the_entity_stayed() {
     let v = tokio::task::block_in_place(|| cluster.node(cluster.ids()[0]).cli(&line));
     let want = serde_json::json!({"biz": biz, "entity": a, "to_shard": to, "ms": null});
     assert_eq!(v, want, "plaudit --json {line}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = BTreeSet::new();
-    let p = loop {
-        let p = placements(&admin).await.expect("placements");
-        match p.move_of(&EntityKey { biz, entity: a }) {
-            Some(m) => {
-                seen.insert(m.step.as_str());
-            }
-            None if !seen.is_empty() => break p,
-            None => {}
-        }
-        assert!(Instant::now() < deadline, "the move was not given up: {p:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    eprintln!("t96: steps seen {seen:?}, then the move was gone");
+    let (seen, p) = steps_until_gone(&admin, EntityKey { biz, entity: a }).await;
     assert!(seen.contains("copy"), "the move was frozen, waiting for its copy: {seen:?}");
     assert!(p.placed.is_empty(), "nothing placed: {p:?}");
     grows_by(&load.acked, 200, Duration::from_secs(30), "likes after the move").await;
-    load.stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.expect("a writer");
-    }
+    writers.stop().await;
     assert_caught_up(&cluster, &admin, biz).await;
     cluster.wait_converged().await;
 }
@@ -521,14 +548,7 @@ async fn a_move_given_up_applies_the_held_deltas_where_the_entity_stayed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_on_given_up_sends_what_the_home_held_back_to_the_source() {
     let _serial = SERIAL.lock().await;
-    let cluster = Cluster::builder(3)
-        .shards(SHARDS)
-        .env("PLAUDIT_MOVE_STEP_PAUSE_MS", STEP_PAUSE_MS)
-        .env("PLAUDIT_MOVE_MAX_COPY_BYTES", 300)
-        .start();
-    cluster.wait_converged().await;
-    let admin = cluster.client().await;
-    let biz = admin.create_biz(Some(1), "stays", BizConfig::default()).await.expect("business").id;
+    let (cluster, admin, biz) = copying_at_most(300).await;
     let (a, _) = entities();
     let key = EntityKey { biz, entity: a };
     let home = shard_of(biz, a, SHARDS);
@@ -544,15 +564,8 @@ async fn a_move_on_given_up_sends_what_the_home_held_back_to_the_source() {
         assert!(Instant::now() < deadline, "the first move did not finish: {p:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let load = Arc::new(Load {
-        stop: AtomicBool::new(false),
-        acked: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-    });
-    let mut tasks = Vec::new();
-    for w in 0..WRITERS {
-        tasks.push(tokio::spawn(writer(cluster.client().await, biz, w, load.clone())));
-    }
+    let writers = Writers::start(&cluster, biz).await;
+    let load = writers.load.clone();
     // Enough likers that the copy passes 300 bytes (~10 bytes a liker).
     loop {
         let c = admin.counts(biz, &[a]).await.expect("counts");
@@ -567,27 +580,11 @@ async fn a_move_on_given_up_sends_what_the_home_held_back_to_the_source() {
         Ok(Response::Done) => {}
         other => panic!("the move on to shard {on}: {other:?}"),
     }
-    let mut seen = BTreeSet::new();
-    let p = loop {
-        let p = placements(&admin).await.expect("placements");
-        match p.move_of(&key) {
-            Some(m) => {
-                seen.insert(m.step.as_str());
-            }
-            None if !seen.is_empty() => break p,
-            None => {}
-        }
-        assert!(Instant::now() < deadline, "the move was not given up: {p:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    eprintln!("t96: steps seen {seen:?}, then the move was gone");
+    let (seen, p) = steps_until_gone(&admin, key).await;
     assert!(seen.contains("hold") && seen.contains("copy"), "held, then copying: {seen:?}");
     assert_eq!(p.entity_shard(biz, a, SHARDS), to, "it stays where it was: {p:?}");
     grows_by(&load.acked, 200, Duration::from_secs(30), "likes after the move").await;
-    load.stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        t.await.expect("a writer");
-    }
+    writers.stop().await;
     assert_caught_up(&cluster, &admin, biz).await;
     cluster.wait_converged().await;
 }
