@@ -15,15 +15,21 @@
 # bench checks every answer (a count never below one read before), so
 # `stale` must stay 0 across the move.
 #
+# With AGAIN=1 (entities only), 2 s after that move ends the entity moves
+# on to a third shard, and 2 s later back home: each of those takes its
+# home's Hold and Pass steps, its deltas held at its home from the Hold
+# to the Pass.
+#
 # Every process shares this machine's cores, as in bench-cluster.sh.
 #
 # Environment (defaults in brackets):
 #   KIND [board]  DURATION [20s]  MOVE_AT [8]  CONNECTIONS [32]  PIPELINE [16]
-#   SHARDS [6]  BASE_PORT [7750]  KEEP [0]  SKIP_BUILD [0]
+#   SHARDS [6]  BASE_PORT [7750]  KEEP [0]  SKIP_BUILD [0]  AGAIN [0]
 #
 # The last line reads:
 #   board move: writes paused P ms (move M ms end to end), score p99 S ms, max X ms, errors E
 #   entity move: deltas held H ms (move M ms end to end), counts p99 C ms, like p99 L ms, errors E, stale S
+# (with AGAIN=1, `entity moves:` and each of the three moves' H and M, in order)
 set -euo pipefail
 
 KIND=${KIND:-board}
@@ -35,6 +41,7 @@ SHARDS=${SHARDS:-6}
 BASE_PORT=${BASE_PORT:-7750}
 KEEP=${KEEP:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
+AGAIN=${AGAIN:-0}
 
 NAME=bench-move
 # shellcheck source=scripts/lib/bench.sh
@@ -61,7 +68,7 @@ sleep "$MOVE_AT"
 # shard led by another node.
 "$CLI" --json admin hotkeys --top 50 >"$WORK/hotkeys.json"
 "$CLI" --json admin status >"$WORK/status.json"
-read -r name target < <(python3 - "$WORK/hotkeys.json" "$WORK/status.json" "$KIND" "$RANK" "$BOARD" <<'EOF'
+read -r name target home on < <(python3 - "$WORK/hotkeys.json" "$WORK/status.json" "$KIND" "$RANK" "$BOARD" <<'EOF'
 import json, sys
 keys = json.load(open(sys.argv[1]))["keys"]
 status = json.load(open(sys.argv[2]))
@@ -74,11 +81,23 @@ else:
     name = f"53:{row['key']}"
 leaders = {g["shard"]: g["leader"] for g in status["shards"]}
 src = leaders[row["shard"]]
-print(name, min(s for s, l in leaders.items() if l is not None and l != src))
+target = min(s for s, l in leaders.items() if l is not None and l != src)
+# Then on: a third shard, led by yet another node if there is one.
+others = [s for s in leaders if s not in (row["shard"], target)]
+on = min(others, key=lambda s: (leaders[s] in (src, leaders[target]), s))
+print(name, target, row["shard"], on)
 EOF
 )
 log "moving $KIND $name to shard $target"
 "$CLI" --json admin move "--$KIND" "$name" --to-shard "$target" >"$WORK/move.json"
+if [[ $AGAIN == 1 && $KIND == entity ]]; then
+    sleep 2
+    log "moving $KIND $name on to shard $on"
+    "$CLI" --json admin move "--$KIND" "$name" --to-shard "$on" >"$WORK/move2.json"
+    sleep 2
+    log "moving $KIND $name back home to shard $home"
+    "$CLI" --json admin move "--$KIND" "$name" --to-shard "$home" >"$WORK/move3.json"
+fi
 wait "$load"
 
 cat "$WORK/hot.err" "$WORK/hot.txt"
@@ -97,8 +116,17 @@ else
     counts=$(row counts) like=$(row like)
     stale=$(grep -o '[0-9]* stale' "$WORK/hot.err" | head -1 | cut -d' ' -f1 || true)
     errors=$(($(col 8 <<<"$counts") + $(col 8 <<<"$like")))
-    awk -v h="$held" -v m="$moved" -v c="$(col 5 <<<"$counts")" -v l="$(col 5 <<<"$like")" \
+    if [[ $AGAIN == 1 ]]; then
+        # Each move's hold, in order, and each one's end-to-end time.
+        held=$(grep -ho 'writes held back for [0-9]* ms' "$WORK"/n*.log | grep -o '[0-9]*' | paste -sd, -)
+        for f in move2 move3; do
+            moved="$moved,$(grep -o '"ms":[0-9]*' "$WORK/$f.json" | cut -d: -f2)"
+            echo "$f: $(cat "$WORK/$f.json")"
+        done
+    fi
+    what=$([[ $AGAIN == 1 ]] && echo "entity moves" || echo "entity move")
+    awk -v w="$what" -v h="$held" -v m="$moved" -v c="$(col 5 <<<"$counts")" -v l="$(col 5 <<<"$like")" \
         -v e="$errors" -v s="${stale:-?}" 'BEGIN {
-        printf "entity move: deltas held %s ms (move %s ms end to end), counts p99 %.1f ms, like p99 %.1f ms, errors %s, stale %s\n",
-            h, m, c / 1000, l / 1000, e, s }'
+        printf "%s: deltas held %s ms (move %s ms end to end), counts p99 %.1f ms, like p99 %.1f ms, errors %s, stale %s\n",
+            w, h, m, c / 1000, l / 1000, e, s }'
 fi
