@@ -119,7 +119,7 @@ impl ShardActor {
                 None => self.store.outbox_next(self.cfg.shard, target)?,
             };
             for record in deltas.chunks(MAX_RECORD_DELTAS) {
-                ws.push_outbox(self.cfg.shard, target, next, &codec::to_bytes(&record.to_vec())?);
+                ws.push_outbox(self.cfg.shard, target, next, &codec::to_bytes(record)?);
                 next += 1;
             }
             state.outbox_next.insert(target, next);
