@@ -69,21 +69,10 @@ impl Engine {
                 let shard = self.board_home(q.rank, &t.to_key());
                 on(shard, req).await?
             }
-            Request::GetBiz(_)
-            | Request::ListBiz
-            | Request::GetRank(_)
-            | Request::GetRankInfo(_)
-            | Request::BoardUsage(_)
-            | Request::ListRanks
-            | Request::ListBizPage(_)
-            | Request::ListRanksPage(_)
-                if !fresh =>
-            {
-                match self.read_registry(&req) {
-                    Some(reply) => (reply?, self.lag_of(self.router.meta_id)),
-                    None => return Err(internal(format!("{} is not a registry read", req.op()))),
-                }
-            }
+            ref r if r.is_registry_read() && !fresh => match self.read_registry(&req) {
+                Some(reply) => (reply?, self.lag_of(self.router.meta_id)),
+                None => return Err(internal(format!("{} is not a registry read", req.op()))),
+            },
             other => {
                 return Err(WireError::bad_request(format!("{} cannot be read stale", other.op())))
             }
