@@ -85,6 +85,12 @@ impl Cmd {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // The SDK's account of its redirects, retries and timeouts, when asked
+    // for (`RUST_LOG=plaudit_client=debug`, to stderr): a loaded run is
+    // where a call that waits out its deadline shows.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
     match &cli.cmd {
         Cmd::Likes(a) | Cmd::CheckRedis(a) => a.validate()?,
         Cmd::Rankings(a) => a.validate()?,

@@ -93,9 +93,13 @@ struct BatchState {
 impl Batch {
     fn fill(&self, i: usize, reply: Reply) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.replies[i].is_none() {
-            st.replies[i] = Some(reply);
-            st.left -= 1;
+        // An empty `replies` was taken: complete, or given up (`so_far`).
+        match st.replies.get_mut(i) {
+            Some(slot @ None) => {
+                *slot = Some(reply);
+                st.left -= 1;
+            }
+            _ => return,
         }
         if st.left == 0 {
             let replies = std::mem::take(&mut st.replies);
@@ -216,12 +220,17 @@ impl Connection {
 }
 
 impl Connection {
-    /// Sends `reqs` in one write, under consecutive ids, and waits for every
-    /// reply: what a pipelining caller pays once per batch, not once per
-    /// request (one frame buffer, one queued write, one wake-up). Replies
-    /// come back in `reqs`' order, each as `call` would give it; a request
-    /// that cannot be encoded fails alone.
-    pub(crate) async fn call_many(&self, reqs: &[&Request]) -> Vec<Reply> {
+    /// Sends `reqs` in one write, under consecutive ids: what a pipelining
+    /// caller pays once per batch, not once per request (one frame buffer,
+    /// one queued write, one wake-up). `Err` holds every request's answer
+    /// when none is left to wait for: each could not be encoded, or the
+    /// connection is dead. Otherwise the batch's replies are waited for on
+    /// the `Pending` returned, in `reqs`' order, each as `call` would give
+    /// it; a request that cannot be encoded fails alone.
+    pub(crate) async fn send_many<'c>(
+        &'c self,
+        reqs: &[&Request],
+    ) -> Result<Pending<'c>, Vec<Reply>> {
         let n = reqs.len() as u64;
         let first = self.next_id.fetch_add(n, Ordering::Relaxed);
         let mut bytes = Vec::new();
@@ -240,7 +249,7 @@ impl Connection {
         let waiting: Vec<usize> =
             out.iter().enumerate().filter(|(_, r)| r.is_none()).map(|(i, _)| i).collect();
         if waiting.is_empty() {
-            return out.into_iter().flatten().collect();
+            return Err(out.into_iter().flatten().collect());
         }
         let (tx, rx) = oneshot::channel();
         let left = waiting.len();
@@ -249,19 +258,46 @@ impl Connection {
         });
         let ws = waiting.into_iter().map(|i| (first + i as u64, Waiter::Batch(batch.clone(), i)));
         if let Err(e) = self.shared.register_all(ws) {
-            return reqs.iter().map(|_| Err(e.duplicate())).collect();
+            return Err(reqs.iter().map(|_| Err(e.duplicate())).collect());
         }
-        let mut guard = Unregister { shared: &self.shared, ids: first..first + n, armed: true };
+        let guard = Unregister { shared: &self.shared, ids: first..first + n, armed: true };
         if self.frames.send(bytes).await.is_err() {
             let e = self.shared.death_error();
-            return reqs.iter().map(|_| Err(e.duplicate())).collect();
+            return Err(reqs.iter().map(|_| Err(e.duplicate())).collect());
         }
-        let replies = rx.await;
-        guard.armed = false;
-        match replies {
+        Ok(Pending { batch, rx, n: reqs.len(), _guard: guard })
+    }
+}
+
+/// A batch sent on a connection, its replies still coming in. Dropping it
+/// unregisters the requests still unanswered, so their late replies are
+/// discarded.
+pub(crate) struct Pending<'c> {
+    batch: Arc<Batch>,
+    rx: oneshot::Receiver<Vec<Option<Reply>>>,
+    /// Requests in the batch.
+    n: usize,
+    _guard: Unregister<'c>,
+}
+
+impl Pending<'_> {
+    /// Waits until every request has its reply. Cancel-safe: a caller that
+    /// stops waiting (its deadline, a node that stopped answering pings)
+    /// still has the replies that came, from `so_far`.
+    pub(crate) async fn all(&mut self) -> Vec<Reply> {
+        match (&mut self.rx).await {
             Ok(r) => r.into_iter().map(|r| r.unwrap_or(Err(ClientError::Closed))).collect(),
-            Err(_) => reqs.iter().map(|_| Err(ClientError::Closed)).collect(),
+            // Not reached: only `so_far`, which takes `self`, drops the sender unsent.
+            Err(_) => (0..self.n).map(|_| Err(ClientError::Closed)).collect(),
         }
+    }
+
+    /// The replies in so far, `None` for each request still unanswered: a
+    /// reply that came is an answer, however late its neighbours are.
+    pub(crate) fn so_far(self) -> Vec<Option<Reply>> {
+        let mut st = self.batch.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.done = None;
+        std::mem::take(&mut st.replies)
     }
 }
 

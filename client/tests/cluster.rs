@@ -6,12 +6,14 @@ mod support;
 
 use plaudit_client::proto::cluster::NodeId;
 use plaudit_client::proto::error::LeaderHint;
-use plaudit_client::proto::likes::LikeReply;
+use plaudit_client::proto::likes::{
+    CountsRequest, EntityCounts, LikeAction, LikeReply, LikeRequest,
+};
 use plaudit_client::proto::routing::shard_of;
 use plaudit_client::proto::{
     BizConfig, Business, ErrorCode, LikeState, Request, Response, ShardId, WireError,
 };
-use plaudit_client::{Client, ClientOptions};
+use plaudit_client::{Client, ClientError, ClientOptions};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -329,4 +331,36 @@ async fn cluster_status_is_asked_of_any_node() {
     let status = client.cluster_status().await.unwrap();
     assert!((1..=3).contains(&status.reporter));
     assert_eq!(status.meta.replicas, vec![1, 2, 3]);
+}
+
+#[tokio::test]
+async fn a_write_left_unanswered_does_not_time_out_the_reads_sent_beside_it() {
+    // Every node answers counts at once and never answers a like (a write
+    // stuck behind a hand-off, say).
+    let handler: Handler = Arc::new(|_, req| match req {
+        Request::Like(_) => Reply::Never,
+        Request::Counts(c) => Reply::Now(Response::Counts(
+            c.entities.iter().map(|&e| EntityCounts { entity: e, likes: e, dislikes: 0 }).collect(),
+        )),
+        other => panic!("unexpected {other:?}"),
+    });
+    let cluster = FakeCluster::start(3, placement, handler).await;
+    let client = Client::connect_with(&cluster.seeds(), opts(300)).await.unwrap();
+    // A like and two reads for node 1, in one pipeline: one batch on one
+    // connection.
+    let entity = (0..).find(|&e| shard(e) == 0).unwrap();
+    let like = Request::Like(LikeRequest {
+        biz: BIZ,
+        entity,
+        user: user_on(0),
+        owner: None,
+        action: LikeAction::Like,
+    });
+    let read = || Request::Counts(CountsRequest { biz: BIZ, entities: vec![entity] });
+    let answers = client.pipeline(vec![read(), like, read()]).await;
+    assert!(matches!(answers[1], Err(ClientError::Timeout)), "{:?}", answers[1]);
+    for a in [&answers[0], &answers[2]] {
+        let Ok(Response::Counts(c)) = a else { panic!("the read timed out with the like: {a:?}") };
+        assert_eq!(c[0].likes, entity);
+    }
 }

@@ -125,12 +125,19 @@ impl Cluster {
             let Some(dest) = call.hinted.take().or_else(|| self.pick(target)) else {
                 break;
             };
-            let (reply, sent) =
-                match tokio::time::timeout_at(call.deadline, self.attempt(&dest, &req)).await {
-                    Ok(r) => r,
-                    // In flight at the deadline: the outcome is unknown.
-                    Err(_) => return Err(ClientError::Timeout),
-                };
+            let (reply, sent) = match tokio::time::timeout_at(
+                call.deadline,
+                self.attempt(&dest, &req),
+            )
+            .await
+            {
+                Ok(r) => r,
+                // In flight at the deadline: the outcome is unknown.
+                Err(_) => {
+                    tracing::debug!(op = req.op(), addr = %dest.addr, "no answer by the deadline");
+                    return Err(ClientError::Timeout);
+                }
+            };
             let step = match retry::outcome(reply) {
                 Outcome::Done(r) => {
                     if !matches!(r, Err(ClientError::Protocol(_))) {
@@ -168,7 +175,9 @@ impl Cluster {
                 break;
             }
         }
-        Err(retry::final_error(call.last, call.maybe_applied))
+        let error = retry::final_error(call.last, call.maybe_applied);
+        tracing::debug!(op = req.op(), attempts = ?call.attempts, %error, "gave up");
+        Err(error)
     }
 
     /// After `NotLeader`: learn the hint, then go to the node it names, wait

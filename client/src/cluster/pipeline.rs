@@ -5,15 +5,16 @@
 //!
 //! ```text
 //! pipeline(reqs) ─ retry::once each ─► route::target ─► View::pick ─► grouped by node
-//!     each node's group, CHUNK at a time: pool(addr).get ─► Connection::call_many (one write)
+//!     each node's group, CHUNK at a time: pool(addr).get ─► Connection::send_many (one write)
 //!     each reply ─► retry::outcome ─┬─ Done: the answer
 //!                                   └─ otherwise: call_until(req, same deadline, maybe applied?)
 //! ```
 //!
 //! Every call keeps the guarantees of `call`: it is wrapped to be safe to
 //! repeat, routed to its shard's leader, bounded by one deadline for the
-//! whole pipeline (a batch still in flight at the deadline answers
-//! `Timeout` for each of its calls: their outcome is unknown), watched for
+//! whole pipeline (a call of a batch unanswered at the deadline answers
+//! `Timeout`: its outcome is unknown; the batch's answered calls keep their
+//! answers), watched for
 //! a silent node with pings, and a retry that follows an attempt that may
 //! have applied (sent, then the connection failed; or the node's
 //! `Timeout`) is not reported as if nothing happened.
@@ -70,7 +71,11 @@ impl Cluster {
             for (&i, (reply, was_sent)) in of_dest.iter().zip(replies) {
                 answers[i] = match reply {
                     // Sent, and the deadline passed before the answer.
-                    None => Some(Err(ClientError::Timeout)),
+                    None => {
+                        let op = reqs[i].op();
+                        tracing::debug!(op, addr = %dest.addr, "no answer by the deadline");
+                        Some(Err(ClientError::Timeout))
+                    }
                     Some(r) => match retry::outcome(r) {
                         Outcome::Done(r) => {
                             answered |= !matches!(r, Err(ClientError::Protocol(_)));
@@ -206,12 +211,30 @@ impl Cluster {
                     continue;
                 }
             };
-            let sending = async { Ok(conn.call_many(chunk).await) };
-            match tokio::time::timeout_at(deadline, probing(&conn, sending, &dest.addr)).await {
+            let mut pending = match conn.send_many(chunk).await {
+                Ok(pending) => pending,
+                // Nothing to wait for: unencodable, or the connection is dead.
+                Err(replies) => {
+                    out.extend(replies.into_iter().map(|r| (Some(r), false)));
+                    continue;
+                }
+            };
+            let sending = async { Ok(pending.all().await) };
+            let waited =
+                tokio::time::timeout_at(deadline, probing(&conn, sending, &dest.addr)).await;
+            match waited {
                 Ok(Ok(replies)) => out.extend(replies.into_iter().map(|r| (Some(r), true))),
-                // The node stopped answering pings: each request's connection failed.
-                Ok(Err(e)) => out.extend(chunk.iter().map(|_| (Some(Err(e.duplicate())), true))),
-                Err(_) => out.extend(chunk.iter().map(|_| (None, true))),
+                // Replies that came are answers, whatever became of the rest:
+                // one slow write must not time out the reads beside it.
+                // The node stopped answering pings: each unanswered
+                // request's connection failed.
+                Ok(Err(e)) => out.extend(
+                    pending
+                        .so_far()
+                        .into_iter()
+                        .map(|r| (Some(r.unwrap_or(Err(e.duplicate()))), true)),
+                ),
+                Err(_) => out.extend(pending.so_far().into_iter().map(|r| (r, true))),
             }
         }
         out
