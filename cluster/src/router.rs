@@ -67,6 +67,23 @@ pub fn not_leader(group: GroupId, leader: Option<NodeId>, epoch: u64) -> WireErr
     e
 }
 
+/// A `NotLeader` answer about another group than `g`, as a `Moved` naming
+/// that group: the node that answered placed the request's actor (an entity
+/// or a board, moved) on another shard than this node did, because it has
+/// applied newer placements. Waiting for `g`'s leader would get the same
+/// answer until the deadline; `Moved` lets the caller place the request
+/// again (`follow_moved`) once this node has applied them too. `None` for
+/// an answer about `g` itself.
+fn elsewhere(g: GroupId, e: &WireError) -> Option<WireError> {
+    match &e.leader {
+        Some(h) if e.code == ErrorCode::NotLeader && h.shard != g => Some(WireError::moved(
+            h.shard,
+            format!("shard {g} is not where it lives now: {}", e.message),
+        )),
+        _ => None,
+    }
+}
+
 impl Router {
     pub fn new(
         me: NodeId,
@@ -221,6 +238,9 @@ impl Router {
             match self.leader(g) {
                 Leader::Here(group) => match here(group).await {
                     Err(e) if e.code == ErrorCode::NotLeader => {
+                        if let Some(moved) = elsewhere(g, &e) {
+                            return Err(moved);
+                        }
                         self.learn(g, &e);
                         last = Some(e);
                     }
@@ -235,6 +255,9 @@ impl Router {
                 Leader::There(n) => match Box::pin(there(n)).await {
                     Ok(v) => return Ok(v),
                     Err(Hop::Answer(e)) if e.code == ErrorCode::NotLeader => {
+                        if let Some(moved) = elsewhere(g, &e) {
+                            return Err(moved);
+                        }
                         self.forget(g, n);
                         self.learn(g, &e);
                         last = Some(e);
@@ -268,7 +291,11 @@ impl Router {
     }
 
     fn learn(&self, g: GroupId, e: &WireError) {
-        if let Some(LeaderHint { leader: Some(l), .. }) = &e.leader {
+        if let Some(LeaderHint { shard, leader: Some(l), .. }) = &e.leader {
+            if *shard != g {
+                // News of another group's leader.
+                return;
+            }
             // A NotLeader answer carries no term: it is the freshest news,
             // so it replaces the leader and keeps the term gossip last gave.
             let mut h = self.hints.write().unwrap_or_else(|e| e.into_inner());
@@ -329,5 +356,64 @@ impl From<CallError> for Hop {
             CallError::Unreachable { .. } => Hop::Unreachable(e.to_string()),
             CallError::NoAnswer { .. } => Hop::NoAnswer(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::auth::Credentials;
+    use crate::peer::links::Links;
+
+    fn router(deadline: Duration) -> Router {
+        let creds = Credentials { secret: Arc::from(&b"s"[..]), shards: 6, tls: None };
+        let peers = Arc::new(Peers::new(1, creds, Arc::new(Links::default())));
+        Router::new(1, 6, peers, Directory::default(), deadline)
+    }
+
+    #[tokio::test]
+    async fn an_answer_about_another_shard_ends_the_wait_as_moved() {
+        // This node places the request on shard 2 (led by node 3); node 3
+        // has newer placements and places it on shard 0, led by node 1.
+        let r = router(Duration::from_secs(2));
+        r.note(2, 3, 1);
+        let tries = AtomicU64::new(0);
+        let out: Result<(), WireError> = r
+            .on_leader(
+                2,
+                false,
+                |_| async { unreachable!("node 1 does not lead shard 2") },
+                |n| {
+                    assert_eq!(n, 3);
+                    tries.fetch_add(1, Ordering::Relaxed);
+                    async { Err(Hop::Answer(not_leader(0, Some(1), 0))) }
+                },
+            )
+            .await;
+        let e = out.unwrap_err();
+        assert_eq!((e.code, e.moved_to()), (ErrorCode::Moved, Some(0)), "{e:?}");
+        assert_eq!(tries.load(Ordering::Relaxed), 1);
+        // Shard 0's leader is not taken for shard 2's.
+        assert!(matches!(r.leader(2), Leader::There(3)));
+    }
+
+    #[tokio::test]
+    async fn an_answer_about_the_same_shard_is_learned_and_followed() {
+        let r = router(Duration::from_secs(2));
+        r.note(2, 3, 1);
+        let out: Result<NodeId, WireError> = r
+            .on_leader(
+                2,
+                false,
+                |_| async { unreachable!() },
+                |n| async move {
+                    match n {
+                        3 => Err(Hop::Answer(not_leader(2, Some(2), 0))),
+                        n => Ok(n),
+                    }
+                },
+            )
+            .await;
+        assert_eq!(out.unwrap(), 2);
     }
 }
