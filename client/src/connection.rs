@@ -294,10 +294,20 @@ impl Pending<'_> {
 
     /// The replies in so far, `None` for each request still unanswered: a
     /// reply that came is an answer, however late its neighbours are.
-    pub(crate) fn so_far(self) -> Vec<Option<Reply>> {
-        let mut st = self.batch.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.done = None;
-        std::mem::take(&mut st.replies)
+    pub(crate) fn so_far(mut self) -> Vec<Option<Reply>> {
+        let unfinished = {
+            let mut st = self.batch.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.done.take().map(|_| std::mem::take(&mut st.replies))
+        };
+        match unfinished {
+            Some(replies) => replies,
+            // The last reply came after the caller stopped waiting: `fill`
+            // sent them all, under the lock, so they are waiting here.
+            None => match self.rx.try_recv() {
+                Ok(replies) => replies,
+                Err(_) => (0..self.n).map(|_| None).collect(),
+            },
+        }
     }
 }
 
@@ -501,6 +511,37 @@ mod tests {
         assert!(matches!(replies[0], Some(Err(ClientError::Closed))));
         assert!(matches!(replies[1], Some(Ok(Response::Hello))));
         assert!(matches!(replies[2], Some(Ok(Response::Pong))));
+    }
+
+    #[test]
+    fn a_batch_given_up_keeps_the_replies_that_came_even_if_the_last_one_just_did() {
+        let shared = Shared {
+            addr: "127.0.0.1:1".into(),
+            state: Mutex::new(State { pending: HashMap::default(), dead: None }),
+        };
+        let pending = |n: usize| {
+            let (b, rx) = batch(n);
+            let ws = (0..n).map(|i| (10 + i as u64, Waiter::Batch(b.clone(), i)));
+            shared.register_all(ws).unwrap();
+            let guard = Unregister { shared: &shared, ids: 10..10 + n as u64, armed: true };
+            Pending { batch: b, rx, n, _guard: guard }
+        };
+        // One of two answered when the caller gives up.
+        let p = pending(2);
+        shared.complete(11, Ok(Response::Pong));
+        let got = p.so_far();
+        assert!(got[0].is_none());
+        assert!(matches!(got[1], Some(Ok(Response::Pong))));
+        // A late reply is discarded: its request was unregistered.
+        shared.complete(10, Ok(Response::Pong));
+        assert!(shared.lock().pending.is_empty());
+        // Both answered, the last one after the caller stopped waiting.
+        let p = pending(2);
+        shared.complete(10, Ok(Response::Hello));
+        shared.complete(11, Ok(Response::Pong));
+        let got = p.so_far();
+        assert!(matches!(got[0], Some(Ok(Response::Hello))));
+        assert!(matches!(got[1], Some(Ok(Response::Pong))));
     }
 
     #[test]

@@ -303,7 +303,10 @@ pub(super) async fn probing<T>(
             _ = tokio::time::sleep(PROBE_AFTER) => {}
         }
         let probe = tokio::time::timeout(PROBE_PATIENCE, conn.call(&Request::Ping));
+        // Biased: when both are ready (a connection that died fails the
+        // call and the ping at once), the call's own answer wins.
         tokio::select! {
+            biased;
             r = &mut call => return r,
             p = probe => {
                 if !matches!(p, Ok(Ok(_))) {

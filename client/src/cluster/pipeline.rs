@@ -182,8 +182,8 @@ impl Cluster {
 
     /// One node's share, in writes of at most [`CHUNK`] requests, one after
     /// another, each watched for silence as a single call is (`probing`).
-    /// Per request: its answer (`None` if the deadline passed while it was
-    /// in flight) and whether it was sent. A node that refuses the
+    /// Per request: its answer (`None` if the deadline passed before it)
+    /// and whether it was sent. A node that refuses the
     /// connection with an answer (`Overloaded` at its connection limit)
     /// answers each request so, as `attempt` sorts it: a busy node is
     /// backed off from and retried, not marked down.
@@ -211,11 +211,17 @@ impl Cluster {
                     continue;
                 }
             };
-            let mut pending = match conn.send_many(chunk).await {
-                Ok(pending) => pending,
+            // Queuing the write waits for room behind the connection's
+            // earlier writes (a node that stopped reading): within the deadline.
+            let mut pending = match tokio::time::timeout_at(deadline, conn.send_many(chunk)).await {
+                Ok(Ok(pending)) => pending,
                 // Nothing to wait for: unencodable, or the connection is dead.
-                Err(replies) => {
+                Ok(Err(replies)) => {
                     out.extend(replies.into_iter().map(|r| (Some(r), false)));
+                    continue;
+                }
+                Err(_) => {
+                    out.extend(chunk.iter().map(|_| (None, false)));
                     continue;
                 }
             };
