@@ -94,6 +94,7 @@ impl Cluster {
     /// three likers, one scorer) and waits until it runs. Returns the admin
     /// client the history check needs, and the load.
     pub async fn start_load(&self, seed: u64) -> (Client, crate::history::Workload) {
+        crate::sdk_log::install();
         let admin = self.auditor().await;
         let mut w = crate::history::Workload::setup(&admin, seed).await;
         let mut likers = Vec::new();
@@ -110,7 +111,13 @@ impl Cluster {
     /// check through `admin`.
     pub async fn finish_load(&self, admin: &Client, mut w: crate::history::Workload) {
         w.stop().await;
-        assert_eq!(w.failed(), 0, "no request failed; the first: {:?}", w.first_failure());
+        assert_eq!(
+            w.failed(),
+            0,
+            "no request failed; the first: {:?}; the SDK's last log lines:\n{}",
+            w.first_failure(),
+            crate::sdk_log::tail(60)
+        );
         self.wait_converged().await;
         w.check(admin).await;
     }

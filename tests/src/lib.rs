@@ -34,6 +34,7 @@ pub mod partition;
 pub mod pods;
 mod ports;
 pub mod raw;
+pub mod sdk_log;
 pub mod tls;
 pub mod util;
 

@@ -53,8 +53,9 @@ async fn a_rolling_restart_with_sigterm_fails_no_request() {
         assert_eq!(
             w.failed(),
             0,
-            "a request failed around node {id}'s restart: {:?}",
-            w.first_failure()
+            "a request failed around node {id}'s restart: {:?}; the SDK's last log lines:\n{}",
+            w.first_failure(),
+            plaudit_tests::sdk_log::tail(60)
         );
     }
     cluster.finish_load(&admin, w).await;
