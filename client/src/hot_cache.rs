@@ -7,20 +7,23 @@
 //! plan(read)  ─ every key hot and fresh ─► Hit(answer, age)
 //!             ─ some entities fresh      ─► Part(the rest to send, what is here)
 //!             ─ otherwise                ─► Send
-//! wrote(req)  before a like or score is sent, and again once it is answered
+//! wrote(req)  once a like or score is answered (or failed)
 //! filled(read, its epoch, when sent, answer) ─► kept if hot and no write of
-//!             the key began since the read was sent
+//!             the key was answered since the read was sent
 //! listed(keys from the nodes); tick() once a poll: keys the nodes no
 //!             longer list stay hot while this client still reads them
 //! ```
 //!
-//! Read-your-writes: every write bumps `epoch` and stamps its keys when it
-//! is sent and again when it is answered; a read's answer fills the cache
-//! only if it was sent at or after its keys' last stamp. So once a write
-//! is acknowledged, no answer of a read sent before (which may not show
-//! it) can enter the cache, and nothing older than the write was stamped
-//! over can be served. A key newly hot is stamped too: a read in flight
-//! while it was not tracked may predate a write that was not stamped.
+//! Read-your-writes: every write bumps `epoch`, stamps its keys and drops
+//! their entries when it is answered; a read's answer fills the cache only
+//! if it was sent at or after its keys' last stamp. So once a write is
+//! acknowledged, nothing cached before can be served, and no answer of a
+//! read sent before (which may not show it) can enter the cache. A write
+//! in flight stamps nothing: until it is acknowledged a read may or may
+//! not show it, from the nodes as from here, and stamping it at its send
+//! kept a key written more often than a round trip from ever being cached.
+//! A key newly hot is stamped too: a read in flight while it was not
+//! tracked may predate a write that was not stamped.
 //!
 //! An age is counted from when the read that filled the entry was sent: the
 //! answer held at some moment after that, so the age is an upper bound.
@@ -132,8 +135,8 @@ impl HotCache {
     }
 
     /// Stamps the keys `req` writes (a like's entity, a score's ranking).
-    /// Called when it is sent and again when it is answered, whatever the
-    /// answer: a write that failed may still have applied.
+    /// Called when it is answered, whatever the answer: a write that failed
+    /// may still have applied.
     pub(crate) fn wrote(&mut self, req: &Request) {
         match req {
             Request::Like(l) => {

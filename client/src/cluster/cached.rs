@@ -2,9 +2,9 @@
 //! task that asks every node which keys are hot.
 //!
 //! ```text
-//! calls ─► lock: stamp writes, plan reads (Hit / Part / Send), take the epoch
+//! calls ─► lock: plan reads (Hit / Part / Send), take the epoch
 //!       ─► pipeline (or call) of what is left to send
-//!       ─► lock: stamp the writes again, fill from the reads' answers ─► merge
+//!       ─► lock: stamp the writes, fill from the reads' answers ─► merge
 //! poll task, every POLL_EVERY: HotSet(the businesses and rankings read) to every
 //!       member, POLL_PATIENCE each ─► listed(keys), tick()
 //! ```
@@ -57,7 +57,6 @@ fn plan(cache: &Mutex<HotCache>, reqs: Vec<Request>, use_cache: bool) -> Planned
         at,
     };
     for req in reqs {
-        c.wrote(&req);
         let planned = if use_cache { c.plan(req, at) } else { Plan::Send(req) };
         let mut push = |req: Request| {
             let keep = matches!(
@@ -79,8 +78,8 @@ fn plan(cache: &Mutex<HotCache>, reqs: Vec<Request>, use_cache: bool) -> Planned
         };
         p.slots.push(slot);
     }
-    // Taken after this batch's writes were stamped: its reads are
-    // concurrent with them, and the stamps at their answers reject them.
+    // The writes of this batch stamp their keys when answered, which
+    // rejects the answers of this batch's reads that are filled after.
     p.epoch = c.epoch();
     p
 }
