@@ -11,11 +11,16 @@
 //! call, and that age below the TTL. Every like is by a new user, so each one adds one
 //! like; every event adds its score to one member of one board.
 //!
+//! `--sdk batch` sends each connection's `--pipeline` ops together and
+//! waits for them all; `--sdk calls` runs `--pipeline` callers per
+//! connection, each with one call in flight, as independent users are: a
+//! read then waits for nobody's write but its own caller's.
+//!
 //! While the load runs, `admin hotkeys` is asked every 100 ms until the
 //! hottest entity and the hot board are both listed: how long detection
 //! takes.
 
-use crate::args::HotArgs;
+use crate::args::{HotArgs, Sdk};
 use crate::ledger::{self, Ledger};
 use crate::load::{measure, Mix, Phase, Stats, MEASURE, STOP};
 use crate::plaudit::{self, error_name, Backoff};
@@ -178,8 +183,46 @@ impl Workload {
     }
 }
 
-/// One client's loop: `pipeline` ops at a time until `STOP`.
-async fn run_loop(client: Client, wl: Arc<Workload>, mut rng: FastRng, phase: Phase) -> Stats {
+impl Workload {
+    /// Judges the answers of ops sent together at `sent`, counts them in
+    /// `stats` while measuring, and records the writes acknowledged; the
+    /// last client error, for the backoff.
+    fn settle<'a>(
+        &self,
+        answered: impl Iterator<Item = (&'a Op, &'a Result<Cached<Response>, ClientError>)>,
+        sent: Instant,
+        measuring: bool,
+        stats: &mut Stats,
+    ) -> Option<&'a ClientError> {
+        let done = Instant::now();
+        let took = done.duration_since(sent).as_nanos() as u64;
+        let mut acked = Vec::new();
+        let mut failed = None;
+        for (op, answer) in answered {
+            let r = self.judge(op, answer, sent, done);
+            if r.is_ok() {
+                acked.extend(op.write());
+            }
+            if measuring {
+                match r {
+                    Ok(()) => stats.ok_ns(op.kind(), took),
+                    Err(name) => stats.error(op.kind(), name),
+                }
+            }
+            if let Err(e) = answer {
+                failed = Some(e);
+            }
+        }
+        if !acked.is_empty() {
+            self.ledger.acked(&acked);
+        }
+        failed
+    }
+}
+
+/// One connection's loop (`--sdk batch`): `pipeline` ops at a time, sent
+/// together and waited for together, until `STOP`.
+async fn run_batches(client: Client, wl: Arc<Workload>, mut rng: FastRng, phase: Phase) -> Stats {
     let slots = wl.args.common.pipeline;
     let mut stats = Stats::new(NAMES.len());
     let mut backoff = Backoff::default();
@@ -194,26 +237,29 @@ async fn run_loop(client: Client, wl: Arc<Workload>, mut rng: FastRng, phase: Ph
         let reqs = ops.iter().map(|op| wl.request(op)).collect();
         let sent = Instant::now();
         let answers = client.pipeline_cached(reqs).await;
-        let done = Instant::now();
-        let took = done.duration_since(sent).as_nanos() as u64;
-        let mut acked = Vec::new();
-        let mut failed = None;
-        for (op, answer) in ops.iter().zip(&answers) {
-            let r = wl.judge(op, answer, sent, done);
-            if r.is_ok() {
-                acked.extend(op.write());
-            }
-            if p == MEASURE {
-                match r {
-                    Ok(()) => stats.ok_ns(op.kind(), took),
-                    Err(name) => stats.error(op.kind(), name),
-                }
-            }
-            if let Err(e) = answer {
-                failed = Some(e);
-            }
+        let failed = wl.settle(ops.iter().zip(&answers), sent, p == MEASURE, &mut stats);
+        backoff.after_error(failed).await;
+    }
+}
+
+/// One caller's loop (`--sdk calls`): one op at a time, each its own call,
+/// so a read never waits for an unrelated write sent beside it; until
+/// `STOP`.
+async fn run_calls(client: Client, wl: Arc<Workload>, mut rng: FastRng, phase: Phase) -> Stats {
+    let mut stats = Stats::new(NAMES.len());
+    let mut backoff = Backoff::default();
+    loop {
+        let p = phase.get();
+        if p == STOP {
+            return stats;
         }
-        wl.ledger.acked(&acked);
+        let op = wl.next_op(&mut rng);
+        if let Some(w) = op.write() {
+            wl.ledger.sent(&[w]);
+        }
+        let sent = Instant::now();
+        let answer = client.request_cached(wl.request(&op)).await;
+        let failed = wl.settle(std::iter::once((&op, &answer)), sent, p == MEASURE, &mut stats);
         backoff.after_error(failed).await;
     }
 }
@@ -255,12 +301,20 @@ pub async fn run(args: &HotArgs) -> anyhow::Result<()> {
     let seed = c.seed();
     let phase = Phase::default();
     let detector = tokio::spawn(detect(clients[0].uncached(), args.biz, args.rank, phase.clone()));
-    // One loop per connection, dealt round robin over the clients.
-    let tasks: Vec<_> = (0..c.connections)
+    // One loop per connection (`--sdk batch`) or `pipeline` per connection
+    // (`--sdk calls`), dealt round robin over the clients.
+    let loops = match c.sdk {
+        Sdk::Batch => c.connections,
+        Sdk::Calls => c.connections * c.pipeline,
+    };
+    let tasks: Vec<_> = (0..loops)
         .map(|i| {
             let client = clients[i % clients.len()].clone();
             let rng = FastRng::seed(seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
-            tokio::spawn(run_loop(client, wl.clone(), rng, phase.clone()))
+            match c.sdk {
+                Sdk::Batch => tokio::spawn(run_batches(client, wl.clone(), rng, phase.clone())),
+                Sdk::Calls => tokio::spawn(run_calls(client, wl.clone(), rng, phase.clone())),
+            }
         })
         .collect();
     let (stats, window) = measure(c, &phase, NAMES.len(), tasks).await?;
