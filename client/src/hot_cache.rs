@@ -31,7 +31,7 @@
 use crate::spread::to_any_replica;
 use plaudit_proto::hotkeys::{HotKey, HotSetRequest, MAX_HOT_SCOPE};
 use plaudit_proto::likes::{CountsRequest, EntityCounts};
-use plaudit_proto::scoring::{QueryReply, QueryRequest};
+use plaudit_proto::scoring::{BoardRef, QueryReply, QueryRequest};
 use plaudit_proto::{BizId, Request, Response};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -73,6 +73,14 @@ struct Entry<V> {
     sent: Instant,
 }
 
+/// A board query's answer, and the board it names when it names one by
+/// its type id (what a scoring event's answer names); `None` for a board
+/// named by dimensions and a time, which any event of the ranking drops.
+struct Page {
+    entry: Entry<QueryReply>,
+    board: Option<String>,
+}
+
 pub(crate) struct HotCache {
     ttl: Duration,
     /// Send hot keys' reads to any replica (`ClientOptions::spread_hot_reads`).
@@ -80,13 +88,20 @@ pub(crate) struct HotCache {
     marks: HashMap<HotKey, Mark>,
     counts: HashMap<(BizId, plaudit_proto::EntityId), Entry<EntityCounts>>,
     /// A board query's answer, by ranking and the query's encoding.
-    pages: HashMap<(RankId, Vec<u8>), Entry<QueryReply>>,
+    pages: HashMap<(RankId, Vec<u8>), Page>,
     epoch: u64,
     /// The epoch of the last write stamp of each hot entity.
     written: HashMap<HotKey, u64>,
-    /// Of each ranking: a scoring event names dimensions, not the boards
-    /// it lands on, so it stamps every board of its ranking.
+    /// Of each ranking, stamps that cover every board of it: an event whose
+    /// answer did not say which boards it scored (a failure, which may
+    /// still have applied), a board newly hot.
     written_rank: HashMap<RankId, u64>,
+    /// Of each board an answered event scored, by the type id its answer
+    /// names.
+    written_board: HashMap<(RankId, String), u64>,
+    /// Of each ranking, its latest stamp of either kind: what a page of a
+    /// board named otherwise than by type id is held to.
+    written_any: HashMap<RankId, u64>,
     /// The businesses and rankings this client has read: what it asks the
     /// nodes about.
     bizs: Vec<BizId>,
@@ -105,6 +120,8 @@ impl HotCache {
             epoch: 0,
             written: HashMap::new(),
             written_rank: HashMap::new(),
+            written_board: HashMap::new(),
+            written_any: HashMap::new(),
             bizs: Vec::new(),
             ranks: Vec::new(),
             last_tick: None,
@@ -134,10 +151,11 @@ impl HotCache {
         Some(HotSetRequest { bizs: self.bizs.clone(), ranks: self.ranks.clone() })
     }
 
-    /// Stamps the keys `req` writes (a like's entity, a score's ranking).
-    /// Called when it is answered, whatever the answer: a write that failed
-    /// may still have applied.
-    pub(crate) fn wrote(&mut self, req: &Request) {
+    /// Stamps the keys `req` writes (a like's entity; the boards a score's
+    /// `answer` says it scored, or its whole ranking without one). Called
+    /// when it is answered, whatever the answer: a write that failed may
+    /// still have applied.
+    pub(crate) fn wrote(&mut self, req: &Request, answer: Option<&Response>) {
         match req {
             Request::Like(l) => {
                 let key = HotKey::Entity { biz: l.biz, entity: l.entity };
@@ -149,10 +167,25 @@ impl HotCache {
             }
             Request::Score(s) if self.ranks.contains(&s.rank) => {
                 self.epoch += 1;
-                self.pages.retain(|(rank, _), _| *rank != s.rank);
-                self.written_rank.insert(s.rank, self.epoch);
+                let epoch = self.epoch;
+                self.written_any.insert(s.rank, epoch);
+                match answer {
+                    Some(Response::Score(reply)) if !reply.boards.is_empty() => {
+                        let scored = |b: &Option<String>| {
+                            b.as_ref().is_none_or(|b| reply.boards.iter().any(|o| &o.type_id == b))
+                        };
+                        self.pages.retain(|(rank, _), p| *rank != s.rank || !scored(&p.board));
+                        for o in &reply.boards {
+                            self.written_board.insert((s.rank, o.type_id.clone()), epoch);
+                        }
+                    }
+                    _ => {
+                        self.pages.retain(|(rank, _), _| *rank != s.rank);
+                        self.written_rank.insert(s.rank, epoch);
+                    }
+                }
             }
-            Request::Once { req, .. } => self.wrote(req),
+            Request::Once { req, .. } => self.wrote(req, answer),
             _ => {}
         }
     }
@@ -170,6 +203,7 @@ impl HotCache {
                 mark.reads += 1;
                 let fresh = encode(&q)
                     .and_then(|k| self.pages.get(&(q.rank, k)))
+                    .map(|p| &p.entry)
                     .filter(|e| now.saturating_duration_since(e.sent) < self.ttl);
                 match fresh {
                     Some(e) => Plan::Hit(
@@ -261,20 +295,29 @@ impl HotCache {
             }
             (Request::Query(q), Response::Query(reply)) => {
                 remember(&mut self.ranks, q.rank);
-                if !self.marks.contains_key(&HotKey::board(q.rank, &q.board))
-                    || self.written_rank.get(&q.rank).is_some_and(|&w| w > epoch)
-                {
+                let board = match &q.board {
+                    BoardRef::TypeId(t) => Some(t.clone()),
+                    BoardRef::At { .. } => None,
+                };
+                let after = |w: Option<&u64>| w.is_some_and(|&w| w > epoch);
+                let written = after(self.written_rank.get(&q.rank))
+                    || match &board {
+                        Some(b) => after(self.written_board.get(&(q.rank, b.clone()))),
+                        None => after(self.written_any.get(&q.rank)),
+                    };
+                if written || !self.marks.contains_key(&HotKey::board(q.rank, &q.board)) {
                     return;
                 }
                 let Some(k) = encode(q) else { return };
                 if self.pages.len() >= MAX_ENTRIES {
                     let ttl = self.ttl;
-                    self.pages.retain(|_, e| sent_at.saturating_duration_since(e.sent) < ttl);
+                    self.pages.retain(|_, p| sent_at.saturating_duration_since(p.entry.sent) < ttl);
                     if self.pages.len() >= MAX_ENTRIES {
                         return;
                     }
                 }
-                self.pages.insert((q.rank, k), Entry { value: reply.clone(), sent: sent_at });
+                let entry = Entry { value: reply.clone(), sent: sent_at };
+                self.pages.insert((q.rank, k), Page { entry, board });
             }
             _ => {}
         }
@@ -296,6 +339,7 @@ impl HotCache {
             match &key {
                 HotKey::Board { rank, .. } => {
                     self.written_rank.insert(*rank, self.epoch);
+                    self.written_any.insert(*rank, self.epoch);
                 }
                 _ => {
                     self.written.insert(key.clone(), self.epoch);
@@ -330,6 +374,15 @@ impl HotCache {
             })
             .collect();
         self.pages.retain(|(rank, _), _| ranks.contains(rank));
+        self.written_board.retain(|(rank, _), _| ranks.contains(rank));
+        // Bounded: past it, each ranking's board stamps fold into one that
+        // covers all its boards (stricter, never looser).
+        if self.written_board.len() > MAX_ENTRIES {
+            for ((rank, _), w) in self.written_board.drain() {
+                let all = self.written_rank.entry(rank).or_insert(0);
+                *all = (*all).max(w);
+            }
+        }
     }
 
     /// How many keys are hot here now.

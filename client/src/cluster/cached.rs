@@ -95,8 +95,12 @@ fn finish(
         let mut c = lock(cache);
         for (kept, answer) in p.kept.iter().zip(&answers) {
             let Some(req) = kept else { continue };
-            c.wrote(req);
-            if let Some(Ok(r)) = answer {
+            let answer = match answer {
+                Some(Ok(r)) => Some(r),
+                _ => None,
+            };
+            c.wrote(req, answer);
+            if let Some(r) = answer {
                 c.filled(req, p.epoch, p.at, r);
             }
         }

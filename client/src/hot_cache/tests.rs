@@ -1,6 +1,9 @@
 use super::*;
 use plaudit_proto::likes::LikeRequest;
-use plaudit_proto::scoring::{BoardQuery, BoardRef, ScoreRequest};
+use plaudit_proto::scoring::{
+    BoardOutcome, BoardQuery, BoardRef, Outcome, ScoreReply, ScoreRequest,
+};
+use plaudit_proto::window::Granularity;
 use plaudit_proto::LikeAction;
 use proptest::prelude::*;
 
@@ -67,7 +70,7 @@ fn an_answered_write_drops_its_key_and_answers_sent_before_it_ended() {
     // A like is sent: nothing changes until it is answered.
     let during = c.epoch();
     assert!(matches!(c.plan(counts(&[5]), t0), Plan::Hit(..)), "a write in flight drops nothing");
-    c.wrote(&like(5));
+    c.wrote(&like(5), None);
     assert!(matches!(c.plan(counts(&[5]), t0), Plan::Send(_)), "dropped when it is answered");
     // A read sent while the write was in flight may not show it.
     c.filled(&counts(&[5]), during, t0, &answer(&[5], 3));
@@ -79,26 +82,16 @@ fn an_answered_write_drops_its_key_and_answers_sent_before_it_ended() {
     );
 }
 
-#[test]
-fn board_pages_are_kept_per_query_and_dropped_by_a_score() {
-    let t0 = Instant::now();
-    let mut c = HotCache::new(TTL);
-    let q = |offset| {
-        Request::Query(QueryRequest {
-            rank: 4,
-            board: BoardRef::TypeId("total".into()),
-            query: BoardQuery::Top { offset, limit: 10 },
-        })
-    };
-    let reply = Response::Query(QueryReply::Size(3));
-    // Read once so the ranking is in scope, then listed hot.
-    c.filled(&q(0), 0, t0, &reply);
-    assert_eq!(c.scope(), Some(HotSetRequest { bizs: vec![], ranks: vec![4] }));
-    c.listed([HotKey::Board { rank: 4, board: "total".into() }], t0);
-    c.filled(&q(0), c.epoch(), t0, &reply);
-    assert!(matches!(c.plan(q(0), t0), Plan::Hit(..)));
-    assert!(matches!(c.plan(q(10), t0), Plan::Send(_)), "another page is another entry");
-    let score = Request::Score(ScoreRequest {
+fn top(board: &str, offset: u32) -> Request {
+    Request::Query(QueryRequest {
+        rank: 4,
+        board: BoardRef::TypeId(board.into()),
+        query: BoardQuery::Top { offset, limit: 10 },
+    })
+}
+
+fn score() -> Request {
+    Request::Score(ScoreRequest {
         rank: 4,
         item: 1,
         score: 1,
@@ -106,9 +99,80 @@ fn board_pages_are_kept_per_query_and_dropped_by_a_score() {
         dims: vec![],
         ts: 0,
         event_id: 0,
-    });
-    c.wrote(&score);
-    assert!(matches!(c.plan(q(0), t0), Plan::Send(_)));
+    })
+}
+
+/// A score's answer, naming the boards it scored.
+fn scored(boards: &[&str]) -> Response {
+    Response::Score(ScoreReply {
+        boards: boards
+            .iter()
+            .map(|b| BoardOutcome {
+                type_id: b.to_string(),
+                outcome: Outcome::Applied,
+                score: Some(1),
+            })
+            .collect(),
+    })
+}
+
+/// A cache where boards "a" and "b" of ranking 4 are hot.
+fn two_hot_boards(t0: Instant) -> HotCache {
+    let mut c = HotCache::new(TTL);
+    let reply = Response::Query(QueryReply::Size(3));
+    // Read once so the ranking is in scope, then listed hot.
+    c.filled(&top("a", 0), 0, t0, &reply);
+    assert_eq!(c.scope(), Some(HotSetRequest { bizs: vec![], ranks: vec![4] }));
+    c.listed(["a", "b"].map(|b| HotKey::Board { rank: 4, board: b.into() }), t0);
+    c
+}
+
+#[test]
+fn board_pages_are_kept_per_query_and_dropped_by_a_score_of_their_board() {
+    let t0 = Instant::now();
+    let mut c = two_hot_boards(t0);
+    let reply = Response::Query(QueryReply::Size(3));
+    let fill = |c: &mut HotCache, q: &Request| c.filled(q, c.epoch(), t0, &reply);
+    fill(&mut c, &top("a", 0));
+    fill(&mut c, &top("b", 0));
+    assert!(matches!(c.plan(top("a", 0), t0), Plan::Hit(..)));
+    assert!(matches!(c.plan(top("a", 10), t0), Plan::Send(_)), "another page is another entry");
+    // An event answered as scored on "a" drops "a" only.
+    c.wrote(&score(), Some(&scored(&["a"])));
+    assert!(matches!(c.plan(top("a", 0), t0), Plan::Send(_)));
+    assert!(matches!(c.plan(top("b", 0), t0), Plan::Hit(..)));
+    // One that failed may have scored any board: it drops them all.
+    fill(&mut c, &top("a", 0));
+    c.wrote(&score(), None);
+    assert!(matches!(c.plan(top("a", 0), t0), Plan::Send(_)));
+    assert!(matches!(c.plan(top("b", 0), t0), Plan::Send(_)));
+}
+
+#[test]
+fn a_read_sent_before_a_score_ended_fills_only_boards_it_did_not_score() {
+    let t0 = Instant::now();
+    let reply = Response::Query(QueryReply::Size(3));
+    let at = |dims| {
+        Request::Query(QueryRequest {
+            rank: 4,
+            board: BoardRef::At { dims, granularity: Granularity::Total, ts: 0 },
+            query: BoardQuery::Top { offset: 0, limit: 10 },
+        })
+    };
+    let mut c = two_hot_boards(t0);
+    c.listed(
+        [HotKey::board(4, &BoardRef::At { dims: vec![], granularity: Granularity::Total, ts: 0 })],
+        t0,
+    );
+    let before = c.epoch();
+    c.wrote(&score(), Some(&scored(&["a"])));
+    c.filled(&top("a", 0), before, t0, &reply);
+    c.filled(&top("b", 0), before, t0, &reply);
+    c.filled(&at(vec![]), before, t0, &reply);
+    assert!(matches!(c.plan(top("a", 0), t0), Plan::Send(_)), "it may predate the score");
+    assert!(matches!(c.plan(top("b", 0), t0), Plan::Hit(..)), "the score did not touch it");
+    // A board named by dimensions may be the one scored: held to every stamp.
+    assert!(matches!(c.plan(at(vec![]), t0), Plan::Send(_)));
 }
 
 #[test]
@@ -206,7 +270,7 @@ proptest! {
                 Step::AnswerWrite => {
                     if writes.front() == Some(&true) {
                         writes.pop_front();
-                        c.wrote(&like(5));
+                        c.wrote(&like(5), None);
                         acked += 1;
                     }
                 }
