@@ -17,6 +17,8 @@
 # Environment (defaults in brackets):
 #   DURATION [10s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]  SHARDS [6]
 #   CACHE_TTL [250ms]  BASE_PORT [7700]  KEEP [0]  SKIP_BUILD [0]
+#   SDK [batch: each connection's PIPELINE ops sent and waited for together;
+#        calls: PIPELINE independent callers per connection, one call each]
 #   NODE_ARGS [extra plaudit-node flags, every node]  BENCH_ARGS [extra plaudit-bench flags]
 #
 # The last line reads:
@@ -29,6 +31,7 @@ CONNECTIONS=${CONNECTIONS:-32}
 PIPELINE=${PIPELINE:-16}
 SHARDS=${SHARDS:-6}
 CACHE_TTL=${CACHE_TTL:-250ms}
+SDK=${SDK:-batch}
 BASE_PORT=${BASE_PORT:-7700}
 KEEP=${KEEP:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
@@ -45,7 +48,7 @@ bench_build
 bench_extra=($BENCH_ARGS)
 # shellcheck disable=SC2206
 node_extra=($NODE_ARGS)
-hot=(hot --connections "$CONNECTIONS" --pipeline "$PIPELINE" --duration "$DURATION"
+hot=(hot --connections "$CONNECTIONS" --pipeline "$PIPELINE" --sdk "$SDK" --duration "$DURATION"
     --warmup "$WARMUP" --json)
 
 start_cluster3 --shards "$SHARDS" "${node_extra[@]}" || exit 1
@@ -57,7 +60,7 @@ log "relief on (client cache, TTL $CACHE_TTL)"
     --addr "$CLUSTER_SEEDS" >"$WORK/on.json"
 
 echo
-echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE duration=$DURATION warmup=$WARMUP shards=$SHARDS cache_ttl=$CACHE_TTL"
+echo "settings: sdk=$SDK connections=$CONNECTIONS pipeline=$PIPELINE duration=$DURATION warmup=$WARMUP shards=$SHARDS cache_ttl=$CACHE_TTL"
 echo "relief off: $(cat "$WORK/off.json")"
 echo "relief on: $(cat "$WORK/on.json")"
 echo
