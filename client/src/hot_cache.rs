@@ -7,9 +7,7 @@
 //! plan(read)  ─ every key hot and fresh ─► Hit(answer, age)
 //!             ─ some entities fresh      ─► Part(the rest to send, what is here)
 //!             ─ otherwise                ─► Send
-//! wrote(req)  once a like or score is answered (or failed): its keys
-//!             dropped, or a board's pages patched with the member's new
-//!             total where that decides them (`patch.rs`)
+//! wrote(req)  once a like or score is answered (or failed)
 //! filled(read, its epoch, when sent, answer) ─► kept if hot and no write of
 //!             the key was answered since the read was sent
 //! listed(keys from the nodes); tick() once a poll: keys the nodes no
@@ -17,12 +15,10 @@
 //! ```
 //!
 //! Read-your-writes: every write bumps `epoch`, stamps its keys and drops
-//! their entries when it is answered (a board's page is patched instead
-//! where the score's answer decides it: it then shows the write); a read's
-//! answer fills the cache only if it was sent at or after its keys' last
-//! stamp. So once a write is acknowledged, nothing cached before that does
-//! not show it can be served, and no answer of a read sent before (which
-//! may not show it) can enter the cache. A write
+//! their entries when it is answered; a read's answer fills the cache only
+//! if it was sent at or after its keys' last stamp. So once a write is
+//! acknowledged, nothing cached before can be served, and no answer of a
+//! read sent before (which may not show it) can enter the cache. A write
 //! in flight stamps nothing: until it is acknowledged a read may or may
 //! not show it, from the nodes as from here, and stamping it at its send
 //! kept a key written more often than a round trip from ever being cached.
@@ -33,11 +29,9 @@
 //! answer held at some moment after that, so the age is an upper bound.
 
 use crate::spread::to_any_replica;
-use patch::patched;
 use plaudit_proto::hotkeys::{HotKey, HotSetRequest, MAX_HOT_SCOPE};
 use plaudit_proto::likes::{CountsRequest, EntityCounts};
-use plaudit_proto::rankings::ItemId;
-use plaudit_proto::scoring::{BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest};
+use plaudit_proto::scoring::{BoardRef, QueryReply, QueryRequest};
 use plaudit_proto::{BizId, Request, Response};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -79,13 +73,11 @@ struct Entry<V> {
     sent: Instant,
 }
 
-/// A board query's answer, the query, and the board it names when it
-/// names one by its type id (what a scoring event's answer names); `None`
-/// for a board named by dimensions and a time, which any event of the
-/// ranking drops.
+/// A board query's answer, and the board it names when it names one by
+/// its type id (what a scoring event's answer names); `None` for a board
+/// named by dimensions and a time, which any event of the ranking drops.
 struct Page {
     entry: Entry<QueryReply>,
-    query: BoardQuery,
     board: Option<String>,
 }
 
@@ -179,18 +171,13 @@ impl HotCache {
                 self.written_any.insert(s.rank, epoch);
                 match answer {
                     Some(Response::Score(reply)) if !reply.boards.is_empty() => {
+                        let scored = |b: &Option<String>| {
+                            b.as_ref().is_none_or(|b| reply.boards.iter().any(|o| &o.type_id == b))
+                        };
+                        self.pages.retain(|(rank, _), p| *rank != s.rank || !scored(&p.board));
                         for o in &reply.boards {
-                            let total = match (o.outcome, o.score) {
-                                // Nothing changed on that board.
-                                (Outcome::Filtered | Outcome::Shed, _) => continue,
-                                (Outcome::Applied, Some(total)) => Some((s.item, total)),
-                                _ => None,
-                            };
-                            self.patch_board(s.rank, &o.type_id, total);
                             self.written_board.insert((s.rank, o.type_id.clone()), epoch);
                         }
-                        // A board named by dimensions may be any of them.
-                        self.pages.retain(|(rank, _), p| *rank != s.rank || p.board.is_some());
                     }
                     _ => {
                         self.pages.retain(|(rank, _), _| *rank != s.rank);
@@ -201,25 +188,6 @@ impl HotCache {
             Request::Once { req, .. } => self.wrote(req, answer),
             _ => {}
         }
-    }
-
-    /// Brings the pages of board `type_id` up to date with `total` (a
-    /// member's total there after this client's score), or drops those
-    /// it cannot tell (`patch.rs`), or all of them without a total.
-    fn patch_board(&mut self, rank: RankId, type_id: &str, total: Option<(ItemId, i64)>) {
-        self.pages.retain(|(r, _), p| {
-            if *r != rank || p.board.as_deref() != Some(type_id) {
-                return true;
-            }
-            let patched = total.and_then(|(item, to)| patched(&p.query, &p.entry.value, item, to));
-            match patched {
-                Some(value) => {
-                    p.entry.value = value;
-                    true
-                }
-                None => false,
-            }
-        });
     }
 
     /// How to serve `req` at `now`.
@@ -349,7 +317,7 @@ impl HotCache {
                     }
                 }
                 let entry = Entry { value: reply.clone(), sent: sent_at };
-                self.pages.insert((q.rank, k), Page { entry, query: q.query.clone(), board });
+                self.pages.insert((q.rank, k), Page { entry, board });
             }
             _ => {}
         }
@@ -448,6 +416,5 @@ fn encode(q: &QueryRequest) -> Option<Vec<u8>> {
     plaudit_proto::codec::to_bytes(q).ok()
 }
 
-mod patch;
 #[cfg(test)]
 mod tests;

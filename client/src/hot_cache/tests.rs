@@ -1,7 +1,7 @@
 use super::*;
 use plaudit_proto::likes::LikeRequest;
 use plaudit_proto::scoring::{
-    BoardOutcome, BoardQuery, BoardRef, Outcome, RankedItem, ScoreReply, ScoreRequest,
+    BoardOutcome, BoardQuery, BoardRef, Outcome, ScoreReply, ScoreRequest,
 };
 use plaudit_proto::window::Granularity;
 use plaudit_proto::LikeAction;
@@ -104,18 +104,13 @@ fn score() -> Request {
 
 /// A score's answer, naming the boards it scored.
 fn scored(boards: &[&str]) -> Response {
-    scored_to(&boards.iter().map(|b| (*b, 1)).collect::<Vec<_>>())
-}
-
-/// A score's answer, naming the boards it scored and the member's total on each.
-fn scored_to(boards: &[(&str, i64)]) -> Response {
     Response::Score(ScoreReply {
         boards: boards
             .iter()
-            .map(|&(b, total)| BoardOutcome {
+            .map(|b| BoardOutcome {
                 type_id: b.to_string(),
                 outcome: Outcome::Applied,
-                score: Some(total),
+                score: Some(1),
             })
             .collect(),
     })
@@ -151,26 +146,6 @@ fn board_pages_are_kept_per_query_and_dropped_by_a_score_of_their_board() {
     c.wrote(&score(), None);
     assert!(matches!(c.plan(top("a", 0), t0), Plan::Send(_)));
     assert!(matches!(c.plan(top("b", 0), t0), Plan::Send(_)));
-}
-
-#[test]
-fn a_page_the_scores_answer_decides_is_patched_and_stays() {
-    let t0 = Instant::now();
-    let mut c = two_hot_boards(t0);
-    let row = |rank, item, score| RankedItem { rank, item, score, sub: None };
-    let page = |rows| Response::Query(QueryReply::Items { type_id: "a".into(), items: rows });
-    c.filled(&top("a", 0), c.epoch(), t0, &page(vec![row(1, 7, 9), row(2, 1, 4)]));
-    // Member 1 (the event's) now has 10 on "a": first.
-    let before = c.epoch();
-    c.wrote(&score(), Some(&scored_to(&[("a", 10)])));
-    let want = page(vec![row(1, 1, 10), row(2, 7, 9)]);
-    assert!(matches!(c.plan(top("a", 0), t0), Plan::Hit(r, _) if r == want));
-    // An answer to a read sent before the score ended does not replace it.
-    c.filled(&top("a", 0), before, t0, &page(vec![row(1, 7, 9), row(2, 1, 4)]));
-    assert!(matches!(c.plan(top("a", 0), t0), Plan::Hit(r, _) if r == want));
-    // A total that ties a row cannot be placed: dropped.
-    c.wrote(&score(), Some(&scored_to(&[("a", 9)])));
-    assert!(matches!(c.plan(top("a", 0), t0), Plan::Send(_)));
 }
 
 #[test]
