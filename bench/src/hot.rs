@@ -220,10 +220,16 @@ impl Workload {
     }
 }
 
-/// One connection's loop (`--sdk batch`): `pipeline` ops at a time, sent
-/// together and waited for together, until `STOP`.
-async fn run_batches(client: Client, wl: Arc<Workload>, mut rng: FastRng, phase: Phase) -> Stats {
-    let slots = wl.args.common.pipeline;
+/// One loop until `STOP`: with `--sdk batch` a connection's, `pipeline`
+/// ops at a time sent together and waited for together; with `--sdk
+/// calls` one caller's, one op at a time in a call of its own, so a read
+/// never waits for an unrelated write sent beside it.
+async fn run_loop(client: Client, wl: Arc<Workload>, mut rng: FastRng, phase: Phase) -> Stats {
+    let sdk = wl.args.common.sdk;
+    let slots = match sdk {
+        Sdk::Batch => wl.args.common.pipeline,
+        Sdk::Calls => 1,
+    };
     let mut stats = Stats::new(NAMES.len());
     let mut backoff = Backoff::default();
     loop {
@@ -233,33 +239,16 @@ async fn run_batches(client: Client, wl: Arc<Workload>, mut rng: FastRng, phase:
         }
         let ops: Vec<Op> = (0..slots).map(|_| wl.next_op(&mut rng)).collect();
         let writes: Vec<(ledger::Key, i64)> = ops.iter().filter_map(Op::write).collect();
-        wl.ledger.sent(&writes);
-        let reqs = ops.iter().map(|op| wl.request(op)).collect();
+        if !writes.is_empty() {
+            wl.ledger.sent(&writes);
+        }
+        let mut reqs: Vec<Request> = ops.iter().map(|op| wl.request(op)).collect();
         let sent = Instant::now();
-        let answers = client.pipeline_cached(reqs).await;
+        let answers = match sdk {
+            Sdk::Batch => client.pipeline_cached(reqs).await,
+            Sdk::Calls => vec![client.request_cached(reqs.remove(0)).await],
+        };
         let failed = wl.settle(ops.iter().zip(&answers), sent, p == MEASURE, &mut stats);
-        backoff.after_error(failed).await;
-    }
-}
-
-/// One caller's loop (`--sdk calls`): one op at a time, each its own call,
-/// so a read never waits for an unrelated write sent beside it; until
-/// `STOP`.
-async fn run_calls(client: Client, wl: Arc<Workload>, mut rng: FastRng, phase: Phase) -> Stats {
-    let mut stats = Stats::new(NAMES.len());
-    let mut backoff = Backoff::default();
-    loop {
-        let p = phase.get();
-        if p == STOP {
-            return stats;
-        }
-        let op = wl.next_op(&mut rng);
-        if let Some(w) = op.write() {
-            wl.ledger.sent(&[w]);
-        }
-        let sent = Instant::now();
-        let answer = client.request_cached(wl.request(&op)).await;
-        let failed = wl.settle(std::iter::once((&op, &answer)), sent, p == MEASURE, &mut stats);
         backoff.after_error(failed).await;
     }
 }
@@ -311,10 +300,7 @@ pub async fn run(args: &HotArgs) -> anyhow::Result<()> {
         .map(|i| {
             let client = clients[i % clients.len()].clone();
             let rng = FastRng::seed(seed ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
-            match c.sdk {
-                Sdk::Batch => tokio::spawn(run_batches(client, wl.clone(), rng, phase.clone())),
-                Sdk::Calls => tokio::spawn(run_calls(client, wl.clone(), rng, phase.clone())),
-            }
+            tokio::spawn(run_loop(client, wl.clone(), rng, phase.clone()))
         })
         .collect();
     let (stats, window) = measure(c, &phase, NAMES.len(), tasks).await?;
