@@ -32,6 +32,14 @@ struct Share {
     slots: Option<OwnedSemaphorePermit>,
 }
 
+/// A share proposed: the future of its answers, and whether this node is
+/// its group's only voter (its writes then hold the pass's replies,
+/// `hold.rs`).
+pub(super) struct Proposed<F> {
+    pub(super) answers: F,
+    pub(super) local: bool,
+}
+
 /// The staged writes of the read pass under way.
 #[derive(Default)]
 pub(super) struct WriteBatch {
@@ -76,7 +84,7 @@ impl WriteBatch {
     pub(super) fn submit(
         &mut self,
         timeout: Duration,
-    ) -> Vec<Result<impl Future<Output = Vec<Done>> + Send + 'static, Vec<Done>>> {
+    ) -> Vec<Result<Proposed<impl Future<Output = Vec<Done>> + Send + 'static>, Vec<Done>>> {
         self.shares
             .drain(..)
             .map(|share| {
@@ -85,16 +93,20 @@ impl WriteBatch {
                     Ok(pending) => pending,
                     Err(e) => return Err(answer_all(asked, Err(e))),
                 };
-                Ok(async move {
-                    let res = match tokio::time::timeout(timeout, pending).await {
-                        Ok(res) => res,
-                        Err(_) => Err(WireError::timeout(format!(
-                            "no result within {} ms; the request may still apply",
-                            timeout.as_millis()
-                        ))),
-                    };
-                    drop(slots);
-                    answer_all(asked, res)
+                let local = group.is_sole_voter();
+                Ok(Proposed {
+                    answers: async move {
+                        let res = match tokio::time::timeout(timeout, pending).await {
+                            Ok(res) => res,
+                            Err(_) => Err(WireError::timeout(format!(
+                                "no result within {} ms; the request may still apply",
+                                timeout.as_millis()
+                            ))),
+                        };
+                        drop(slots);
+                        answer_all(asked, res)
+                    },
+                    local,
                 })
             })
             .collect()

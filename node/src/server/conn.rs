@@ -32,15 +32,16 @@
 //! node's board queries, counts and states) are answered inline, in frame
 //! order. The likes and scoring events of one read pass that this node can
 //! propose at once (`Engine::stage_write`) are proposed together, one
-//! proposal and one future per group (`batch.rs`); the pass's replies
-//! then wait for those writes and leave in one write (`hold.rs`). Other
+//! proposal and one future per group (`batch.rs`); where this node is
+//! their group's only voter, the pass's replies then wait for those writes
+//! and leave in one write (`hold.rs`). Other
 //! requests run as futures polled by this task (no task, channel or
 //! separate writer per request): the connection's work stays on the
 //! thread that reads it (`conn/dispatch.rs` starts each request).
 
 use super::access::Access;
 use super::admission::Seat;
-use super::batch::WriteBatch;
+use super::batch::{Proposed, WriteBatch};
 pub use super::close::Close;
 use super::done::{error_code, Done, Ended, Granted};
 use super::hold::PassHold;
@@ -364,10 +365,12 @@ impl<S: Socket> Conn<S> {
     fn submit_staged(&mut self) {
         for share in self.staged.submit(self.server.limits.request_timeout) {
             match share {
-                Ok(fut) => {
-                    // The pass's own time (its frames were read just now):
-                    // no clock read per write share.
-                    let pass = self.hold.submitted(self.last_active);
+                Ok(Proposed { answers: fut, local }) => {
+                    // Only a write this node makes durable alone holds the
+                    // pass's replies (`hold.rs`); pass 0 holds nothing. The
+                    // pass's own time (its frames were read just now): no
+                    // clock read per write share.
+                    let pass = if local { self.hold.submitted(self.last_active) } else { 0 };
                     self.in_flight
                         .push(Box::pin(async move { Ended::Many { pass, done: fut.await } }))
                 }
