@@ -66,9 +66,11 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 
-passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
-failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
-ignored=$(grep -Eo '[0-9]+ ignored' "$log" | awk '{s+=$1} END {print s+0}')
+# Only libtest's summaries count: a test's own output may say "N failed".
+count() { grep -E '^test result: ' "$log" | grep -Eo "[0-9]+ $1" | awk '{s+=$1} END {print s+0}'; }
+passed=$(count passed)
+failed=$(count failed)
+ignored=$(count ignored)
 echo
 echo "tests: $passed passed, $failed failed, $ignored skipped"
 if [ "$status" -ne 0 ]; then
