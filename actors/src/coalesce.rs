@@ -100,6 +100,36 @@ pub fn coalesce(cmds: Vec<Command>) -> (Vec<Command>, Vec<Route>) {
     (out, routes)
 }
 
+/// `coalesce` for a group that hosts several shards: `tags[i]` is the
+/// shard of `cmds[i]`, and each run of one shard's commands is merged on
+/// its own (a command never merges with another shard's). Returns the
+/// merged commands, their shards and one route per input command.
+pub fn coalesce_tagged(
+    cmds: Vec<Command>,
+    tags: &[plaudit_proto::ShardId],
+) -> (Vec<Command>, Vec<plaudit_proto::ShardId>, Vec<Route>) {
+    debug_assert_eq!(cmds.len(), tags.len());
+    let (mut out, mut out_tags, mut routes) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cmds = cmds.into_iter();
+    let mut at = 0;
+    while at < tags.len() {
+        let shard = tags[at];
+        let len = tags[at..].iter().take_while(|&&t| t == shard).count();
+        let (merged, run) = coalesce(cmds.by_ref().take(len).collect());
+        let offset = out.len();
+        routes.extend(run.into_iter().map(|r| match r {
+            Route::Whole { cmd } => Route::Whole { cmd: cmd + offset },
+            Route::Events { cmd, first, count } => {
+                Route::Events { cmd: cmd + offset, first, count }
+            }
+        }));
+        out_tags.extend(std::iter::repeat_n(shard, merged.len()));
+        out.extend(merged);
+        at += len;
+    }
+    (out, out_tags, routes)
+}
+
 /// One result per proposed command, from the merged commands' results.
 pub fn split(results: Vec<CmdResult>, routes: &[Route]) -> Vec<CmdResult> {
     let mut results: Vec<Option<CmdResult>> = results.into_iter().map(Some).collect();
@@ -135,6 +165,29 @@ mod tests {
     use plaudit_proto::scoring::Outcome;
     use plaudit_proto::WireError;
     use proptest::prelude::*;
+
+    #[test]
+    fn tagged_commands_merge_only_within_their_shard() {
+        // The same member of the same board under two shard tags (a board
+        // moved between them): two commands, one per shard.
+        let cmds = vec![score(1, 7, 1), score(1, 7, 2), score(1, 7, 3), score(1, 7, 4)];
+        let (out, tags, routes) = coalesce_tagged(cmds, &[2, 2, 5, 5]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(tags, vec![2, 5]);
+        assert_eq!(
+            routes,
+            vec![
+                Route::Events { cmd: 0, first: 0, count: 1 },
+                Route::Events { cmd: 0, first: 1, count: 1 },
+                Route::Events { cmd: 1, first: 0, count: 1 },
+                Route::Events { cmd: 1, first: 1, count: 1 },
+            ]
+        );
+        let ack = Command::Ack { target: 0, seqs: vec![] };
+        let (out, tags, routes) = coalesce_tagged(vec![ack.clone(), score(1, 7, 1)], &[0, 3]);
+        assert_eq!((out.len(), tags), (2, vec![0, 3]));
+        assert_eq!(routes[1], Route::Events { cmd: 1, first: 0, count: 1 });
+    }
 
     fn score(board: u8, item: u64, id: u64) -> Command {
         Command::ScoreV2(ScoreCmd {

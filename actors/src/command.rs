@@ -32,34 +32,69 @@ pub use crate::rankings::dedup::Dedup;
 /// The commands are shared (`Arc`): the log store keeps the entries it just
 /// appended and hands apply clones of them (`storage/src/file_log.rs`),
 /// which must not copy every command.
+///
+/// **Shards.** A group that hosts one shard logs its commands untagged
+/// (`V1`): they are all that shard's. A group that hosts several tags each
+/// command with the shard that applies it (`V2`, `shards[i]` for
+/// `cmds[i]`); its state machine hands each shard its own commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
     pub now: Millis,
     pub cmds: Arc<Vec<Command>>,
+    /// The shard of each command, when the group hosts several.
+    pub shards: Option<Arc<Vec<ShardId>>>,
 }
 
 impl Batch {
     pub fn new(now: Millis, cmds: Vec<Command>) -> Batch {
-        Batch { now, cmds: Arc::new(cmds) }
+        Batch { now, cmds: Arc::new(cmds), shards: None }
+    }
+
+    /// A batch whose commands belong to several shards, `shards[i]` being
+    /// the shard of `cmds[i]`.
+    pub fn tagged(now: Millis, cmds: Vec<Command>, shards: Vec<ShardId>) -> Batch {
+        debug_assert_eq!(cmds.len(), shards.len());
+        Batch { now, cmds: Arc::new(cmds), shards: Some(Arc::new(shards)) }
+    }
+
+    /// The commands of `shard` in this batch, in order, with their indexes
+    /// in it; every command when the batch is untagged.
+    pub fn part(&self, shard: ShardId) -> (Vec<Command>, Vec<usize>) {
+        match &self.shards {
+            None => (self.cmds.to_vec(), (0..self.cmds.len()).collect()),
+            Some(tags) => {
+                let at: Vec<usize> = (0..tags.len()).filter(|&i| tags[i] == shard).collect();
+                (at.iter().map(|&i| self.cmds[i].clone()).collect(), at)
+            }
+        }
     }
 }
 
 /// How a `Batch` is written: the version tag first, then that version's
 /// fields. Encoding borrows the commands (no copy of a large batch).
+/// Variants are only appended.
 #[derive(Serialize)]
 enum BatchFormatRef<'a> {
     V1 { now: Millis, cmds: &'a [Command] },
+    V2 { now: Millis, cmds: &'a [Command], shards: &'a [ShardId] },
 }
 
 /// How a `Batch` is read: every version this build understands.
 #[derive(Deserialize)]
 enum BatchFormat {
     V1 { now: Millis, cmds: Vec<Command> },
+    V2 { now: Millis, cmds: Vec<Command>, shards: Vec<ShardId> },
 }
 
 impl Serialize for Batch {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        BatchFormatRef::V1 { now: self.now, cmds: &self.cmds[..] }.serialize(s)
+        match &self.shards {
+            None => BatchFormatRef::V1 { now: self.now, cmds: &self.cmds[..] }.serialize(s),
+            Some(shards) => {
+                BatchFormatRef::V2 { now: self.now, cmds: &self.cmds[..], shards: &shards[..] }
+                    .serialize(s)
+            }
+        }
     }
 }
 
@@ -67,6 +102,16 @@ impl<'de> Deserialize<'de> for Batch {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match BatchFormat::deserialize(d)? {
             BatchFormat::V1 { now, cmds } => Ok(Batch::new(now, cmds)),
+            BatchFormat::V2 { now, cmds, shards } => {
+                if shards.len() != cmds.len() {
+                    return Err(serde::de::Error::custom(format!(
+                        "a batch of {} commands with {} shard tags",
+                        cmds.len(),
+                        shards.len()
+                    )));
+                }
+                Ok(Batch::tagged(now, cmds, shards))
+            }
         }
     }
 }
@@ -361,6 +406,35 @@ mod tests {
         // and peers of this version hold: they must stay readable.
         assert_eq!(bytes, vec![0, 7, 1, 2, 2, 1, 3]);
         assert_eq!(codec::from_bytes::<Batch>(&bytes).unwrap(), b);
+    }
+
+    #[test]
+    fn a_tagged_batch_names_each_commands_shard() {
+        let acks = |n| Command::Ack { target: 9, seqs: vec![n] };
+        let b = Batch::tagged(7, vec![acks(1), acks(2), acks(3)], vec![4, 1, 4]);
+        let bytes = codec::to_bytes(&b).unwrap();
+        // Version tag V2 (variant 1), now, three commands, three tags.
+        assert_eq!(bytes[..2], [1, 7]);
+        assert_eq!(bytes[bytes.len() - 4..], [3, 4, 1, 4]);
+        let back = codec::from_bytes::<Batch>(&bytes).unwrap();
+        assert_eq!(back, b);
+        assert_eq!(back.part(4), (vec![acks(1), acks(3)], vec![0, 2]));
+        assert_eq!(back.part(1), (vec![acks(2)], vec![1]));
+        assert_eq!(back.part(0), (vec![], vec![]));
+        // Untagged: every command is the one shard's.
+        let one = Batch::new(7, vec![acks(1), acks(2)]);
+        assert_eq!(one.part(5), (vec![acks(1), acks(2)], vec![0, 1]));
+    }
+
+    #[test]
+    fn a_batch_with_tags_that_do_not_match_its_commands_is_refused() {
+        let bad = BatchFormatRef::V2 {
+            now: 1,
+            cmds: &[Command::Ack { target: 0, seqs: vec![] }],
+            shards: &[],
+        };
+        let bytes = codec::to_bytes(&bad).unwrap();
+        assert!(codec::from_bytes::<Batch>(&bytes).is_err());
     }
 
     #[test]

@@ -128,9 +128,9 @@ impl Engine {
         let _one = self.state_changes.lock().await;
         let meta = self.led_meta()?;
         // What this leader applied is the newest: it leads the group.
-        meta.read_barrier().await?;
+        meta.read_barrier(meta.gid).await?;
         let Some(next) = change(&K::placements(&self.directory))? else { return Ok(false) };
-        match meta.propose(K::record(next)).await? {
+        match meta.propose(meta.gid, K::record(next)).await? {
             CmdResult::Done => Ok(true),
             CmdResult::Failed(e) => Err(e),
             other => Err(internal(format!("unexpected result {other:?} recording placements"))),

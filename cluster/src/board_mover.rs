@@ -73,7 +73,7 @@ impl Engine {
             .on_leader(
                 shard,
                 false,
-                |g| async move { self.export_board_here(&g, board.clone()).await },
+                |g| async move { self.export_board_here(&g, shard, board.clone()).await },
                 |n| async move {
                     let req = PeerRequest::ExportBoard { group: shard, board: board.clone() };
                     self.router
@@ -93,10 +93,12 @@ impl Engine {
     pub(crate) async fn export_board_here(
         &self,
         g: &crate::group::Group,
+        shard: u32,
         board: BoardKey,
     ) -> Result<BoardCopy, WireError> {
-        g.read_barrier().await?;
-        let copy = g.handle.export_board(board).await.map_err(ShardError::into_wire)?;
+        g.read_barrier(shard).await?;
+        let copy =
+            g.shard_handle(shard)?.export_board(board).await.map_err(ShardError::into_wire)?;
         self.check_copy_size(&copy)?;
         Ok(copy)
     }

@@ -99,8 +99,10 @@ async fn keep_map(engine: Arc<Engine>, meta: Arc<Group>) {
             continue;
         }
         let Some(nodes) = members_to_be(&engine, &meta, &me) else { continue };
-        let state = new_state(&nodes, engine.shard_count(), engine.cfg.cluster.replication_factor);
-        match meta.propose(Command::SetClusterState(Box::new(state.clone()))).await {
+        let mut state =
+            new_state(&nodes, engine.shard_count(), engine.cfg.cluster.replication_factor);
+        engine.layout.spread(&mut state.map.shards);
+        match meta.propose(meta.gid, Command::SetClusterState(Box::new(state.clone()))).await {
             Ok(CmdResult::Done) => {
                 let ids: Vec<NodeId> = state.map.nodes.iter().map(|n| n.id).collect();
                 info!(nodes = ?ids, shards = state.map.shards.len(), "cluster map created");

@@ -152,24 +152,26 @@ impl Engine {
             .on_leader(
                 shard,
                 redirect,
-                |g| async move { self.on_local(&g, req.clone(), true).await },
+                |g| async move { self.on_local(&g, shard, req.clone(), true).await },
                 |n| async move { self.router.forward(n, req.clone()).await },
             )
             .await
     }
 
-    /// A single-shard request on this node's replica `g`: with `fresh`,
-    /// this node leads and reads pass its read barrier (linearizable);
-    /// without, reads serve what this replica has applied (stale reads).
+    /// A single-shard request for `shard` on this node's replica `g` of
+    /// its group: with `fresh`, this node leads and reads pass its read
+    /// barrier (linearizable); without, reads serve what this replica has
+    /// applied (stale reads).
     pub(crate) async fn on_local(
         &self,
         g: &Arc<Group>,
+        shard: u32,
         req: Request,
         fresh: bool,
     ) -> Result<Response, WireError> {
         let barrier = || async move {
             if fresh {
-                g.read_barrier().await
+                g.read_barrier(shard).await
             } else {
                 Ok(())
             }
@@ -183,7 +185,7 @@ impl Engine {
                         r.biz
                     )));
                 }
-                match g.propose(Command::Like(r)).await? {
+                match g.propose(shard, Command::Like(r)).await? {
                     CmdResult::Like(reply) => Ok(Response::Like(reply)),
                     CmdResult::Failed(e) => Err(e),
                     other => Err(internal(format!("unexpected result {other:?}"))),
@@ -192,20 +194,20 @@ impl Engine {
             Request::Status(r) => {
                 self.require_business(r.biz).await?;
                 barrier().await?;
-                let out = self.states_here(g.id, &r)?;
+                let out = self.states_here(shard, &r)?;
                 Ok(Response::Status(out))
             }
             Request::Counts(r) => {
                 self.require_business(r.biz).await?;
                 barrier().await?;
-                Ok(Response::Counts(self.counts_here(g.id, &r)?))
+                Ok(Response::Counts(self.counts_here(shard, &r)?))
             }
             Request::UserLikes(r) => {
                 self.require_business(r.biz).await?;
                 barrier().await?;
                 let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
                 let items = g
-                    .handle
+                    .shard_handle(shard)?
                     .user_page(r.biz, r.user, after, r.limit as usize + 1)
                     .await
                     .map_err(ShardError::into_wire)?;
@@ -216,7 +218,7 @@ impl Engine {
                 barrier().await?;
                 let after = r.cursor.as_deref().map(PageCursor::decode).transpose()?;
                 let items = g
-                    .handle
+                    .shard_handle(shard)?
                     .liker_page(r.biz, r.entity, after, r.limit as usize + 1)
                     .await
                     .map_err(ShardError::into_wire)?;
@@ -225,10 +227,10 @@ impl Engine {
             Request::Received(r) => {
                 self.require_business(r.biz).await?;
                 barrier().await?;
-                let likes = self.store.get_received(r.biz, g.id, r.user).map_err(internal)?;
+                let likes = self.store.get_received(r.biz, shard, r.user).map_err(internal)?;
                 Ok(Response::Received(ReceivedReply { user: r.user, likes }))
             }
-            Request::Query(q) => self.query_here(g, q, fresh).await,
+            Request::Query(q) => self.query_here(g, shard, q, fresh).await,
             other => Err(internal(format!("{} is not a single-shard request", other.op()))),
         }
     }
@@ -342,7 +344,7 @@ impl Engine {
     }
 
     async fn registry_here(&self, g: &Group, req: Request) -> Result<Response, WireError> {
-        let write = |cmd| async move { g.propose(cmd).await };
+        let write = |cmd| async move { g.propose(g.gid, cmd).await };
         let once = |id, cmd| Command::Once { id, cmd: Box::new(cmd) };
         match req {
             Request::Once { id, req } => match *req {
@@ -394,7 +396,7 @@ impl Engine {
                 self.limit_result(write(Command::SetBoardLimit(l)).await?, rank)
             }
             read => {
-                g.read_barrier().await?;
+                g.read_barrier(g.gid).await?;
                 self.read_registry(&read).unwrap_or_else(|| {
                     Err(internal(format!("{} is not a registry request", read.op())))
                 })
@@ -424,7 +426,7 @@ impl Engine {
                 meta,
                 false,
                 |g| async move {
-                    g.read_barrier().await?;
+                    g.read_barrier(g.gid).await?;
                     Ok(g.raft.metrics().borrow().last_applied.map_or(0, |l| l.index))
                 },
                 |n| async move {

@@ -9,6 +9,7 @@
 //! whose snapshots include the registry) and `.../shard<N>`.
 
 use crate::group::Group;
+use crate::layout::Layout;
 use crate::snapshot_file;
 use openraft::{BasicNode, SnapshotMeta};
 use plaudit_storage::snapshot::{decode_header, read_header};
@@ -19,15 +20,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// `load_snapshots` on the blocking pool.
-pub async fn load(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyhow::Result<()> {
+pub async fn load(
+    store: &StateStore,
+    data_dir: &Path,
+    meta_id: u32,
+    layout: Layout,
+) -> anyhow::Result<()> {
     let (store, dir) = (store.clone(), data_dir.to_path_buf());
-    tokio::task::spawn_blocking(move || load_snapshots(&store, &dir, meta_id)).await?
+    tokio::task::spawn_blocking(move || load_snapshots(&store, &dir, meta_id, layout)).await?
 }
 
 /// Installs the newest snapshot of every group found under `data_dir`, two
 /// groups at a time (decoding and inserting is CPU-bound: 6.3M keys took
 /// 3.2 s on one core). Blocking: the caller runs it off the runtime's workers.
-pub fn load_snapshots(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyhow::Result<()> {
+/// A group's file holds every shard it hosts (`layout`).
+pub fn load_snapshots(
+    store: &StateStore,
+    data_dir: &Path,
+    meta_id: u32,
+    layout: Layout,
+) -> anyhow::Result<()> {
     let root = data_dir.join("snapshots");
     let entries = match std::fs::read_dir(&root) {
         Ok(e) => e,
@@ -53,7 +65,7 @@ pub fn load_snapshots(store: &StateStore, data_dir: &Path, meta_id: u32) -> anyh
             let load = || -> anyhow::Result<u64> {
                 let mut input = BufReader::with_capacity(1 << 20, std::fs::File::open(&path)?);
                 read_header(&mut input)?;
-                Ok(store.install(shard, is_meta, &mut input)?.items)
+                Ok(store.install_many(&layout.shards_of(shard), is_meta, &mut input)?.items)
             };
             // A snapshot that cannot be read leaves the group without a
             // state to replay its log onto: the node must not serve it.
@@ -148,7 +160,7 @@ async fn snapshot_now(g: &Group, deadline: tokio::time::Instant) {
         .metrics(|m| m.snapshot.map(|l| l.index) >= applied, "snapshot at stop")
         .await;
     if let Err(e) = done {
-        tracing::warn!(shard = g.id, error = %e, "no snapshot at stop: the next start replays the log");
+        tracing::warn!(shard = g.gid, error = %e, "no snapshot at stop: the next start replays the log");
     }
 }
 

@@ -44,6 +44,8 @@ pub use config::{ClusterConfig, EngineConfig};
 
 pub struct Engine {
     pub(crate) cfg: EngineConfig,
+    /// Which group hosts which shard (`layout.rs`).
+    pub(crate) layout: crate::layout::Layout,
     db: sled::Db,
     commit: GroupCommit,
     /// Every group's Raft log, in one set of files (`storage/src/wal.rs`).
@@ -131,6 +133,8 @@ impl Engine {
         let commit = GroupCommit::start(db.clone(), &cfg.data_dir.join("sled"))?;
         let wal = Wal::open(&cfg.data_dir.join("raft"))?;
         crate::shard_count::check(&cfg.data_dir, cfg.shards, &wal.group_ids())?;
+        let layout = crate::layout::Layout::new(cfg.shards, cfg.groups);
+        crate::shard_count::check_groups(&cfg.data_dir, layout, &wal.group_ids())?;
         // A spare segment (zeros made ahead, `wal.rs`) must not eat the
         // reserve that keeps the node serving on a nearly full disk.
         wal.set_spare_floor(cfg.group.disk.min_free());
@@ -138,12 +142,12 @@ impl Engine {
         // Applied state is in memory: every group's newest snapshot brings
         // it back (the registry view below reads the metadata group's).
         let meta_id = cfg.shards;
-        crate::durable::load(&store, &cfg.data_dir, meta_id).await?;
+        crate::durable::load(&store, &cfg.data_dir, meta_id, layout).await?;
         let directory = Directory::load(&store)?;
         let me = cfg.cluster.me.id;
         let creds = Credentials {
             secret: cfg.cluster.secret.clone().unwrap_or_default().into(),
-            shards: cfg.shards,
+            shards: layout.declared(),
             tls: cfg.cluster.tls.clone(),
         };
         let links = Arc::new(Links::default());
@@ -159,6 +163,7 @@ impl Engine {
         let send_rate = cfg.cluster.snapshot_send_rate;
         let engine = Arc::new(Engine {
             cfg,
+            layout,
             db,
             commit,
             wal,
@@ -271,9 +276,15 @@ impl Engine {
         self.spawn(server.run(listener, std::future::pending()));
     }
 
-    /// Divides the actor budget again among the data groups now held.
+    /// Divides the actor budget again among the data shards now held.
     pub(crate) fn share_budget(&self) {
-        let held = self.router.local().iter().filter(|g| g.id != self.router.meta_id).count();
+        let held = self
+            .router
+            .local()
+            .iter()
+            .filter(|g| g.gid != self.router.meta_id)
+            .map(|g| g.shard_ids().count())
+            .sum();
         let share = shard_share(self.cfg.actor_budget, self.cfg.actor_budget_per_shard, held);
         if self.budget.set(share) != share {
             tracing::info!(share, shards_held = held, "actor budget per shard");
@@ -329,29 +340,42 @@ impl Engine {
         })
     }
 
-    /// Opens (or creates) this node's replica of group `id`.
+    /// Opens (or creates) this node's replica of group `id` (a group id:
+    /// see `layout.rs`), with an actor for each shard it hosts.
     pub(crate) async fn start_group(self: &Arc<Self>, id: GroupId) -> anyhow::Result<Arc<Group>> {
         if let Some(g) = self.router.group(id) {
             return Ok(g);
         }
+        anyhow::ensure!(self.layout.is_group(id), "{id} is not a group's id");
         let cfg = &self.cfg;
         let is_meta = id == self.router.meta_id;
-        let signal = Arc::new(OutboxSignal::default());
-        let actor = ShardActor {
-            cfg: ShardConfig {
-                shard: id,
-                shard_count: cfg.shards,
-                is_meta,
-                actor_budget: self.budget.clone(),
-                actor_idle: cfg.actor_idle,
-            },
-            store: self.store.clone(),
-            directory: self.directory.clone(),
-            outbox: signal.clone(),
-            gauges: Default::default(),
-            boards: Default::default(),
-        };
-        let handle = ShardHandle::spawn(actor).await?;
+        let mut shards = Vec::new();
+        let mut signals = Vec::new();
+        for shard in self.layout.shards_of(id) {
+            let signal = Arc::new(OutboxSignal::default());
+            let actor = ShardActor {
+                cfg: ShardConfig {
+                    shard,
+                    shard_count: cfg.shards,
+                    is_meta,
+                    actor_budget: self.budget.clone(),
+                    actor_idle: cfg.actor_idle,
+                },
+                store: self.store.clone(),
+                directory: self.directory.clone(),
+                outbox: signal.clone(),
+                gauges: Default::default(),
+                boards: Default::default(),
+            };
+            match ShardHandle::spawn(actor).await {
+                Ok(h) => shards.push((shard, h)),
+                Err(e) => {
+                    stop_all(&shards).await;
+                    return Err(e.into());
+                }
+            }
+            signals.push((shard, signal));
+        }
         let name = if is_meta { "meta".to_string() } else { format!("shard{id}") };
         let ctx = StateMachineContext {
             is_meta,
@@ -373,7 +397,7 @@ impl Engine {
             self.commit.clone(),
             self.wal.clone(),
             self.store.clone(),
-            handle.clone(),
+            shards.clone(),
             ctx,
             network,
         )
@@ -381,8 +405,9 @@ impl Engine {
         let g = match started {
             Ok(g) => g,
             Err(e) => {
-                // Its actor has timers running: stop it, or every retry leaks one.
-                handle.stop().await;
+                // Their actors have timers running: stop them, or every
+                // retry leaks them.
+                stop_all(&shards).await;
                 return Err(e);
             }
         };
@@ -390,15 +415,18 @@ impl Engine {
         self.router.insert(g.clone());
         self.share_budget();
         if !is_meta {
-            let d = Delivery {
-                shard: id,
-                group: Arc::downgrade(&g),
-                router: self.router.clone(),
-                store: self.store.clone(),
-                signal,
-                batch: cfg.outbox_batch,
-            };
-            self.spawn(d.run());
+            // One delivery worker per shard: each shard has its outbox.
+            for (shard, signal) in signals {
+                let d = Delivery {
+                    shard,
+                    group: Arc::downgrade(&g),
+                    router: self.router.clone(),
+                    store: self.store.clone(),
+                    signal,
+                    batch: cfg.outbox_batch,
+                };
+                self.spawn(d.run());
+            }
         }
         Ok(g)
     }
@@ -424,7 +452,7 @@ impl Engine {
             .router
             .local()
             .into_iter()
-            .filter(|g| g.id == self.router.meta_id || mine.contains(&g.id))
+            .filter(|g| g.gid == self.router.meta_id || mine.contains(&g.gid))
             .collect();
         mine.iter().all(|s| self.router.group(*s).is_some())
             && groups.iter().all(|g| {
@@ -433,19 +461,26 @@ impl Engine {
             })
     }
 
+    /// One row per data shard held here; a group's own counters (shed,
+    /// coalesced) on its own shard's row.
     pub fn stats(&self) -> Vec<ShardStats> {
         self.router
             .local()
             .into_iter()
-            .filter(|g| g.id != self.router.meta_id)
-            .map(|g| {
+            .filter(|g| g.gid != self.router.meta_id)
+            .flat_map(|g| {
                 let m = g.raft.metrics().borrow().clone();
+                let shards: Vec<_> = g.handles().map(|(s, h)| (s, h.clone())).collect();
+                shards.into_iter().map(move |(shard, h)| (g.clone(), m.clone(), shard, h))
+            })
+            .map(|(g, m, shard, handle)| {
                 let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
                 let last = m.last_log_index.unwrap_or(0);
                 let role = crate::group::role_name(m.state);
-                let gauges = &g.handle.gauges;
+                let gauges = &handle.gauges;
+                let own = shard == g.gid;
                 ShardStats {
-                    shard: g.id,
+                    shard,
                     active_users: gauges.active_users.load(Ordering::Relaxed),
                     active_entities: gauges.active_entities.load(Ordering::Relaxed),
                     active_boards: gauges.active_boards.load(Ordering::Relaxed),
@@ -453,9 +488,9 @@ impl Engine {
                     board_heap_bytes: gauges.board_heap_bytes.load(Ordering::Relaxed),
                     boards_loaded: gauges.boards_loaded.load(Ordering::Relaxed),
                     boards_written_back: gauges.boards_written_back.load(Ordering::Relaxed),
-                    shed_events: g.shed.load(Ordering::Relaxed),
-                    coalesced_events: g.coalesced.load(Ordering::Relaxed),
-                    outbox_len: self.store.outbox_len(g.id).unwrap_or(0),
+                    shed_events: if own { g.shed.load(Ordering::Relaxed) } else { 0 },
+                    coalesced_events: if own { g.coalesced.load(Ordering::Relaxed) } else { 0 },
+                    outbox_len: self.store.outbox_len(shard).unwrap_or(0),
                     apply_lag: last.saturating_sub(applied),
                     is_leader: m.current_leader == Some(m.id),
                     role,
@@ -475,8 +510,9 @@ impl Engine {
         self.router
             .local()
             .iter()
-            .filter(|g| g.id != self.router.meta_id && g.is_leader())
-            .map(|g| self.store.outbox_len(g.id).unwrap_or(0))
+            .filter(|g| g.gid != self.router.meta_id && g.is_leader())
+            .flat_map(|g| g.shard_ids().collect::<Vec<_>>())
+            .map(|s| self.store.outbox_len(s).unwrap_or(0))
             .sum()
     }
 
@@ -529,9 +565,11 @@ impl Engine {
         crate::durable::snapshot_all(&self.router.local()).await;
         for g in self.router.local() {
             if let Err(e) = g.raft.shutdown().await {
-                tracing::warn!(shard = g.id, error = %e, "raft shutdown");
+                tracing::warn!(shard = g.gid, error = %e, "raft shutdown");
             }
-            g.handle.stop().await;
+            for (_, h) in g.handles() {
+                h.stop().await;
+            }
         }
         // The log's buffered records (the snapshots' purges, the last
         // committed ids) are written and synced before the node goes.
@@ -542,5 +580,12 @@ impl Engine {
             tracing::warn!(error = %e, "final flush failed");
         }
         let _ = self.db.flush();
+    }
+}
+
+/// Stops the actors of a group that did not start (or stopped).
+pub(crate) async fn stop_all(shards: &[(u32, ShardHandle)]) {
+    for (_, h) in shards {
+        h.stop().await;
     }
 }

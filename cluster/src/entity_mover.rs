@@ -101,7 +101,7 @@ impl Engine {
             .on_leader(
                 shard,
                 false,
-                |g| async move { self.export_entity_here(&g, key).await },
+                |g| async move { self.export_entity_here(&g, shard, key).await },
                 |n| async move {
                     let req = PeerRequest::ExportEntity { group: shard, key };
                     self.router
@@ -121,10 +121,12 @@ impl Engine {
     pub(crate) async fn export_entity_here(
         &self,
         g: &crate::group::Group,
+        shard: u32,
         key: EntityKey,
     ) -> Result<EntityCopy, WireError> {
-        g.read_barrier().await?;
-        let copy = g.handle.export_entity(key).await.map_err(ShardError::into_wire)?;
+        g.read_barrier(shard).await?;
+        let copy =
+            g.shard_handle(shard)?.export_entity(key).await.map_err(ShardError::into_wire)?;
         self.check_copy_size(&copy)?;
         Ok(copy)
     }

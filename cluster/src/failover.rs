@@ -73,7 +73,7 @@ async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
     };
     for attempt in 0..ATTEMPTS {
         if !still_dead(&g) {
-            debug!(shard = g.id, attempt, "a leader is known");
+            debug!(shard = g.gid, attempt, "a leader is known");
             return;
         }
         // Only the control session may have dropped: if the leader still
@@ -84,11 +84,11 @@ async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
         g.set_electing(true);
         if g.last_heard().is_some_and(|t| t.elapsed() < lease) {
             g.set_electing(false);
-            debug!(shard = g.id, "the leader is still heard from; no election");
+            debug!(shard = g.gid, "the leader is still heard from; no election");
             return;
         }
         info!(
-            shard = g.id,
+            shard = g.gid,
             dead,
             attempt,
             since_heard_ms = heard.elapsed().as_millis() as u64,
@@ -98,7 +98,7 @@ async fn elect_after_lease(engine: Arc<Engine>, g: Arc<Group>, dead: NodeId) {
         let elected = g.raft.trigger().elect().await;
         g.set_electing(false);
         if let Err(e) = elected {
-            debug!(shard = g.id, error = %e, "triggering an election failed");
+            debug!(shard = g.gid, error = %e, "triggering an election failed");
             return;
         }
         let most = Duration::from_millis(engine.cfg.group.election_min_ms);

@@ -19,52 +19,58 @@ impl Engine {
         }
     }
 
-    /// `(group, applied index, state hash)` of every group held here, for
-    /// tests that compare replicas (`GET /debug/digest`).
+    /// `(shard, applied index, state hash)` of every shard held here, for
+    /// tests that compare replicas (`GET /debug/digest`). A shard's applied
+    /// index is the last entry of its group that changed it
+    /// (`group_apply.rs`), the same on every replica at the same state.
     pub async fn digests(&self) -> Vec<(u32, u64, u64)> {
         let mut out = Vec::new();
         for g in self.router.local() {
-            let meta = g.id == self.router.meta_id;
-            // Frozen by the shard, with the boards it holds; hashed on the
-            // blocking pool (a walk of the whole state).
-            let digest = match g.handle.freeze().await {
-                Ok(frozen) => {
-                    let store = self.store.clone();
-                    tokio::task::spawn_blocking(move || store.digest_frozen(&frozen, meta))
-                        .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|r| r.map_err(|e| e.to_string()))
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            out.push(match digest {
-                Ok((applied, hash)) => {
-                    let applied: Option<crate::types::LogId> =
-                        applied.and_then(|a| plaudit_proto::codec::from_bytes(&a).ok());
-                    (g.id, applied.map_or(0, |l| l.index), hash)
-                }
-                // A snapshot export holds the shard: no comparable answer
-                // now (an index no replica reports makes the caller retry).
-                Err(_) => (g.id, u64::MAX, 0),
-            });
+            let meta = g.gid == self.router.meta_id;
+            for (shard, handle) in g.handles() {
+                // Frozen by the shard, with the boards it holds; hashed on
+                // the blocking pool (a walk of the whole state).
+                let digest = match handle.freeze().await {
+                    Ok(frozen) => {
+                        let store = self.store.clone();
+                        tokio::task::spawn_blocking(move || store.digest_frozen(&frozen, meta))
+                            .await
+                            .map_err(|e| e.to_string())
+                            .and_then(|r| r.map_err(|e| e.to_string()))
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                out.push(match digest {
+                    Ok((applied, hash)) => {
+                        let applied: Option<crate::types::LogId> =
+                            applied.and_then(|a| plaudit_proto::codec::from_bytes(&a).ok());
+                        (shard, applied.map_or(0, |l| l.index), hash)
+                    }
+                    // A snapshot export holds the shard: no comparable answer
+                    // now (an index no replica reports makes the caller retry).
+                    Err(_) => (shard, u64::MAX, 0),
+                });
+            }
         }
         out
     }
 
-    /// Pending outbox records of every group held here: `(group, target,
+    /// Pending outbox records of every shard held here: `(shard, target,
     /// seqs)`, for tests that look into a stuck delivery.
     pub fn outbox_dump(&self) -> Vec<(u32, u32, Vec<u64>)> {
         let mut out = Vec::new();
         for g in self.router.local() {
-            for t in self.store.outbox_targets(g.id).unwrap_or_default() {
-                let seqs = self
-                    .store
-                    .outbox_after(g.id, t, 0, (10_000, usize::MAX))
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(s, _)| s)
-                    .collect();
-                out.push((g.id, t, seqs));
+            for shard in g.shard_ids() {
+                for t in self.store.outbox_targets(shard).unwrap_or_default() {
+                    let seqs = self
+                        .store
+                        .outbox_after(shard, t, 0, (10_000, usize::MAX))
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(s, _)| s)
+                        .collect();
+                    out.push((shard, t, seqs));
+                }
             }
         }
         out

@@ -76,25 +76,34 @@ impl Rounds {
 impl Engine {
     /// Makes `g`'s state on this node reflect every write acknowledged and
     /// every read answered before the call: the read barrier on a leader,
-    /// the leader's read index applied on a follower.
-    pub(crate) async fn replica_barrier(&self, g: &Arc<Group>) -> Result<(), WireError> {
+    /// the leader's read index applied on a follower. For a read of
+    /// `shard` (one `g` hosts: a `NotLeader` names it).
+    pub(crate) async fn replica_barrier(
+        &self,
+        g: &Arc<Group>,
+        shard: u32,
+    ) -> Result<(), WireError> {
+        self.group_barrier(g).await.map_err(|e| g.as_shard(shard, e))
+    }
+
+    async fn group_barrier(&self, g: &Arc<Group>) -> Result<(), WireError> {
         if g.is_leader() {
-            return g.read_barrier().await;
+            return g.read_barrier(g.gid).await;
         }
         let leader = g.raft.metrics().borrow().current_leader;
         let Some(leader) = leader.filter(|&l| l != self.node_id()) else {
-            return Err(not_leader(g.id, None));
+            return Err(not_leader(g.gid, None));
         };
         let index = g
             .follower_rounds
             .index(|| async move {
-                let ask = PeerRequest::ReadIndex { group: g.id };
+                let ask = PeerRequest::ReadIndex { group: g.gid };
                 match self.peers.call(leader, ask, ASK_FOR).await {
                     Ok(PeerResponse::ReadIndex(r)) => r,
                     Ok(other) => Err(WireError::internal(format!("unexpected answer {other:?}"))),
                     Err(e) => Err(WireError::timeout(format!(
                         "shard {}: no read index from leader {leader}: {e}",
-                        g.id
+                        g.gid
                     ))),
                 }
             })
@@ -102,7 +111,7 @@ impl Engine {
         self.follower_reads.fetch_add(1, Ordering::Relaxed);
         let wait = g.raft.wait(Some(READ_WAIT));
         wait.applied_index_at_least(Some(index), "replica read").await.map(|_| ()).map_err(|e| {
-            WireError::timeout(format!("shard {}: not applied up to {index} in time: {e}", g.id))
+            WireError::timeout(format!("shard {}: not applied up to {index} in time: {e}", g.gid))
         })
     }
 

@@ -71,9 +71,12 @@ pub struct StateMachineContext {
 pub(crate) type ReadWaiter = oneshot::Sender<Result<(), WireError>>;
 
 pub struct Group {
-    pub id: u32,
+    /// The group's id: the id of the first shard it hosts (the Raft RPCs'
+    /// address; a request names a shard, not this).
+    pub gid: u32,
     pub raft: Raft,
-    pub handle: ShardHandle,
+    /// The shards it hosts and their actors, its own (`id`) first.
+    shards: Vec<(u32, ShardHandle)>,
     /// The log store (its committed index, for metrics).
     pub log: FileLogStore<TypeConfig>,
     /// When this replica last heard from its leader (an AppendEntries),
@@ -154,16 +157,20 @@ impl Group {
         commit: GroupCommit,
         wal: Arc<Wal>,
         store: StateStore,
-        handle: ShardHandle,
+        shards: Vec<(u32, ShardHandle)>,
         sm_ctx: StateMachineContext,
         network: crate::raft_net::PeerNetwork,
     ) -> anyhow::Result<Group> {
         let mut log = open_log(db, &commit, wal.clone(), id, name).await?;
+        anyhow::ensure!(
+            shards.first().map(|s| s.0) == Some(id),
+            "group {id} hosts shard {id} first"
+        );
         let sm = ShardStateMachine {
             wal,
             shard: id,
             is_meta: sm_ctx.is_meta,
-            handle: handle.clone(),
+            shards: shards.clone(),
             store,
             directory: sm_ctx.directory,
             snapshot_dir: sm_ctx.data_dir.join("snapshots").join(name),
@@ -202,6 +209,7 @@ impl Group {
         let cut_off = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(crate::proposer::propose_loop(
             id,
+            shards.len() > 1,
             raft.clone(),
             prx,
             cfg.batch_max,
@@ -215,9 +223,9 @@ impl Group {
         tokio::spawn(watch_sole_voter(raft.clone(), sole_voter.clone(), logged));
         tokio::spawn(crate::snapshot_policy::watch(raft.clone(), appended, snapshot_dir));
         Ok(Group {
-            id,
+            gid: id,
             raft,
-            handle,
+            shards,
             log,
             last_heard: std::sync::Mutex::new(None),
             lease_ms: cfg.election_max_ms,
@@ -288,53 +296,81 @@ impl Group {
         *self.last_heard.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Proposes one command; resolves with its applied result.
-    pub async fn propose(&self, cmd: Command) -> Result<CmdResult, WireError> {
-        self.disk.admit(&cmd)?;
-        self.memory.admit(&cmd)?;
-        self.check_leader()?;
-        let (tx, rx) = oneshot::channel();
-        self.enqueue(Proposal::One(cmd, tx))?;
-        rx.await.map_err(|_| stopped(self.id))?
+    /// The actor of `shard`, if this group hosts it.
+    pub fn handle(&self, shard: u32) -> Option<&ShardHandle> {
+        self.shards.iter().find(|(s, _)| *s == shard).map(|(_, h)| h)
     }
 
-    /// Queues `cmds` as one proposal, applied in this order in one entry
-    /// (or consecutive ones), now, without waiting; the receiver resolves
-    /// with their results in order. Either every command is queued or,
-    /// with an error, none.
-    pub fn submit_many(&self, cmds: Vec<Command>) -> Result<ManyResults, WireError> {
+    /// `handle`, or the error a request for a shard this group does not
+    /// host gets (a caller that looked the group up by another shard: a bug).
+    pub fn shard_handle(&self, shard: u32) -> Result<&ShardHandle, WireError> {
+        self.handle(shard).ok_or_else(|| self.not_hosted(shard))
+    }
+
+    /// The shards this group hosts, its own first.
+    pub fn shard_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.shards.iter().map(|(s, _)| *s)
+    }
+
+    /// Every hosted shard's actor, its own first.
+    pub fn handles(&self) -> impl Iterator<Item = (u32, &ShardHandle)> + '_ {
+        self.shards.iter().map(|(s, h)| (*s, h))
+    }
+
+    fn not_hosted(&self, shard: u32) -> WireError {
+        WireError::internal(format!("shard {shard} is not hosted by group {}", self.gid))
+    }
+
+    /// Proposes one command of `shard` (one this group hosts); resolves
+    /// with its applied result.
+    pub async fn propose(&self, shard: u32, cmd: Command) -> Result<CmdResult, WireError> {
+        self.shard_handle(shard)?;
+        self.disk.admit(&cmd)?;
+        self.memory.admit(&cmd)?;
+        self.check_leader(shard)?;
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(Proposal::One(shard, cmd, tx))?;
+        rx.await.map_err(|_| stopped(self.gid))?
+    }
+
+    /// Queues `cmds` of `shard` as one proposal, applied in this order in
+    /// one entry (or consecutive ones), now, without waiting; the receiver
+    /// resolves with their results in order. Either every command is
+    /// queued or, with an error, none.
+    pub fn submit_many(&self, shard: u32, cmds: Vec<Command>) -> Result<ManyResults, WireError> {
+        self.shard_handle(shard)?;
         for cmd in &cmds {
             self.disk.admit(cmd)?;
             self.memory.admit(cmd)?;
         }
-        self.check_leader()?;
+        self.check_leader(shard)?;
         let (tx, rx) = oneshot::channel();
-        self.enqueue(Proposal::Many(cmds, tx))?;
-        Ok(ManyResults { shard: self.id, rx })
+        self.enqueue(Proposal::Many(shard, cmds, tx))?;
+        Ok(ManyResults { shard, rx })
     }
 
     /// A replica that does not lead (or has lost its quorum) would queue
     /// a command only for Raft to refuse it, or to hold it until a
     /// partition heals: answer at once.
-    fn check_leader(&self) -> Result<(), WireError> {
+    fn check_leader(&self, shard: u32) -> Result<(), WireError> {
         if self.is_leader() {
             return Ok(());
         }
         let m = self.raft.metrics();
         let m = m.borrow();
-        Err(not_leader(self.id, m.current_leader.filter(|l| *l != m.id)))
+        Err(not_leader(shard, m.current_leader.filter(|l| *l != m.id)))
     }
 
     fn enqueue(&self, p: Proposal) -> Result<(), WireError> {
         let full =
-            || WireError::overloaded(format!("shard {} has too many pending writes", self.id));
+            || WireError::overloaded(format!("shard {} has too many pending writes", self.gid));
         let n = u32::try_from(p.len()).map_err(|_| full())?;
         let permit = self.pending.clone().try_acquire_many_owned(n).map_err(|_| full())?;
         // The channel holds at most `max_pending` proposals of one command
         // or more each, so with the permits held it is never full.
         self.proposals.try_send((p, permit)).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => full(),
-            mpsc::error::TrySendError::Closed(_) => stopped(self.id),
+            mpsc::error::TrySendError::Closed(_) => stopped(self.gid),
         })
     }
 
@@ -438,7 +474,7 @@ impl Group {
         wait.applied_index_at_least(committed, "lease read").await.map(|_| ()).map_err(|e| {
             WireError::timeout(format!(
                 "shard {}: not applied up to its commit in time: {e}",
-                self.id
+                self.gid
             ))
         })
     }
@@ -501,8 +537,25 @@ impl Group {
     }
 
     /// Returns once this node's state machine reflects every write committed
-    /// before the call (a read-index check).
-    pub async fn read_barrier(&self) -> Result<(), WireError> {
+    /// before the call (a read-index check), for a read of `shard` (one it
+    /// hosts: a `NotLeader` names it).
+    pub async fn read_barrier(&self, shard: u32) -> Result<(), WireError> {
+        self.barrier().await.map_err(|e| self.as_shard(shard, e))
+    }
+
+    /// A `NotLeader` about this group as one about `shard`, which it
+    /// hosts: a client asked about the shard, and an answer naming another
+    /// would read as the shard having moved (`router::elsewhere`).
+    pub(crate) fn as_shard(&self, shard: u32, mut e: WireError) -> WireError {
+        if let Some(h) = e.leader.as_mut().filter(|h| h.shard == self.gid) {
+            h.shard = shard;
+            e.message =
+                e.message.replace(&format!("shard {} ", self.gid), &format!("shard {shard} "));
+        }
+        e
+    }
+
+    async fn barrier(&self) -> Result<(), WireError> {
         if self.is_sole_voter() {
             return Ok(());
         }
@@ -515,11 +568,11 @@ impl Group {
         let (tx, rx) = oneshot::channel();
         self.reads.try_send(tx).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
-                WireError::overloaded(format!("shard {} has too many pending reads", self.id))
+                WireError::overloaded(format!("shard {} has too many pending reads", self.gid))
             }
-            mpsc::error::TrySendError::Closed(_) => stopped(self.id),
+            mpsc::error::TrySendError::Closed(_) => stopped(self.gid),
         })?;
-        rx.await.map_err(|_| stopped(self.id))?
+        rx.await.map_err(|_| stopped(self.gid))?
     }
 }
 

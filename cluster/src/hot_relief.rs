@@ -76,14 +76,15 @@ impl Engine {
         }
     }
 
-    /// Records `s` in the cluster map: each of its shards' replicas with the
-    /// node to lead it first. Leaderships follow the map's first replica
+    /// Records `s` in the cluster map: each of its shards' replicas (their
+    /// groups') with the node to lead it first. Leaderships follow the map's first replica
     /// (the balancer hands each over within a few seconds), and the leader
     /// spread keeps the order, since each node still leads its share.
     async fn swap_leaders(&self, s: Swap) -> Result<bool, WireError> {
         self.change_state(|st| {
             for (shard, lead) in [(s.hot, s.to), (s.back, s.from)] {
-                let r = st.map.shards.get_mut(shard as usize)?;
+                // Leadership is its group's: the group's own shard places it.
+                let r = st.map.shards.get_mut(self.layout.group_of(shard) as usize)?;
                 let at = r.iter().position(|&n| n == lead)?;
                 let node = r.remove(at);
                 r.insert(0, node);

@@ -69,7 +69,7 @@ impl Engine {
         // A bad board reference is reported by the future path.
         board_memo::with_named(&def, &q.board, self.cfg.shards, |b| {
             let g = self.now_group(b.shard)?;
-            let out = g.handle.board_query_now(q.rank, &b.key, &q.query)?;
+            let out = g.handle(b.shard)?.board_query_now(q.rank, &b.key, &q.query)?;
             Some(Ok(Response::Query(query_reply(|| b.type_text.clone(), &q.query, out))))
         })
         .ok()
@@ -121,8 +121,9 @@ impl Engine {
 
     fn status_now(&self, r: &StatusRequest) -> Option<Result<Response, WireError>> {
         self.known_business(r.biz)?;
-        let g = self.now_group(shard_of(r.biz, r.user, self.cfg.shards))?;
-        Some(self.states_here(g.id, r).map(Response::Status))
+        let shard = shard_of(r.biz, r.user, self.cfg.shards);
+        self.now_group(shard)?;
+        Some(self.states_here(shard, r).map(Response::Status))
     }
 
     /// The like state of each of `r`'s entities, read in place on this

@@ -49,7 +49,7 @@ impl Engine {
             .local()
             .iter()
             .filter(|g| g.is_leader() && !g.is_sole_voter())
-            .map(|g| g.id)
+            .map(|g| g.gid)
             .collect()
     }
 

@@ -60,6 +60,10 @@ pub struct Policy {
     pub dead_after: Duration,
     /// Moves in flight per node (as source or target).
     pub per_node: usize,
+    /// Which group hosts which shard: moves and leaderships are planned
+    /// per group, on the groups' own shards (`Layout::own`), and every
+    /// shard is placed as its group (`Layout::spread`).
+    pub layout: crate::layout::Layout,
 }
 
 /// Whether `id` still has a part in `state`: a replica, a move, a vote in
@@ -76,12 +80,14 @@ pub fn next(state: &ClusterState, seen: &Seen, policy: &Policy) -> Option<Cluste
     members(&mut s, seen, policy);
     meta_voters(&mut s);
     let up: BTreeSet<NodeId> = seen.up.keys().copied().collect();
-    let moves =
-        rebalance::plan(&s.map.shards, &s.members, &up, policy.rf, &s.moves, policy.per_node);
+    let own = policy.layout.own(&s.map.shards);
+    let moves = rebalance::plan(own, &s.members, &up, policy.rf, &s.moves, policy.per_node);
     s.moves.extend(moves);
     if s.moves.is_empty() && s == *state {
-        s.map.shards = rebalance::spread_leaders(&s.map.shards);
+        let spread = rebalance::spread_leaders(policy.layout.own(&s.map.shards));
+        s.map.shards[..spread.len()].clone_from_slice(&spread);
     }
+    policy.layout.spread(&mut s.map.shards);
     if s == *state {
         return None;
     }
@@ -207,7 +213,34 @@ mod tests {
     }
 
     fn policy() -> Policy {
-        Policy { rf: 3, dead_after: Duration::from_secs(300), per_node: 2 }
+        Policy {
+            rf: 3,
+            dead_after: Duration::from_secs(300),
+            per_node: 2,
+            // One group per shard, for any shard count the tests use.
+            layout: crate::layout::Layout::new(64, 0),
+        }
+    }
+
+    /// Six shards in two groups, for `policy`'s layout.
+    fn grouped() -> Policy {
+        Policy { layout: crate::layout::Layout::new(6, 2), ..policy() }
+    }
+
+    #[test]
+    fn moves_are_planned_per_group_and_every_shard_is_placed_as_its_group() {
+        let mut s = cluster(&[1, 2, 3, 4], 6);
+        grouped().layout.spread(&mut s.map.shards);
+        let view = seen(&[(1, 10), (2, 20), (3, 30), (4, 40)]);
+        s.members[3].state = MemberState::Decommissioning;
+        let n = next(&s, &view, &grouped()).unwrap();
+        assert!(!n.moves.is_empty());
+        // Only the groups (0 and 1) move: a move of their own shard moves
+        // every shard they host.
+        assert!(n.moves.iter().all(|m| m.shard < 2), "{:?}", n.moves);
+        for (i, r) in n.map.shards.iter().enumerate() {
+            assert_eq!(*r, n.map.shards[i % 2], "shard {i}");
+        }
     }
 
     fn seen(upn: &[(NodeId, Incarnation)]) -> Seen {

@@ -69,8 +69,10 @@ impl Engine {
             if change(&mut next).is_none() || next == *now {
                 return Ok(false);
             }
+            // Every shard placed as the group that hosts it.
+            self.layout.spread(&mut next.map.shards);
             next.map.epoch = now.map.epoch + 1;
-            match meta.propose(Command::SetClusterState(Box::new(next))).await? {
+            match meta.propose(meta.gid, Command::SetClusterState(Box::new(next))).await? {
                 CmdResult::Done => return Ok(true),
                 // Another change applied first: read it and try again.
                 CmdResult::Failed(e) => warn!(reason = %e, "cluster state changed meanwhile"),
@@ -112,6 +114,7 @@ impl Engine {
                 rf: self.cfg.cluster.replication_factor as usize,
                 dead_after: self.cfg.cluster.dead_node_timeout,
                 per_node: self.cfg.cluster.moves_per_node,
+                layout: self.layout,
             };
             match self
                 .change_state(|s| {

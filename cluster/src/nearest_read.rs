@@ -101,9 +101,9 @@ impl Engine {
             g.raft.metrics().borrow().running_state.is_ok() && !self.store.is_incomplete(shard)
         }) {
             if fresh {
-                self.replica_barrier(&g).await?;
+                self.replica_barrier(&g, shard).await?;
             }
-            let reply = self.on_local(&g, req, false).await?;
+            let reply = self.on_local(&g, shard, req, false).await?;
             return Ok((reply, self.lag_of(shard)));
         }
         let replicas: Vec<u64> = self

@@ -174,7 +174,7 @@ impl Delivery {
             .await
             .map_err(|e| e.to_string())?;
         let own = self.own().ok_or("this node no longer holds the shard")?;
-        own.propose(Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
+        own.propose(self.shard, Command::Ack { target, seqs }).await.map_err(|e| e.to_string())?;
         Ok(Some((last, full)))
     }
 
@@ -189,7 +189,7 @@ impl Delivery {
             .on_leader(
                 target,
                 false,
-                |g| async move { g.propose(cmd.clone()).await.map(|_| ()) },
+                |g| async move { g.propose(target, cmd.clone()).await.map(|_| ()) },
                 |n| async move {
                     let req = PeerRequest::Propose { group: target, cmd: cmd.clone(), shed: None };
                     self.router

@@ -93,7 +93,7 @@ impl Engine {
             }
             PeerRequest::Propose { group, cmd, shed } => match self.router.group(group) {
                 Some(g) if g.is_leader() => {
-                    let proposed = propose_here(&g, cmd, shed);
+                    let proposed = propose_here(&g, group, cmd, shed);
                     match tokio::time::timeout(self.cfg.request_timeout, proposed).await {
                         Ok(r) => PeerResponse::Propose(r),
                         Err(_) => PeerResponse::Propose(Err(timed_out(self.cfg.request_timeout))),
@@ -108,7 +108,7 @@ impl Engine {
             PeerRequest::MetaApplied => {
                 let meta = self.router.meta_id;
                 let res = match self.router.group(meta) {
-                    Some(g) => match g.read_barrier().await {
+                    Some(g) => match g.read_barrier(g.gid).await {
                         Ok(()) => Ok(g.raft.metrics().borrow().last_applied.map_or(0, |l| l.index)),
                         Err(e) => Err(e),
                     },
@@ -118,7 +118,7 @@ impl Engine {
             }
             PeerRequest::Boards { shard, rank, after, limit } => match self.router.group(shard) {
                 Some(g) if g.is_leader() => PeerResponse::Boards(
-                    self.boards_here(&g, rank, after.as_deref(), limit as usize).await,
+                    self.boards_here(&g, shard, rank, after.as_deref(), limit as usize).await,
                 ),
                 Some(g) => {
                     let leader = g.raft.metrics().borrow().current_leader;
@@ -128,7 +128,7 @@ impl Engine {
             },
             PeerRequest::CheckScore { group, cmd } => match self.router.group(group) {
                 Some(g) if g.is_leader() => {
-                    let checked = self.check_score_here(&g, &cmd);
+                    let checked = self.check_score_here(&g, group, &cmd);
                     match tokio::time::timeout(self.cfg.request_timeout, checked).await {
                         Ok(r) => PeerResponse::CheckScore(r),
                         Err(_) => {
@@ -146,7 +146,7 @@ impl Engine {
             PeerRequest::HotKeys { top } => PeerResponse::HotKeys(self.hot_keys_here(top)),
             PeerRequest::ExportBoard { group, board } => match self.router.group(group) {
                 Some(g) if g.is_leader() => {
-                    let export = self.export_board_here(&g, board);
+                    let export = self.export_board_here(&g, group, board);
                     match tokio::time::timeout(self.cfg.request_timeout, export).await {
                         Ok(r) => PeerResponse::ExportBoard(r.map(Box::new)),
                         Err(_) => {
@@ -164,7 +164,7 @@ impl Engine {
             },
             PeerRequest::ExportEntity { group, key } => match self.router.group(group) {
                 Some(g) if g.is_leader() => {
-                    let export = self.export_entity_here(&g, key);
+                    let export = self.export_entity_here(&g, group, key);
                     match tokio::time::timeout(self.cfg.request_timeout, export).await {
                         Ok(r) => PeerResponse::ExportEntity(r.map(Box::new)),
                         Err(_) => {
@@ -215,12 +215,14 @@ impl Engine {
             .map_or(0, |m| m.len())
     }
 
-    /// This node's view of each group it holds.
+    /// This node's view of each group it holds, one row per shard the
+    /// group hosts (a group's snapshot on its own shard's row).
     pub(crate) fn report(&self) -> Vec<GroupReport> {
         self.router
             .local()
             .iter()
-            .map(|g| {
+            .flat_map(|g| g.shard_ids().map(move |s| (g, s)).collect::<Vec<_>>())
+            .map(|(g, shard)| {
                 let m = g.raft.metrics().borrow().clone();
                 let role = crate::group::role_name(m.state);
                 let matched = m
@@ -229,13 +231,14 @@ impl Engine {
                     .map(|r| r.iter().map(|(n, l)| (*n, l.map(|l| l.index))).collect())
                     .unwrap_or_default();
                 let leads = m.current_leader == Some(m.id);
-                let (sending, snapshot_bytes) = if leads && g.id != self.router.meta_id {
-                    (self.sends.of_group(g.id), self.snapshot_bytes(g.id))
+                let own = shard == g.gid && g.gid != self.router.meta_id;
+                let (sending, snapshot_bytes) = if leads && own {
+                    (self.sends.of_group(g.gid), self.snapshot_bytes(g.gid))
                 } else {
                     (Vec::new(), 0)
                 };
                 GroupReport {
-                    group: g.id,
+                    group: shard,
                     role: role.to_string(),
                     term: m.current_term,
                     leader: m.current_leader,

@@ -13,7 +13,7 @@
 use crate::types::Raft;
 use openraft::error::ClientWriteError;
 use plaudit_actors::{coalesce, Batch, CmdResult, Command};
-use plaudit_proto::WireError;
+use plaudit_proto::{ShardId, WireError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,11 +22,12 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 pub(crate) type OneReply = oneshot::Sender<Result<CmdResult, WireError>>;
 pub(crate) type ManyReply = oneshot::Sender<Result<Vec<CmdResult>, WireError>>;
 
-/// What waits in the group's proposal queue.
+/// What waits in the group's proposal queue, with the shard that applies
+/// it (one of the group's).
 pub(crate) enum Proposal {
-    One(Command, OneReply),
+    One(ShardId, Command, OneReply),
     /// Commands applied in this order, answered together.
-    Many(Vec<Command>, ManyReply),
+    Many(ShardId, Vec<Command>, ManyReply),
 }
 
 /// A proposal in the queue, with its share of the queue's bound (one
@@ -37,35 +38,46 @@ impl Proposal {
     pub(crate) fn len(&self) -> usize {
         match self {
             Proposal::One(..) => 1,
-            Proposal::Many(cmds, _) => cmds.len(),
+            Proposal::Many(_, cmds, _) => cmds.len(),
+        }
+    }
+
+    fn shard(&self) -> ShardId {
+        match self {
+            Proposal::One(s, ..) | Proposal::Many(s, ..) => *s,
         }
     }
 }
 
 /// Who gets which results of an entry: each proposal's reply and how many
-/// of the entry's commands (in order) are its.
+/// of the entry's commands (in order) are its, with its shard.
 enum Reply {
-    One(OneReply),
-    Many(ManyReply, usize),
+    One(ShardId, OneReply),
+    Many(ShardId, ManyReply, usize),
 }
 
-/// Splits proposals into the entry's commands and their replies.
-fn flatten(batch: Vec<Proposal>) -> (Vec<Command>, Vec<Reply>) {
-    let mut cmds = Vec::with_capacity(batch.iter().map(Proposal::len).sum());
+/// Splits proposals into the entry's commands, each command's shard and
+/// the replies.
+fn flatten(batch: Vec<Proposal>) -> (Vec<Command>, Vec<ShardId>, Vec<Reply>) {
+    let n = batch.iter().map(Proposal::len).sum();
+    let mut cmds = Vec::with_capacity(n);
+    let mut tags = Vec::with_capacity(n);
     let mut replies = Vec::with_capacity(batch.len());
     for p in batch {
         match p {
-            Proposal::One(cmd, r) => {
+            Proposal::One(shard, cmd, r) => {
                 cmds.push(cmd);
-                replies.push(Reply::One(r));
+                tags.push(shard);
+                replies.push(Reply::One(shard, r));
             }
-            Proposal::Many(many, r) => {
-                replies.push(Reply::Many(r, many.len()));
+            Proposal::Many(shard, many, r) => {
+                replies.push(Reply::Many(shard, r, many.len()));
+                tags.extend(std::iter::repeat_n(shard, many.len()));
                 cmds.extend(many);
             }
         }
     }
-    (cmds, replies)
+    (cmds, tags, replies)
 }
 
 /// Hands each proposal its results, in order.
@@ -73,11 +85,11 @@ fn answer(replies: Vec<Reply>, results: Vec<CmdResult>) {
     let mut results = results.into_iter();
     for r in replies {
         match r {
-            Reply::One(tx) => {
+            Reply::One(_, tx) => {
                 let res = results.next().ok_or_else(missing);
                 let _ = tx.send(res);
             }
-            Reply::Many(tx, n) => {
+            Reply::Many(_, tx, n) => {
                 let mine: Vec<CmdResult> = results.by_ref().take(n).collect();
                 let res = if mine.len() == n { Ok(mine) } else { Err(missing()) };
                 let _ = tx.send(res);
@@ -91,13 +103,18 @@ fn missing() -> WireError {
 }
 
 fn fail(replies: Vec<Reply>, err: &WireError) {
+    fail_each(replies, |_| err.clone())
+}
+
+/// Fails each proposal with the error made for its shard.
+fn fail_each(replies: Vec<Reply>, err: impl Fn(ShardId) -> WireError) {
     for r in replies {
         match r {
-            Reply::One(tx) => {
-                let _ = tx.send(Err(err.clone()));
+            Reply::One(shard, tx) => {
+                let _ = tx.send(Err(err(shard)));
             }
-            Reply::Many(tx, _) => {
-                let _ = tx.send(Err(err.clone()));
+            Reply::Many(shard, tx, _) => {
+                let _ = tx.send(Err(err(shard)));
             }
         }
     }
@@ -107,8 +124,13 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// Runs one group's proposals into its Raft log. `tagged`: the group hosts
+/// several shards, and each command is logged with its own
+/// (`Batch::tagged`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn propose_loop(
     shard: u32,
+    tagged: bool,
     raft: Raft,
     mut rx: mpsc::Receiver<Queued>,
     batch_max: usize,
@@ -144,9 +166,20 @@ pub(crate) async fn propose_loop(
             }
         }
         last_now = last_now.max(now_ms());
-        let (cmds, replies) = flatten(batch);
+        if tagged {
+            // Each shard's commands together, in arrival order (a stable
+            // sort), so that each run coalesces on its own.
+            batch.sort_by_key(Proposal::shard);
+        }
+        let (cmds, tags, replies) = flatten(batch);
         // One command per board member for its scoring events in this batch.
-        let (cmds, routes) = coalesce::coalesce(cmds);
+        let (entry, routes) = if tagged {
+            let (cmds, tags, routes) = coalesce::coalesce_tagged(cmds, &tags);
+            (Batch::tagged(last_now, cmds, tags), routes)
+        } else {
+            let (cmds, routes) = coalesce::coalesce(cmds);
+            (Batch::new(last_now, cmds), routes)
+        };
         let merged = routes
             .iter()
             .filter(|r| matches!(r, coalesce::Route::Events { first, .. } if *first > 0))
@@ -154,7 +187,7 @@ pub(crate) async fn propose_loop(
         coalesced.fetch_add(merged as u64, Ordering::Relaxed);
         // Handing the entry to Raft here, in the loop, keeps entries in
         // arrival order; only waiting for the commit runs concurrently.
-        let appended = raft.client_write_ff(Batch::new(last_now, cmds)).await;
+        let appended = raft.client_write_ff(entry).await;
         drop(permits);
         let rx = match appended {
             Ok(rx) => rx,
@@ -179,7 +212,7 @@ pub(crate) async fn propose_loop(
             match done {
                 Ok(Ok(resp)) => answer(replies, coalesce::split(resp.data, &routes)),
                 Ok(Err(ClientWriteError::ForwardToLeader(f))) => {
-                    fail(replies, &crate::router::not_leader(shard, f.leader_id, 0));
+                    fail_each(replies, |s| crate::router::not_leader(s, f.leader_id, 0));
                 }
                 Ok(Err(e)) => fail(replies, &WireError::internal(e.to_string())),
                 // Raft shut down with the entry appended: it may commit.
@@ -214,11 +247,11 @@ mod tests {
         let (t2, mut r2) = oneshot::channel();
         let (t3, mut r3) = oneshot::channel();
         let batch = vec![
-            Proposal::One(cmd(0), t1),
-            Proposal::Many(vec![cmd(1), cmd(2), cmd(3)], t2),
-            Proposal::One(cmd(4), t3),
+            Proposal::One(0, cmd(0), t1),
+            Proposal::Many(0, vec![cmd(1), cmd(2), cmd(3)], t2),
+            Proposal::One(0, cmd(4), t3),
         ];
-        let (cmds, replies) = flatten(batch);
+        let (cmds, _, replies) = flatten(batch);
         assert_eq!(cmds.len(), 5);
         answer(replies, (0..5).map(scored).collect());
         assert_eq!(r1.try_recv().unwrap().unwrap(), scored(0));
@@ -230,8 +263,10 @@ mod tests {
     fn too_few_results_fail_rather_than_shift() {
         let (t1, mut r1) = oneshot::channel();
         let (t2, mut r2) = oneshot::channel();
-        let (cmds, replies) =
-            flatten(vec![Proposal::Many(vec![cmd(0), cmd(1)], t1), Proposal::One(cmd(2), t2)]);
+        let (cmds, _, replies) = flatten(vec![
+            Proposal::Many(0, vec![cmd(0), cmd(1)], t1),
+            Proposal::One(0, cmd(2), t2),
+        ]);
         assert_eq!(cmds.len(), 3);
         answer(replies, vec![scored(0)]);
         assert!(r1.try_recv().unwrap().is_err());

@@ -191,7 +191,7 @@ impl Engine {
                     self.router.on_leader(
                         shard,
                         false,
-                        |g| async move { self.check_score_here(&g, cmd).await },
+                        move |g| async move { self.check_score_here(&g, shard, cmd).await },
                         move |n| async move {
                             let req = PeerRequest::CheckScore { group: shard, cmd: cmd.clone() };
                             self.router
@@ -220,14 +220,15 @@ impl Engine {
     pub(crate) async fn check_score_here(
         &self,
         g: &Group,
+        shard: u32,
         cmd: &ScoreCmd,
     ) -> Result<EventResult, WireError> {
         let [event] = cmd.events.as_slice() else {
             return Err(internal(format!("a check is of one event, not {}", cmd.events.len())));
         };
-        g.read_barrier().await?;
+        g.read_barrier(shard).await?;
         let rules = Rules { aggregation: cmd.aggregation, ties: cmd.ties, cap: cmd.cap as usize };
-        g.handle
+        g.shard_handle(shard)?
             .board_check(cmd.rank, cmd.type_key.clone(), rules, cmd.item, *event)
             .await
             .map_err(ShardError::into_wire)
@@ -258,7 +259,7 @@ impl Engine {
             .on_leader(
                 shard,
                 redirect,
-                |g| async move { propose_here(&g, cmd.clone(), shed).await },
+                |g| async move { propose_here(&g, shard, cmd.clone(), shed).await },
                 |n| async move {
                     let req = PeerRequest::Propose { group: shard, cmd: cmd.clone(), shed };
                     self.router
@@ -286,9 +287,9 @@ impl Engine {
             self.router.on_leader(
                 shard,
                 redirect,
-                |g| async move {
+                move |g| async move {
                     match req {
-                        Request::Query(q) => self.query_here(&g, q.clone(), true).await,
+                        Request::Query(q) => self.query_here(&g, shard, q.clone(), true).await,
                         _ => Err(internal("not a query")),
                     }
                 },
@@ -384,18 +385,19 @@ impl Engine {
     pub(crate) async fn query_here(
         &self,
         g: &Group,
+        shard: u32,
         q: QueryRequest,
         fresh: bool,
     ) -> Result<Response, WireError> {
         let def = self.rank_def(q.rank).await?;
         let t = route::board_of(&def, &q.board)?;
         if fresh {
-            g.read_barrier().await?;
+            g.read_barrier(shard).await?;
         }
         let rules =
             Rules { aggregation: def.aggregation, ties: def.ties, cap: def.settings.cap as usize };
         let out = g
-            .handle
+            .shard_handle(shard)?
             .board_query(q.rank, t.to_key(), rules, q.query.clone())
             .await
             .map_err(ShardError::into_wire)?;
@@ -407,18 +409,20 @@ impl Engine {
     pub(crate) async fn boards_here(
         &self,
         g: &Group,
+        shard: u32,
         rank: u32,
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, u64)>, WireError> {
-        g.read_barrier().await?;
-        let page = self.store.boards_on_shard(rank, g.id, after, limit).map_err(internal)?;
+        g.read_barrier(shard).await?;
+        let page = self.store.boards_on_shard(rank, shard, after, limit).map_err(internal)?;
         // A held board's stored header is as of its load or first batch. A
         // board let go after the page was read was written back before it
         // was unlisted: its header, read again, is current.
-        let size = |k: &[u8], stored: u64| match g.handle.board_size_now(rank, k) {
+        let handle = g.shard_handle(shard)?;
+        let size = |k: &[u8], stored: u64| match handle.board_size_now(rank, k) {
             Some(size) => Ok(size),
-            None => match self.store.board_meta(rank, g.id, k).map_err(internal)? {
+            None => match self.store.board_meta(rank, shard, k).map_err(internal)? {
                 Some(m) => Ok(m.size),
                 None => Ok(stored),
             },
@@ -451,7 +455,7 @@ impl Engine {
                     shard,
                     false,
                     |g| async move {
-                        self.boards_here(&g, b.rank, after.as_deref(), want as usize).await
+                        self.boards_here(&g, shard, b.rank, after.as_deref(), want as usize).await
                     },
                     |n| async move {
                         let req = PeerRequest::Boards {
@@ -527,6 +531,7 @@ pub(crate) fn score_cmd_keyed(
 /// Proposes on a group this node leads; `None` if the priority class is shed.
 pub(crate) async fn propose_here(
     g: &Group,
+    shard: u32,
     cmd: Command,
     shed: Option<u8>,
 ) -> Result<Option<CmdResult>, WireError> {
@@ -535,5 +540,5 @@ pub(crate) async fn propose_here(
             return Ok(None);
         }
     }
-    g.propose(cmd).await.map(Some)
+    g.propose(shard, cmd).await.map(Some)
 }

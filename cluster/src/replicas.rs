@@ -23,6 +23,7 @@
 //! that gave this node the replica.
 
 use crate::engine::Engine;
+use crate::layout::Layout;
 use crate::peer::wire::GroupId;
 use crate::types::NodeId;
 use plaudit_proto::cluster::ClusterMap;
@@ -32,11 +33,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::{error, info, warn};
 
-/// The groups of `state` this node should hold: placed here or moving here.
-pub(crate) fn wanted(state: &ClusterState, me: NodeId) -> BTreeSet<GroupId> {
+/// The groups of `state` this node should hold: placed here or moving
+/// here (by the groups that host the shards the state names).
+pub(crate) fn wanted(state: &ClusterState, me: NodeId, layout: Layout) -> BTreeSet<GroupId> {
     let mut out: BTreeSet<GroupId> = state.map.shards_of(me).collect();
     out.extend(state.moves.iter().filter(|m| m.to == me).map(|m| m.shard));
-    out
+    out.into_iter().map(|s| layout.group_of(s)).collect()
 }
 
 impl Engine {
@@ -71,7 +73,7 @@ impl Engine {
         // One shard that cannot start (a half-installed one refuses to)
         // must not keep the others down: each is tried, failures are logged
         // and retried at the next pass.
-        for shard in wanted(state, me) {
+        for shard in wanted(state, me, self.layout) {
             let g = match self.start_group(shard).await {
                 Ok(g) => g,
                 Err(e) => {
@@ -94,11 +96,11 @@ impl Engine {
     /// metadata group and that the state does not want here.
     fn leftovers(&self, state: &ClusterState) -> BTreeSet<GroupId> {
         let meta = self.router.meta_id;
-        let mut have: BTreeSet<GroupId> = self.router.local().iter().map(|g| g.id).collect();
+        let mut have: BTreeSet<GroupId> = self.router.local().iter().map(|g| g.gid).collect();
         have.extend(self.wal.group_ids());
         have.extend(crate::durable::snapshot_groups(&self.cfg.data_dir, meta));
         have.remove(&meta);
-        let wanted = wanted(state, self.node_id());
+        let wanted = wanted(state, self.node_id(), self.layout);
         have.retain(|g| !wanted.contains(g));
         have
     }
@@ -129,7 +131,10 @@ impl Engine {
             if let Err(e) = group.raft.shutdown().await {
                 warn!(shard = g, error = %e, "raft shutdown");
             }
-            group.handle.stop().await;
+            crate::engine::stop_all(
+                &group.handles().map(|(s, h)| (s, h.clone())).collect::<Vec<_>>(),
+            )
+            .await;
             self.share_budget();
         }
         // The log's records first: a crash after it leaves only snapshot
@@ -137,7 +142,9 @@ impl Engine {
         // group, which the next pass drops again).
         let wal = self.wal.clone();
         tokio::task::spawn_blocking(move || wal.drop_group(g)).await??;
-        self.store.forget(g)?;
+        for shard in self.layout.shards_of(g) {
+            self.store.forget(shard)?;
+        }
         self.sends.forget(g);
         let dir = self.cfg.data_dir.join("snapshots").join(format!("shard{g}"));
         match std::fs::remove_dir_all(&dir) {

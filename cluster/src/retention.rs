@@ -25,7 +25,7 @@ pub async fn run(router: Arc<Router>, store: StateStore, directory: Directory, e
         tick.tick().await;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         let groups: Vec<_> =
-            router.local().into_iter().filter(|g| g.id != router.meta_id).collect();
+            router.local().into_iter().filter(|g| g.gid != router.meta_id).collect();
         match sweep(&groups, &store, &directory, now).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(dropped = n, "retention sweep deleted expired sub-boards"),
@@ -47,14 +47,14 @@ pub async fn sweep(
         if def.granularities.iter().all(|g| *g == Granularity::Total) {
             continue;
         }
-        for g in groups {
+        for (g, shard) in groups.iter().flat_map(|g| g.shard_ids().map(move |s| (g, s))) {
             if !g.is_leader() {
                 continue;
             }
             let mut after: Option<Vec<u8>> = None;
             loop {
                 let page = store
-                    .boards_on_shard(def.id, g.id, after.as_deref(), PAGE)
+                    .boards_on_shard(def.id, shard, after.as_deref(), PAGE)
                     .map_err(|e| e.to_string())?;
                 let Some((last, _)) = page.last() else { break };
                 after = Some(last.clone());
@@ -64,7 +64,7 @@ pub async fn sweep(
                     });
                     if expired {
                         let cmd = Command::DropBoard { rank: def.id, type_key: type_key.clone() };
-                        g.propose(cmd).await.map_err(|e| e.to_string())?;
+                        g.propose(shard, cmd).await.map_err(|e| e.to_string())?;
                         dropped += 1;
                     }
                 }

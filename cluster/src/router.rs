@@ -109,25 +109,47 @@ impl Router {
         self.forwarded.load(Ordering::Relaxed)
     }
 
+    /// This node's replica of the group that hosts shard `g` (a group's
+    /// id is its first shard's, so a group id finds it too).
     pub fn group(&self, g: GroupId) -> Option<Arc<Group>> {
         self.groups.read().unwrap_or_else(|e| e.into_inner()).get(&g).cloned()
     }
 
+    /// Adds this node's replica of `group`, under every shard it hosts.
     pub fn insert(&self, group: Arc<Group>) {
-        self.groups.write().unwrap_or_else(|e| e.into_inner()).insert(group.id, group);
+        let mut all = self.groups.write().unwrap_or_else(|e| e.into_inner());
+        for shard in group.shard_ids() {
+            all.insert(shard, group.clone());
+        }
     }
 
-    /// Forgets this node's replica of `g` (moved to another node).
+    /// Forgets this node's replica of group `g` (moved to another node).
     pub fn remove(&self, g: GroupId) -> Option<Arc<Group>> {
-        let gone = self.groups.write().unwrap_or_else(|e| e.into_inner()).remove(&g);
-        self.hints.write().unwrap_or_else(|e| e.into_inner()).remove(&g);
+        let gone = {
+            let mut all = self.groups.write().unwrap_or_else(|e| e.into_inner());
+            let gone = all.get(&g).filter(|group| group.gid == g).cloned();
+            if let Some(group) = &gone {
+                for shard in group.shard_ids() {
+                    all.remove(&shard);
+                }
+            }
+            gone
+        };
+        let mut hints = self.hints.write().unwrap_or_else(|e| e.into_inner());
+        match &gone {
+            Some(group) => hints.retain(|s, _| !group.shard_ids().any(|h| h == *s)),
+            None => hints.retain(|s, _| *s != g),
+        }
         gone
     }
 
-    /// Every group with a replica on this node, the metadata group last.
+    /// Every group with a replica on this node, once each, the metadata
+    /// group last.
     pub fn local(&self) -> Vec<Arc<Group>> {
         let all = self.groups.read().unwrap_or_else(|e| e.into_inner());
-        let mut v: Vec<_> = all.values().filter(|g| g.id != self.meta_id).cloned().collect();
+        let own = |(id, g): (&GroupId, &Arc<Group>)| (*id == g.gid).then(|| g.clone());
+        let mut v: Vec<_> =
+            all.iter().filter(|(id, _)| **id != self.meta_id).filter_map(own).collect();
         v.extend(all.get(&self.meta_id).cloned());
         v
     }
@@ -154,13 +176,15 @@ impl Router {
         }
     }
 
-    /// The leaders this node knows first hand, for gossip: `(group, leader, term)`.
+    /// The leaders this node knows first hand, for gossip: `(shard,
+    /// leader, term)` for every shard of the groups it holds.
     pub fn local_leaders(&self) -> Vec<(GroupId, NodeId, u64)> {
         self.local()
             .iter()
-            .filter_map(|g| {
+            .flat_map(|g| {
                 let m = g.raft.metrics().borrow().clone();
-                m.current_leader.map(|l| (g.id, l, m.current_term))
+                let leader = m.current_leader.map(|l| (l, m.current_term));
+                g.shard_ids().filter_map(move |s| leader.map(|(l, t)| (s, l, t)))
             })
             .collect()
     }

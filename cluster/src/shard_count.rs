@@ -15,6 +15,7 @@
 //! hold the metadata group), so such a directory takes the count it is
 //! started with, as before, and keeps it from then on.
 
+use crate::layout::Layout;
 use anyhow::{bail, Context};
 use std::io::Write;
 use std::path::Path;
@@ -48,6 +49,43 @@ pub fn check(dir: &Path, shards: u32, log_groups: &[u32]) -> anyhow::Result<()> 
     record(dir, shards).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The group-count record's file name, in the data directory.
+pub const GROUPS_FILE: &str = "groups";
+
+/// Fails unless `layout`'s group count is the one the data directory `dir`
+/// was made with; records it if the directory has no record yet. A
+/// directory from before the record was made with one group per shard: if
+/// its Raft log holds a group that is not one of `layout`'s, it refuses.
+pub fn check_groups(dir: &Path, layout: Layout, log_groups: &[u32]) -> anyhow::Result<()> {
+    let path = dir.join(GROUPS_FILE);
+    let wrong = |made: String| {
+        format!(
+            "the data directory was made with {made} Raft groups and this node was started \
+             with {}: which group hosts a shard depends on the count, so start it with the \
+             count it was made with (groups = ...), or on an empty data directory",
+            layout.groups()
+        )
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let made: u32 = text.trim().parse().with_context(|| {
+                format!("{} holds {:?}, not a group count", path.display(), text.trim())
+            })?;
+            if made != layout.groups() {
+                bail!(wrong(made.to_string()));
+            }
+            return Ok(());
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    if log_groups.iter().any(|&g| !layout.is_group(g)) {
+        bail!(wrong("one per shard".into()));
+    }
+    write_record(dir, GROUPS_FILE, layout.groups())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 fn mismatch(made: u32, asked: u32) -> String {
     format!(
         "the data directory was made with {made} shards and this node was started with \
@@ -56,20 +94,38 @@ fn mismatch(made: u32, asked: u32) -> String {
     )
 }
 
-/// Writes the record durably: a temporary file, synced, renamed, and the
-/// directory synced (a crash leaves the old state or the new, never half).
 fn record(dir: &Path, shards: u32) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{FILE}.tmp"));
+    write_record(dir, FILE, shards)
+}
+
+/// Writes a record durably: a temporary file, synced, renamed, and the
+/// directory synced (a crash leaves the old state or the new, never half).
+fn write_record(dir: &Path, name: &str, n: u32) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "{shards}")?;
+    writeln!(f, "{n}")?;
     f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(FILE))?;
+    std::fs::rename(&tmp, dir.join(name))?;
     crate::snapshot_file::sync_dir(dir)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_keeps_its_group_count() {
+        let dir = tempfile::tempdir().unwrap();
+        check_groups(dir.path(), Layout::new(6, 1), &[]).unwrap();
+        check_groups(dir.path(), Layout::new(6, 1), &[0, 6]).unwrap();
+        let err = check_groups(dir.path(), Layout::new(6, 0), &[]).unwrap_err().to_string();
+        assert!(err.contains("made with 1 Raft groups"), "{err}");
+        // From before the record: its log's groups were one per shard.
+        let old = tempfile::tempdir().unwrap();
+        let err = check_groups(old.path(), Layout::new(6, 2), &[0, 3, 6]).unwrap_err();
+        assert!(err.to_string().contains("one per shard"), "{err}");
+        check_groups(old.path(), Layout::new(6, 0), &[0, 3, 6]).unwrap();
+    }
 
     #[test]
     fn a_new_directory_records_its_count_and_keeps_it() {

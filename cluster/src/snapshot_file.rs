@@ -48,9 +48,9 @@ pub struct SnapshotFile {
 enum Check {
     /// Nothing to check (a file this node built or is sending), or checked.
     None,
-    /// A snapshot of `shard` (with the registry if `registry`).
+    /// A snapshot of `shards` (with the registry if `registry`).
     Pending {
-        shard: u32,
+        shards: Vec<u32>,
         registry: bool,
     },
     Running(JoinHandle<io::Result<()>>),
@@ -70,11 +70,11 @@ impl SnapshotFile {
         SnapshotFile { file: tokio::fs::File::from_std(file), path, check: Check::None }
     }
 
-    /// A new empty file for receiving a snapshot of `shard` (with the
+    /// A new empty file for receiving a snapshot of `shards` (with the
     /// registry if `registry`): its shutdown fails unless it is one.
     pub async fn create_incoming(
         dir: &Path,
-        shard: u32,
+        shards: Vec<u32>,
         registry: bool,
     ) -> io::Result<SnapshotFile> {
         tokio::fs::create_dir_all(dir).await?;
@@ -86,7 +86,7 @@ impl SnapshotFile {
             .truncate(true)
             .open(&path)
             .await?;
-        Ok(SnapshotFile { file, path, check: Check::Pending { shard, registry } })
+        Ok(SnapshotFile { file, path, check: Check::Pending { shards, registry } })
     }
 
     pub fn path(&self) -> &Path {
@@ -176,12 +176,12 @@ pub fn read_meta_header(path: &Path) -> io::Result<Vec<u8>> {
 }
 
 /// Syncs the snapshot file at `path` and reads it whole: an error unless
-/// it is a complete, undamaged snapshot of `shard`.
-pub fn verify_file(path: &Path, shard: u32, registry: bool) -> io::Result<()> {
+/// it is a complete, undamaged snapshot of `shards`.
+pub fn verify_file(path: &Path, shards: &[u32], registry: bool) -> io::Result<()> {
     let file = std::fs::File::open(path)?;
     file.sync_all()?;
     let mut input = std::io::BufReader::with_capacity(1 << 20, file);
-    plaudit_storage::snapshot::verify(shard, registry, &mut input)
+    plaudit_storage::snapshot::verify(shards, registry, &mut input)
         .map(|_| ())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
 }
@@ -222,10 +222,11 @@ impl AsyncWrite for SnapshotFile {
         loop {
             match &mut this.check {
                 Check::None => return Poll::Ready(Ok(())),
-                Check::Pending { shard, registry } => {
-                    let (path, shard, registry) = (this.path.clone(), *shard, *registry);
+                Check::Pending { shards, registry } => {
+                    let (path, shards, registry) =
+                        (this.path.clone(), std::mem::take(shards), *registry);
                     let task =
-                        tokio::task::spawn_blocking(move || verify_file(&path, shard, registry));
+                        tokio::task::spawn_blocking(move || verify_file(&path, &shards, registry));
                     this.check = Check::Running(task);
                 }
                 Check::Running(task) => {

@@ -29,9 +29,11 @@ use plaudit_proto::{Request, Response, WireError};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// A write ready to be proposed with others on `group`.
+/// A write of `shard` ready to be proposed with others on `group`, the
+/// group that hosts it.
 pub struct Staged {
     pub group: Arc<Group>,
+    pub shard: u32,
     pub cmd: Command,
     pub finish: Finish,
 }
@@ -115,9 +117,10 @@ impl Engine {
                 if (r.action.is_dislike() && !dislikes_allowed) || req.validate().is_err() {
                     return None;
                 }
-                let group = self.led_here(shard_of(r.biz, r.user, self.cfg.shards))?;
+                let shard = shard_of(r.biz, r.user, self.cfg.shards);
+                let group = self.led_here(shard)?;
                 let cmd = Command::Like(r.clone());
-                Some(Stage::Staged(Staged { group, cmd, finish: Finish::Like }))
+                Some(Stage::Staged(Staged { group, shard, cmd, finish: Finish::Like }))
             }
             Request::Score(r) => {
                 req.validate().ok()?;
@@ -156,7 +159,8 @@ impl Engine {
                 let cmd =
                     crate::rankings::score_cmd_keyed(&def, r, board.type_key, self.cfg.event_ids);
                 let finish = Finish::Score(board.type_id);
-                Some(Stage::Staged(Staged { group, cmd: Command::ScoreV2(cmd), finish }))
+                let cmd = Command::ScoreV2(cmd);
+                Some(Stage::Staged(Staged { group, shard, cmd, finish }))
             }
             _ => None,
         }

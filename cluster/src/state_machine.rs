@@ -44,10 +44,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 type Meta = SnapshotMeta<u64, openraft::BasicNode>;
 
 pub struct ShardStateMachine {
+    /// The group's id, its first shard's: that shard's meta tree holds the
+    /// group's applied log id and membership.
     pub shard: u32,
     /// The metadata group's state includes the registry.
     pub is_meta: bool,
-    pub handle: ShardHandle,
+    /// The shards the group hosts and their actors, `shard` first.
+    pub shards: Vec<(u32, ShardHandle)>,
     pub store: StateStore,
     /// The registry view, reloaded after the metadata group installs a snapshot.
     pub directory: Directory,
@@ -87,12 +90,56 @@ fn now_ms() -> u128 {
 // feed them do the same rather than boxing and unboxing on every call.
 #[allow(clippy::result_large_err)]
 impl ShardStateMachine {
-    /// A hash of the shard's applied state and its applied id
-    /// (`StateStore::digest_frozen`), frozen by the shard with the boards
-    /// it holds. For tests that compare replicas.
+    /// A hash of the group's applied state (every hosted shard's, frozen
+    /// by its actor with the boards it holds: `StateStore::digest_frozen`)
+    /// and its applied id. For tests that compare replicas.
     pub async fn digest(&self) -> Result<(Option<Vec<u8>>, u64), String> {
-        let frozen = self.handle.freeze().await.map_err(|e| e.to_string())?;
-        self.store.digest_frozen(&frozen, self.is_meta).map_err(|e| e.to_string())
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let mut applied = None;
+        for (i, (_, handle)) in self.shards.iter().enumerate() {
+            let frozen = handle.freeze().await.map_err(|e| e.to_string())?;
+            let (a, hash) =
+                self.store.digest_frozen(&frozen, self.is_meta).map_err(|e| e.to_string())?;
+            if i == 0 {
+                applied = a;
+            }
+            hash.hash(&mut h);
+        }
+        Ok((applied, h.finish()))
+    }
+
+    fn ids(&self) -> Vec<u32> {
+        self.shards.iter().map(|(s, _)| *s).collect()
+    }
+
+    /// Freezes every hosted shard through its actor (which adds the images
+    /// of the boards it holds), in order. Freezing runs a checkpoint: on the
+    /// blocking pool, not a runtime worker. Another export (a test's digest)
+    /// may hold a shard for a moment: wait for it rather than fail the build
+    /// (a failed build stops the group).
+    async fn freeze_all(&self) -> Result<Vec<Frozen>, String> {
+        let mut all = Vec::with_capacity(self.shards.len());
+        for (shard, handle) in &self.shards {
+            all.push(loop {
+                match handle.freeze().await {
+                    Ok(f) => break f,
+                    Err(_) if self.store.is_frozen(*shard) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            });
+        }
+        Ok(all)
+    }
+
+    /// Resets every hosted shard's actor.
+    async fn reset_all(&self) -> Result<(), StorageError> {
+        for (_, h) in &self.shards {
+            h.reset().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        }
+        Ok(())
     }
 
     fn applied(&self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
@@ -153,7 +200,7 @@ impl ShardStateMachine {
             if meta.last_log_id.map(|l| l.index) < purged {
                 continue;
             }
-            if let Err(e) = snapshot_file::verify_file(&path, self.shard, self.is_meta) {
+            if let Err(e) = snapshot_file::verify_file(&path, &self.ids(), self.is_meta) {
                 tracing::warn!(shard = self.shard, path = %path.display(), error = %e, "a received snapshot a crash left is damaged; not installed");
                 continue;
             }
@@ -179,22 +226,22 @@ impl ShardStateMachine {
         snapshot_file::remove_leftovers(dir, "building", None);
     }
 
-    /// Replaces the shard's state with the complete snapshot at `path`.
+    /// Replaces the hosted shards' state with the complete snapshot at `path`.
     async fn install_file(&self, path: &Path) -> Result<Meta, StorageError> {
-        // An export holds the shard's trees still; wait for it to finish.
-        while self.store.is_frozen(self.shard) {
+        // An export holds a shard's trees still; wait for it to finish.
+        while self.shards.iter().any(|(s, _)| self.store.is_frozen(*s)) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // Held boards let go first, written back nowhere: the shard must not
+        // Held boards let go first, written back nowhere: a shard must not
         // write a board back (an idle sweep) over the state being installed.
-        self.handle.reset().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
-        let (store, shard, registry) = (self.store.clone(), self.shard, self.is_meta);
+        self.reset_all().await?;
+        let (store, shards, registry) = (self.store.clone(), self.ids(), self.is_meta);
         let file = path.to_path_buf();
         let meta = tokio::task::spawn_blocking(move || -> Result<Meta, String> {
             let mut input = BufReader::new(std::fs::File::open(&file).map_err(|e| e.to_string())?);
             let header = read_header(&mut input).map_err(|e| e.to_string())?;
             let meta: Meta = decode_header(&header).map_err(|e| e.to_string())?;
-            store.install(shard, registry, &mut input).map_err(|e| e.to_string())?;
+            store.install_many(&shards, registry, &mut input).map_err(|e| e.to_string())?;
             Ok(meta)
         })
         .await
@@ -208,7 +255,7 @@ impl ShardStateMachine {
                 format!("snapshot {} holds state at {applied:?}", meta.snapshot_id),
             ));
         }
-        self.handle.reset().await.map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        self.reset_all().await?;
         if self.is_meta {
             self.directory.reload(&self.store).map_err(|e| snap_err(ErrorVerb::Read, e))?;
         }
@@ -216,15 +263,15 @@ impl ShardStateMachine {
     }
 }
 
-/// Holds the shard frozen at the point it was taken; building streams it
-/// to a file.
+/// Holds the group's shards frozen at the point they were taken; building
+/// streams them to a file.
 pub struct Builder {
     shard: u32,
     is_meta: bool,
     store: StateStore,
     snapshot_dir: PathBuf,
     files: FileLock,
-    taken: Result<(Frozen, Meta), String>,
+    taken: Result<(Vec<Frozen>, Meta), String>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Builder {
@@ -241,8 +288,9 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             let tmp = snapshot_file::tmp_path(&dir, "building");
             let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
             let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-            let stats =
-                store.export(&frozen, registry, &header, &mut out).map_err(|e| e.to_string())?;
+            let stats = store
+                .export_many(&frozen, registry, &header, &mut out)
+                .map_err(|e| e.to_string())?;
             // Thaw as soon as the trees have been read.
             drop(frozen);
             let file = out.into_inner().map_err(|e| e.to_string())?;
@@ -301,26 +349,27 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
         // page cache before anything they do is visible (`file_log.rs`),
         // in one write with whatever else the log holds by now.
         self.wal.write_out().map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        self.handle.apply(batch).await.map_err(|e| sm_err(ErrorVerb::Write, e))
+        if let [(_, only)] = &self.shards[..] {
+            return only.apply(batch).await.map_err(|e| sm_err(ErrorVerb::Write, e));
+        }
+        let split = crate::group_apply::split(self.shard, &self.ids(), batch);
+        let applied = futures::future::try_join_all(self.shards.iter().zip(split.parts).map(
+            |((_, h), part)| async move {
+                if part.is_empty() {
+                    return Ok(Vec::new());
+                }
+                h.apply(part).await
+            },
+        ))
+        .await
+        .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        split.routes.merge(applied).map_err(|e| sm_err(ErrorVerb::Write, e))
     }
 
     /// Runs in the state machine task, between applies: the point frozen
     /// here is exactly the applied state, at the applied id.
     async fn get_snapshot_builder(&mut self) -> Builder {
-        // Freezing runs a checkpoint: on the blocking pool, not a runtime
-        // worker. Another export (a test's digest) may hold the shard for a
-        // moment: wait for it rather than fail the build (a failed build
-        // stops the group).
-        let frozen = loop {
-            // Through the shard: it adds the images of the boards it holds.
-            match self.handle.freeze().await {
-                Ok(f) => break Ok(f),
-                Err(_) if self.store.is_frozen(self.shard) => {
-                    tokio::time::sleep(Duration::from_millis(10)).await
-                }
-                Err(e) => break Err(e.to_string()),
-            }
-        };
+        let frozen = self.freeze_all().await;
         let taken = (|| {
             let frozen = frozen?;
             let (last_log_id, last_membership) = self.applied().map_err(|e| e.to_string())?;
@@ -348,7 +397,7 @@ impl RaftStateMachine<TypeConfig> for ShardStateMachine {
             let _files = lock(&self.files);
             snapshot_file::remove_leftovers(&self.snapshot_dir, "incoming", None);
         }
-        let f = SnapshotFile::create_incoming(&self.snapshot_dir, self.shard, self.is_meta)
+        let f = SnapshotFile::create_incoming(&self.snapshot_dir, self.ids(), self.is_meta)
             .await
             .map_err(|e| snap_err(ErrorVerb::Write, e))?;
         Ok(Box::new(f))

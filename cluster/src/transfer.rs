@@ -195,7 +195,7 @@ impl Engine {
         let mut seen = None;
         loop {
             if group.raft.metrics().borrow().current_leader != Some(self.node_id()) {
-                return Err(TransferError::NotLeader(group.id));
+                return Err(TransferError::NotLeader(group.gid));
             }
             let (_, matched, last) = progress(group);
             let caught_up = matched.iter().any(|&(n, m)| n == to && m >= last);
@@ -203,7 +203,7 @@ impl Engine {
                 return Ok(last);
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(TransferError::Behind(group.id, to));
+                return Err(TransferError::Behind(group.gid, to));
             }
             seen = group.queue_empty().then_some(last);
             tokio::time::sleep(SETTLE).await;
@@ -220,14 +220,14 @@ impl Engine {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if group.raft.metrics().borrow().current_leader != Some(self.node_id()) {
-                return Err(TransferError::NotLeader(group.id));
+                return Err(TransferError::NotLeader(group.gid));
             }
             let (_, matched, last) = progress(group);
             if matched.iter().any(|&(n, m)| n == to && m >= last) {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(TransferError::Behind(group.id, to));
+                return Err(TransferError::Behind(group.gid, to));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -218,6 +218,7 @@ fn config(dir: &Path) -> EngineConfig {
 
 fn config_with_actors(dir: &Path, actor_budget: usize, actor_idle: Duration) -> EngineConfig {
     EngineConfig {
+        groups: 0,
         data_dir: dir.to_path_buf(),
         shards: 4,
         group: GroupConfig {

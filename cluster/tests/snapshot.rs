@@ -73,7 +73,13 @@ async fn open(dir: &Path, is_meta: bool) -> (sled::Db, ShardStateMachine) {
 async fn open_with(dir: &Path, is_meta: bool, budget: usize) -> (sled::Db, ShardStateMachine) {
     let db = open_db(&dir.join("sled")).await;
     let store = StateStore::open(&db).unwrap();
-    plaudit_cluster::durable::load_snapshots(&store, dir, SHARD).unwrap();
+    plaudit_cluster::durable::load_snapshots(
+        &store,
+        dir,
+        SHARD,
+        plaudit_cluster::layout::Layout::new(SHARD, 0),
+    )
+    .unwrap();
     let directory = Directory::load(&store).unwrap();
     let actor = ShardActor {
         cfg: ShardConfig {
@@ -93,7 +99,7 @@ async fn open_with(dir: &Path, is_meta: bool, budget: usize) -> (sled::Db, Shard
     let sm = ShardStateMachine {
         shard: SHARD,
         is_meta,
-        handle,
+        shards: vec![(SHARD, handle)],
         store,
         directory,
         snapshot_dir: dir.join("snapshots").join(if is_meta { "meta" } else { "shard1" }),
@@ -195,7 +201,7 @@ async fn a_follower_installs_the_leaders_snapshot_and_holds_the_same_state() {
 async fn board(r: &Replica) -> String {
     let rules = Rules { aggregation: Aggregation::Incr, ties: TieMode::EarlierFirst, cap: 100 };
     let top = BoardQuery::Top { offset: 0, limit: 1000 };
-    format!("{:?}", r.sm.handle.board_query(4, board_key(), rules, top).await.unwrap())
+    format!("{:?}", r.sm.shards[0].1.board_query(4, board_key(), rules, top).await.unwrap())
 }
 
 /// A board the shard holds is the truth, and its tree rows may be stale
@@ -272,7 +278,7 @@ async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_trans
         // A crash during a later transfer leaves half a file behind.
         let incoming = follower.sm.snapshot_dir.join("incoming-1-1.tmp");
         std::fs::write(&incoming, &bytes[..bytes.len() / 2]).unwrap();
-        follower.sm.handle.stop().await;
+        follower.sm.shards[0].1.stop().await;
         at_snapshot.clone()
     };
     let (db, sm) = open(dir.path(), false).await;
@@ -287,7 +293,7 @@ async fn a_restart_brings_back_the_newest_snapshot_and_drops_an_unfinished_trans
             at_install,
             "the state the snapshot held, nothing after it"
         );
-        follower.sm.handle.stop().await;
+        follower.sm.shards[0].1.stop().await;
         a
     };
     assert_eq!(applied, snap.meta.last_log_id);
@@ -337,8 +343,8 @@ async fn a_cut_or_damaged_snapshot_is_refused_on_receipt_and_the_previous_one_st
         .filter(|n| n.ends_with(".snap"))
         .collect();
     assert_eq!(files, vec![format!("{}.snap", sent.snapshot_id)], "the old one went after");
-    leader.sm.handle.stop().await;
-    follower.sm.handle.stop().await;
+    leader.sm.shards[0].1.stop().await;
+    follower.sm.shards[0].1.stop().await;
 }
 
 /// Older versions renamed a received snapshot to `installing.snap` before
@@ -366,7 +372,7 @@ async fn an_installing_snapshot_left_by_an_older_version_is_what_a_start_loads()
     assert_eq!(sm.applied_state().await.unwrap().0, new.meta.last_log_id);
     let follower = Replica { _dir: dir, _db: db, sm };
     assert_eq!(dump(&follower).await, dump(&leader).await);
-    follower.sm.handle.stop().await;
+    follower.sm.shards[0].1.stop().await;
 }
 
 /// openraft purges a follower's log up to a received snapshot without
@@ -412,11 +418,11 @@ async fn a_log_purged_past_the_newest_snapshot_takes_the_received_file_or_refuse
             assert_eq!(current.meta.snapshot_id, snap.meta.snapshot_id);
             let follower = Replica { _dir: dir, _db: db, sm };
             assert_eq!(dump(&follower).await, dump(&leader).await);
-            follower.sm.handle.stop().await;
+            follower.sm.shards[0].1.stop().await;
         } else {
             let err = got.expect_err("nothing covers the purge").to_string();
             assert!(err.contains("purged"), "{err}");
-            sm.handle.stop().await;
+            sm.shards[0].1.stop().await;
         }
     }
 }
@@ -455,5 +461,151 @@ async fn an_apply_writes_the_committed_record_that_allowed_it_first() {
     sm.apply(vec![first.clone()]).await.unwrap();
     let mut after = copy_log("after");
     assert_eq!(after.read_committed().await.unwrap(), Some(first.log_id));
-    sm.handle.stop().await;
+    sm.shards[0].1.stop().await;
+}
+
+/// A group of two shards (1 and 3 of four, in two groups): the layout
+/// `plaudit_cluster::layout` gives group 1.
+const GROUP_SHARDS: [u32; 2] = [1, 3];
+
+/// Opens a replica of that group in `dir`: its snapshot loaded, one actor
+/// per shard.
+async fn open_group(dir: &Path) -> (sled::Db, ShardStateMachine) {
+    let db = open_db(&dir.join("sled")).await;
+    let store = StateStore::open(&db).unwrap();
+    let layout = plaudit_cluster::layout::Layout::new(4, 2);
+    assert_eq!(layout.shards_of(GROUP_SHARDS[0]), GROUP_SHARDS);
+    plaudit_cluster::durable::load_snapshots(&store, dir, 4, layout).unwrap();
+    let directory = Directory::load(&store).unwrap();
+    let mut shards = Vec::new();
+    for shard in GROUP_SHARDS {
+        let actor = ShardActor {
+            cfg: ShardConfig {
+                shard,
+                shard_count: 4,
+                is_meta: false,
+                actor_budget: plaudit_actors::active::Budget::new(100),
+                actor_idle: Duration::from_secs(60),
+            },
+            store: store.clone(),
+            directory: directory.clone(),
+            outbox: Arc::default(),
+            gauges: Arc::default(),
+            boards: Default::default(),
+        };
+        shards.push((shard, ShardHandle::spawn(actor).await.unwrap()));
+    }
+    let sm = ShardStateMachine {
+        shard: GROUP_SHARDS[0],
+        is_meta: false,
+        shards,
+        store,
+        directory,
+        snapshot_dir: dir.join("snapshots").join("shard1"),
+        wal: plaudit_storage::wal::Wal::open(&dir.join("raft")).unwrap(),
+        files: Default::default(),
+    };
+    (db, sm)
+}
+
+async fn group_replica() -> Replica {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, sm) = open_group(dir.path()).await;
+    Replica { _dir: dir, _db: db, sm }
+}
+
+/// A type key of ranking 4 that routes to `shard` (of four).
+fn board_key_on(shard: u32) -> Vec<u8> {
+    (0..=u8::MAX)
+        .map(|n| vec![1, 2, n])
+        .find(|k| plaudit_proto::routing::board_shard(4, k, 4) == shard)
+        .expect("some key routes to the shard")
+}
+
+fn score_on(shard: u32, item: u64, event_id: u64) -> Command {
+    let Command::ScoreV2(mut c) = score(item, event_id) else { unreachable!() };
+    c.type_key = board_key_on(shard);
+    Command::ScoreV2(c)
+}
+
+fn tagged(index: u64, cmds: Vec<(u32, Command)>) -> Entry<TypeConfig> {
+    let (tags, cmds): (Vec<u32>, Vec<Command>) = cmds.into_iter().unzip();
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
+        payload: EntryPayload::Normal(Batch::tagged(1000 + index, cmds, tags)),
+    }
+}
+
+async fn board_on(r: &Replica, shard: u32) -> String {
+    let rules = Rules { aggregation: Aggregation::Incr, ties: TieMode::EarlierFirst, cap: 100 };
+    let top = BoardQuery::Top { offset: 0, limit: 1000 };
+    let (_, h) = r.sm.shards.iter().find(|(s, _)| *s == shard).unwrap();
+    format!("{:?}", h.board_query(4, board_key_on(shard), rules, top).await.unwrap())
+}
+
+/// A group that hosts two shards applies each command on its own shard,
+/// answers each in its place, and its snapshot carries both shards: a
+/// follower that installs it, and the leader restarted on it, hold what
+/// the leader held.
+#[tokio::test]
+async fn a_group_of_two_shards_applies_each_on_its_own_and_snapshots_both() {
+    let mut leader = group_replica().await;
+    let mut follower = group_replica().await;
+    let mut cmds = Vec::new();
+    for u in 0..100 {
+        let shard = GROUP_SHARDS[(u % 2) as usize];
+        cmds.push((shard, like(u, u % 7, LikeAction::Like)));
+        cmds.push((shard, score_on(shard, u % 20, u)));
+    }
+    let blank =
+        Entry { log_id: LogId::new(CommittedLeaderId::new(2, 1), 2), payload: EntryPayload::Blank };
+    let res = leader
+        .sm
+        .apply(vec![
+            tagged(1, cmds),
+            blank,
+            tagged(3, vec![(3, score_on(3, 1, 1)), (3, score_on(3, 0, 0))]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(res.len(), 3);
+    assert_eq!(res[0].len(), 200);
+    for (i, r) in res[0].iter().enumerate() {
+        match (i % 2, r) {
+            (0, CmdResult::Like(_)) | (1, CmdResult::Scored(_)) => {}
+            _ => panic!("command {i}: {r:?}"),
+        }
+    }
+    assert!(res[1].is_empty());
+    // Event 1 (u = 1, shard 3) on shard 3's board again: a duplicate
+    // there; event 0 went to shard 1's board, so it is new on shard 3's.
+    let outcome = |r: &CmdResult| match r {
+        CmdResult::Scored(outs) => outs[0].clone().map(|(o, _)| o),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(outcome(&res[2][0]), Ok(Outcome::Duplicate));
+    assert_eq!(outcome(&res[2][1]), Ok(Outcome::Applied));
+    // Each board holds its own shard's events only.
+    assert_ne!(board_on(&leader, 1).await, board_on(&leader, 3).await);
+
+    follower.sm.apply(vec![tagged(1, vec![(3, like(999, 1, LikeAction::Like))])]).await.unwrap();
+    let meta = transfer(&mut leader, &mut follower).await;
+    assert_eq!(meta.last_log_id.map(|l| l.index), Some(3));
+    assert_eq!(dump(&follower).await, dump(&leader).await);
+    for shard in GROUP_SHARDS {
+        assert_eq!(board_on(&follower, shard).await, board_on(&leader, shard).await);
+    }
+    let (applied, _) = follower.sm.applied_state().await.unwrap();
+    assert_eq!(applied, meta.last_log_id);
+
+    // The leader, restarted on its own snapshot: the same state.
+    let before = dump(&leader).await;
+    let Replica { _dir: dir, _db: db, sm } = leader;
+    for (_, h) in &sm.shards {
+        h.stop().await;
+    }
+    drop((sm, db));
+    let (db, sm) = open_group(dir.path()).await;
+    let restarted = Replica { _dir: dir, _db: db, sm };
+    assert_eq!(dump(&restarted).await, before);
 }

@@ -235,9 +235,14 @@ pub struct Config {
     /// Lets the admin endpoint cut and heal links to chosen peers
     /// (`POST /fault/links`): for tests only.
     pub fault_injection: bool,
-    /// Number of shards (Raft groups) the key space is split into, `1..=1024`.
+    /// Number of shards the key space is split into, `1..=1024`.
     /// Fixed when the cluster is created.
     pub shards: u32,
+    /// Number of Raft groups that host the shards (`cluster/src/layout.rs`:
+    /// shard `s` in group `s % groups`); 0, the default, is one per shard.
+    /// At most `shards`; fixed when the cluster is created, the same on
+    /// every node.
+    pub groups: u32,
     /// Most client connections open at once; further ones are refused.
     pub max_connections: usize,
     /// With an admin token: how many of `max_connections` connections that
@@ -399,6 +404,7 @@ impl Default for Config {
             insecure: false,
             fault_injection: false,
             shards: DEFAULT_SHARDS,
+            groups: 0,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_unauthenticated_connections: DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
             max_unauthenticated_per_address: DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS,

@@ -98,6 +98,7 @@ async fn run(cfg: Config) -> anyhow::Result<()> {
     let engine_cfg = EngineConfig {
         data_dir: cfg.data_dir.clone(),
         shards: cfg.shards,
+        groups: cfg.groups,
         group: GroupConfig {
             node_id: cfg.node_id,
             heartbeat_ms: cfg.raft_heartbeat_ms,

@@ -150,12 +150,12 @@ fn read_record(
     Ok(record)
 }
 
-/// Reads the records of a snapshot of `shard` (positioned after its
-/// header) to the end, checking that each chunk belongs to the shard, that
-/// the count and checksum match, and that nothing follows; hands each
+/// Reads the records of a snapshot of `shards` (positioned after its
+/// header) to the end, checking that each chunk belongs to one of them,
+/// that the count and checksum match, and that nothing follows; hands each
 /// chunk to `take`.
 fn walk(
-    shard: u32,
+    shards: &[u32],
     registry: bool,
     input: &mut impl Read,
     mut take: impl FnMut(TreeRef, Vec<(Vec<u8>, Vec<u8>)>),
@@ -166,7 +166,7 @@ fn walk(
     loop {
         let (items, sealed) = match read_record(input, &mut buf, &mut crc)? {
             Record::Chunk { tree, items } => {
-                check_chunk(shard, registry, tree, &items)?;
+                check_chunk(shards, registry, tree, &items)?;
                 for (k, v) in &items {
                     stats.bytes += (k.len() + v.len()) as u64;
                 }
@@ -198,38 +198,39 @@ fn walk(
     }
 }
 
-/// Refuses a chunk that is not `shard`'s to install.
+/// Refuses a chunk that is not one of `shards`' to install.
 fn check_chunk(
-    shard: u32,
+    shards: &[u32],
     registry: bool,
     tree: TreeRef,
     items: &[(Vec<u8>, Vec<u8>)],
 ) -> Result<()> {
     let belongs = match tree {
-        TreeRef::Shard(s) => s == shard,
+        TreeRef::Shard(s) => shards.contains(&s),
         TreeRef::Biz(_) | TreeRef::Rank(_) => true,
         TreeRef::Registry => registry,
     };
     if !belongs {
-        return Err(snap_err(format!("a chunk of {tree:?} in shard {shard}")));
+        return Err(snap_err(format!("a chunk of {tree:?} in shards {shards:?}")));
     }
     // The source may be another shard id only for the meta tree, which is
     // refused above; data keys are checked here.
-    let foreign = matches!(tree, TreeRef::Biz(_) | TreeRef::Rank(_))
-        && items.iter().any(|(k, _)| !k.starts_with(&keys::shard_prefix(shard)));
+    let mine = |k: &[u8]| shards.iter().any(|&s| k.starts_with(&keys::shard_prefix(s)));
+    let foreign =
+        matches!(tree, TreeRef::Biz(_) | TreeRef::Rank(_)) && items.iter().any(|(k, _)| !mine(k));
     if foreign {
         return Err(snap_err(format!("a key of another shard in {tree:?}")));
     }
     Ok(())
 }
 
-/// Reads a whole snapshot file of `shard` (header included) and says
+/// Reads a whole snapshot file of `shards` (header included) and says
 /// whether installing it would succeed: every record decodes and belongs
-/// to the shard, the count and checksum match, nothing is cut off or
-/// added. Changes nothing.
-pub fn verify(shard: u32, registry: bool, input: &mut impl Read) -> Result<SnapshotStats> {
+/// to one of the shards, the count and checksum match, nothing is cut off
+/// or added. Changes nothing.
+pub fn verify(shards: &[u32], registry: bool, input: &mut impl Read) -> Result<SnapshotStats> {
     read_header(input)?;
-    walk(shard, registry, input, |_, _| {})
+    walk(shards, registry, input, |_, _| {})
 }
 
 /// Decodes a header read by [`read_header`], with what its strings may
@@ -337,18 +338,52 @@ impl StateStore {
         header: &[u8],
         out: &mut impl Write,
     ) -> Result<SnapshotStats> {
-        let shard = frozen.shard;
+        self.export_many(std::slice::from_ref(frozen), registry, header, out)
+    }
+
+    /// `export` of several shards frozen at one point (the shards of one
+    /// group, between two of its applies) into one file, one shard after
+    /// the other: what `install_many` of the same shards reads.
+    pub fn export_many(
+        &self,
+        frozen: &[Frozen],
+        registry: bool,
+        header: &[u8],
+        out: &mut impl Write,
+    ) -> Result<SnapshotStats> {
         out.write_all(MAGIC).map_err(io_err)?;
         out.write_all(&(header.len() as u32).to_be_bytes()).map_err(io_err)?;
         out.write_all(header).map_err(io_err)?;
         let mut w = ChunkWriter {
             out,
-            tree: TreeRef::Shard(shard),
+            tree: TreeRef::Registry,
             items: Vec::new(),
             size: 0,
             stats: SnapshotStats::default(),
             crc: crc32fast::Hasher::new(),
         };
+        for (i, f) in frozen.iter().enumerate() {
+            // The registry once, after the last shard's slices.
+            let registry = registry && i + 1 == frozen.len();
+            self.export_slices(f, registry, &mut w)?;
+        }
+        w.flush()?;
+        let mut stats = w.stats;
+        let seal = Record::Sealed { items: stats.items, crc: w.crc.clone().finalize() };
+        stats.bytes += write_record(w.out, &seal, &mut w.crc)?;
+        w.out.flush().map_err(io_err)?;
+        Ok(stats)
+    }
+
+    /// Writes the chunks of one frozen shard (and the registry, with
+    /// `registry`).
+    fn export_slices<W: Write>(
+        &self,
+        frozen: &Frozen,
+        registry: bool,
+        w: &mut ChunkWriter<'_, W>,
+    ) -> Result<()> {
+        let shard = frozen.shard;
         let mut slices = self.slices(shard, registry);
         // A held board's ranking always has a tree (a new board is written
         // back with its first batch); listed anyway, so its rows are never
@@ -371,12 +406,7 @@ impl StateStore {
                 w.push(tree, &k, &v)?;
             }
         }
-        w.flush()?;
-        let mut stats = w.stats;
-        let seal = Record::Sealed { items: stats.items, crc: w.crc.clone().finalize() };
-        stats.bytes += write_record(w.out, &seal, &mut w.crc)?;
-        w.out.flush().map_err(io_err)?;
-        Ok(stats)
+        Ok(())
     }
 
     /// A hash of `shard`'s applied state (what a snapshot of it would
@@ -442,8 +472,20 @@ impl StateStore {
         registry: bool,
         input: &mut impl Read,
     ) -> Result<SnapshotStats> {
-        self.clear_then(shard, registry, || {
-            walk(shard, registry, input, |tree, items| {
+        self.install_many(&[shard], registry, input)
+    }
+
+    /// `install` of a snapshot of several shards (`export_many`): every
+    /// one of them is replaced, a shard the file holds nothing of by an
+    /// empty state.
+    pub fn install_many(
+        &self,
+        shards: &[u32],
+        registry: bool,
+        input: &mut impl Read,
+    ) -> Result<SnapshotStats> {
+        self.clear_then(shards, registry, || {
+            walk(shards, registry, input, |tree, items| {
                 self.tree(tree).apply(items.into_iter().map(|(k, v)| (k, Some(v))));
             })
         })
@@ -457,51 +499,60 @@ impl StateStore {
     /// while a snapshot export holds the shard still: the caller drops the
     /// shard's `Frozen` first. Clears `is_incomplete`: empty is whole.
     pub fn forget(&self, shard: u32) -> Result<()> {
-        self.clear_then(shard, false, || Ok(()))
+        self.clear_then(&[shard], false, || Ok(()))
     }
 
-    /// Removes `shard`'s state (and the registry, with `registry`), staged
+    /// Removes `shards`' state (and the registry, with `registry`), staged
     /// and stored, then runs `load` to put the new state in (`install`;
-    /// `forget` puts nothing). Holds the shard's checkpoint lock throughout,
-    /// so no checkpoint writes the dropped staged writes back meanwhile.
-    /// If `load` fails, the shard is left marked incomplete.
+    /// `forget` puts nothing). Holds the shards' checkpoint locks
+    /// throughout, so no checkpoint writes the dropped staged writes back
+    /// meanwhile. If `load` fails, the shards are left marked incomplete.
     fn clear_then<T>(
         &self,
-        shard: u32,
+        shards: &[u32],
         registry: bool,
         load: impl FnOnce() -> Result<T>,
     ) -> Result<T> {
-        let slot = self.slot(shard);
-        let _no_checkpoint = slot.checkpoint.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.frozen.load(Ordering::Acquire) {
-            return Err(snap_err(format!("shard {shard} is being exported")));
+        let slots: Vec<_> = shards.iter().map(|&s| self.slot(s)).collect();
+        // Taken in the order given; only a group's installs take several,
+        // always in its own order, and nothing holds one while taking
+        // another elsewhere.
+        let _no_checkpoint: Vec<_> =
+            slots.iter().map(|s| s.checkpoint.lock().unwrap_or_else(|e| e.into_inner())).collect();
+        if let Some(i) = slots.iter().position(|s| s.frozen.load(Ordering::Acquire)) {
+            return Err(snap_err(format!("shard {} is being exported", shards[i])));
         }
-        {
-            let mut layers = slot.layers();
-            layers.active.drop_shard(&keys::shard_prefix(shard), TreeRef::Shard(shard));
-            if registry {
-                layers.active.drop_tree(TreeRef::Registry);
+        let mut installing = Vec::with_capacity(shards.len());
+        for (i, (&shard, slot)) in shards.iter().zip(&slots).enumerate() {
+            {
+                let mut layers = slot.layers();
+                layers.active.drop_shard(&keys::shard_prefix(shard), TreeRef::Shard(shard));
+                if registry && i == 0 {
+                    layers.active.drop_tree(TreeRef::Registry);
+                }
+                layers.flushing = None;
+                if layers.active.is_empty() {
+                    layers.since = None;
+                }
             }
-            layers.flushing = None;
-            if layers.active.is_empty() {
-                layers.since = None;
-            }
-        }
-        // Counts and states change behind the caches: hold the shard's
-        // epoch odd throughout so no read refills them, and drop what they
-        // hold (`commit_epoch.rs`: reads wait at most a moment for it).
-        let _installing = Committing::begin(self.counts_cache.epoch(shard));
-        self.counts_cache.drop_shard(shard);
-        self.states_cache.drop_shard(shard);
-        slot.incomplete.store(true, Ordering::Release);
-        for (tree, range) in self.slices(shard, registry) {
-            if let Some(t) = self.find_tree(tree) {
-                t.remove_range(&range);
+            // Counts and states change behind the caches: hold the shard's
+            // epoch odd throughout so no read refills them, and drop what they
+            // hold (`commit_epoch.rs`: reads wait at most a moment for it).
+            installing.push(Committing::begin(self.counts_cache.epoch(shard)));
+            self.counts_cache.drop_shard(shard);
+            self.states_cache.drop_shard(shard);
+            slot.incomplete.store(true, Ordering::Release);
+            for (tree, range) in self.slices(shard, registry && i == 0) {
+                if let Some(t) = self.find_tree(tree) {
+                    t.remove_range(&range);
+                }
             }
         }
         let res = load();
         if res.is_ok() {
-            slot.incomplete.store(false, Ordering::Release);
+            for slot in &slots {
+                slot.incomplete.store(false, Ordering::Release);
+            }
         }
         res
     }

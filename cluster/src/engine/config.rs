@@ -77,6 +77,8 @@ impl ClusterConfig {
 pub struct EngineConfig {
     pub data_dir: PathBuf,
     pub shards: u32,
+    /// Raft groups hosting the data shards (`layout.rs`); 0: one per shard.
+    pub groups: u32,
     pub group: GroupConfig,
     /// Active actors per kind on this node, shared among the data groups
     /// it holds a replica of (`shard_share`).

@@ -228,9 +228,9 @@ pub(crate) async fn dial_authenticated(
         };
         if !auth::check_acceptor(secret, &mine, &ch.nonce, &bound, &ch.proof) {
             return Err(DialFault::Mismatch(format!(
-                "the node at {addr} could not prove the cluster secret with {} shards \
+                "the node at {addr} could not prove the cluster secret with {} \
                  (or is not node {node})",
-                creds.shards
+                crate::layout::Layout::describe(creds.shards)
             )));
         }
         let proof = auth::dialer_proof(secret, &mine, &ch.nonce, &bound);

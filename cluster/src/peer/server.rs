@@ -204,10 +204,18 @@ impl PeerServer {
         }
         let (theirs, ours) = (hello.shards, self.creds.shards);
         if theirs != ours {
+            use crate::layout::Layout;
+            let (shards, groups) = (ours & 0xffff, ours >> 16);
+            let groups = match groups {
+                0 => String::new(),
+                g => format!(" and groups = {g}"),
+            };
             return Some(format!(
-                "node {} has {theirs} shards and this cluster's nodes have {ours}: \
-                 start it with shards = {ours} (--shards {ours}) on an empty data directory",
-                hello.from
+                "node {} has {} and this cluster's nodes have {}: start it with shards = \
+                 {shards} (--shards {shards}){groups} on an empty data directory",
+                hello.from,
+                Layout::describe(theirs),
+                Layout::describe(ours)
             ));
         }
         None

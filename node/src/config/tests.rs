@@ -111,6 +111,7 @@ fn every_field_can_be_set_from_the_environment() {
         insecure: true,
         fault_injection: true,
         shards: 3,
+        groups: 2,
         max_connections: 400,
         max_unauthenticated_connections: 35,
         max_unauthenticated_per_address: 36,
@@ -388,6 +389,14 @@ fn shards_must_be_in_range() {
     assert!(invalid("shards = 1025").contains("got 1025"));
     assert!(Config::from_sources(Some("shards = 1024"), &[], &Args::default()).is_ok());
     assert!(Config::from_sources(Some("shards = 1"), &[], &Args::default()).is_ok());
+}
+
+#[test]
+fn groups_are_at_most_the_shards() {
+    assert!(invalid("shards = 6\ngroups = 7").contains("groups must be at most shards (6)"));
+    for ok in ["shards = 6\ngroups = 6", "shards = 6\ngroups = 1", "shards = 6\ngroups = 0"] {
+        assert!(Config::from_sources(Some(ok), &[], &Args::default()).is_ok(), "{ok}");
+    }
 }
 
 #[test]

@@ -14,6 +14,12 @@ impl Config {
             "shards must be in 1..={MAX_SHARDS}, got {}",
             self.shards
         );
+        ensure!(
+            self.groups <= self.shards,
+            "groups must be at most shards ({}), got {} (0: one group per shard)",
+            self.shards,
+            self.groups
+        );
         let addrs =
             [("listen", self.listen), ("admin", self.admin), ("peer_listen", self.peer_listen)];
         for (i, (a, x)) in addrs.iter().enumerate() {

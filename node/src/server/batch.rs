@@ -27,6 +27,8 @@ struct Asked {
 /// One group's share of a read pass.
 struct Share {
     group: Arc<Group>,
+    /// The shard of `group` the commands are for.
+    shard: u32,
     cmds: Vec<plaudit_actors::Command>,
     asked: Vec<Asked>,
     slots: Option<OwnedSemaphorePermit>,
@@ -59,13 +61,18 @@ impl WriteBatch {
         staged: Staged,
         slot: OwnedSemaphorePermit,
     ) {
-        let Staged { group, cmd, finish } = staged;
+        let Staged { group, shard, cmd, finish } = staged;
         let asked = Asked { req_id, op, started, finish };
-        // A pass touches a few groups at most: a linear search is cheapest.
-        let share = match self.shares.iter().position(|s| Arc::ptr_eq(&s.group, &group)) {
+        // A pass touches a few shards at most: a linear search is cheapest.
+        let share = match self
+            .shares
+            .iter()
+            .position(|s| s.shard == shard && Arc::ptr_eq(&s.group, &group))
+        {
             Some(i) => &mut self.shares[i],
             None => {
-                let share = Share { group, cmds: Vec::new(), asked: Vec::new(), slots: None };
+                let share =
+                    Share { group, shard, cmds: Vec::new(), asked: Vec::new(), slots: None };
                 self.shares.push(share);
                 let last = self.shares.len() - 1;
                 &mut self.shares[last]
@@ -88,8 +95,8 @@ impl WriteBatch {
         self.shares
             .drain(..)
             .map(|share| {
-                let Share { group, cmds, asked, slots } = share;
-                let pending = match group.submit_many(cmds) {
+                let Share { group, shard, cmds, asked, slots } = share;
+                let pending = match group.submit_many(shard, cmds) {
                     Ok(pending) => pending,
                     Err(e) => return Err(answer_all(asked, Err(e))),
                 };

@@ -221,17 +221,17 @@ fn verify_finds_a_cut_a_damaged_and_a_padded_file_and_passes_a_good_one() {
     let mut file = Vec::new();
     let stats = src.export(&frozen, false, b"h", &mut file).unwrap();
     drop(frozen);
-    assert_eq!(verify(0, false, &mut &file[..]).unwrap().items, stats.items);
-    assert!(verify(1, false, &mut &file[..]).is_err(), "another shard's");
+    assert_eq!(verify(&[0], false, &mut &file[..]).unwrap().items, stats.items);
+    assert!(verify(&[1], false, &mut &file[..]).is_err(), "another shard's");
     for cut in [1, 3, file.len() / 2, file.len() - 20] {
-        assert!(verify(0, false, &mut &file[..file.len() - cut]).is_err(), "cut by {cut}");
+        assert!(verify(&[0], false, &mut &file[..file.len() - cut]).is_err(), "cut by {cut}");
     }
     // One flipped bit inside a chunk's values: it still decodes, and
     // only the checksum tells.
     let mut damaged = file.clone();
     let at = file.len() / 2;
     damaged[at] ^= 0x10;
-    let err = verify(0, false, &mut &damaged[..]).unwrap_err().to_string();
+    let err = verify(&[0], false, &mut &damaged[..]).unwrap_err().to_string();
     assert!(err.contains("checksum") || err.contains("decode"), "{err}");
     let (_b, dst) = store();
     let mut input = &damaged[..];
@@ -239,7 +239,7 @@ fn verify_finds_a_cut_a_damaged_and_a_padded_file_and_passes_a_good_one() {
     assert!(dst.install(0, false, &mut input).is_err(), "install checks it too");
     let mut padded = file.clone();
     padded.push(0);
-    assert!(verify(0, false, &mut &padded[..]).is_err());
+    assert!(verify(&[0], false, &mut &padded[..]).is_err());
 }
 
 #[test]
@@ -264,7 +264,7 @@ fn a_file_ended_by_a_count_only_still_installs() {
     let mut old = file[..at].to_vec();
     write_record(&mut old, &Record::End { items: stats.items }, &mut crc32fast::Hasher::new())
         .unwrap();
-    assert_eq!(verify(0, false, &mut &old[..]).unwrap().items, stats.items);
+    assert_eq!(verify(&[0], false, &mut &old[..]).unwrap().items, stats.items);
     let (_b, dst) = store();
     dst.install_bytes(0, &old);
     assert_eq!(dst.digest(0, false).unwrap(), src.digest(0, false).unwrap());
@@ -290,4 +290,47 @@ fn a_truncated_or_foreign_snapshot_is_refused() {
     read_header(&mut input).unwrap();
     assert!(dst.install(1, false, &mut input).is_err());
     assert!(read_header(&mut &b"garbage that is long enough"[..]).is_err());
+}
+
+#[test]
+fn a_groups_shards_export_and_install_together() {
+    let (_a, src) = store();
+    fill(&src, 1, 30);
+    fill(&src, 4, 20);
+    // Shard 7 is not in the group: it stays out of the file and, on the
+    // destination, untouched.
+    fill(&src, 7, 5);
+    let frozen = vec![src.freeze(1).unwrap(), src.freeze(4).unwrap()];
+    let mut file = Vec::new();
+    let stats = src.export_many(&frozen, false, b"hdr", &mut file).unwrap();
+    drop(frozen);
+    assert_eq!(verify(&[1, 4], false, &mut &file[..]).unwrap().items, stats.items);
+    assert!(verify(&[1], false, &mut &file[..]).is_err(), "shard 4's chunks are foreign to 1");
+
+    let (_b, dst) = store();
+    fill(&dst, 4, 3);
+    let mut stale = WriteSet::new(1);
+    stale.put_state(1, 1, 9999, 1, LikeState::Like, 1);
+    dst.stage(stale);
+    fill(&dst, 7, 2);
+    let before7: Vec<_> = dump(&dst, 7).into_iter().filter(|r| in_shard(r, 7)).collect();
+    let mut input = &file[..];
+    read_header(&mut input).unwrap();
+    assert_eq!(dst.install_many(&[1, 4], false, &mut input).unwrap().items, stats.items);
+    for shard in [1, 4] {
+        let want: Vec<_> = dump(&src, shard).into_iter().filter(|r| in_shard(r, shard)).collect();
+        let got: Vec<_> = dump(&dst, shard).into_iter().filter(|r| in_shard(r, shard)).collect();
+        assert_eq!(got, want, "shard {shard}");
+        assert!(!dst.is_incomplete(shard));
+    }
+    let after7: Vec<_> = dump(&dst, 7).into_iter().filter(|r| in_shard(r, 7)).collect();
+    assert_eq!(after7, before7);
+}
+
+/// Whether a row of `dump` is `shard`'s (its meta tree, or its slice of a
+/// data tree).
+fn in_shard(row: &(String, Vec<u8>, Vec<u8>), shard: u32) -> bool {
+    let (t, k, _) = row;
+    *t == format!("shard/{shard}/meta")
+        || (t.starts_with("biz/") || t.starts_with("rank/")) && k.starts_with(&shard.to_be_bytes())
 }
