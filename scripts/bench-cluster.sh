@@ -15,6 +15,8 @@
 #
 # Environment (defaults in brackets):
 #   DURATION [10s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]  SHARDS [6, the node's default]
+#   RAFT_GROUPS [the node's default, one Raft group per shard; N: the shards in N
+#           groups, on the one node and on the cluster alike (`groups`)]
 #   TARGETS ["single cluster"]  BASE_PORT [7600]  KEEP [0]  SKIP_BUILD [0]
 #   SDK [batch: each connection's PIPELINE requests as one Client::pipeline;
 #        calls: PIPELINE concurrent single calls per connection, the shape
@@ -32,6 +34,8 @@ WARMUP=${WARMUP:-2s}
 CONNECTIONS=${CONNECTIONS:-32}
 PIPELINE=${PIPELINE:-16}
 SHARDS=${SHARDS:-6}
+RAFT_GROUPS=${RAFT_GROUPS:-}
+if [[ -n $RAFT_GROUPS ]]; then export PLAUDIT_GROUPS=$RAFT_GROUPS; fi
 TARGETS=${TARGETS:-single cluster}
 BASE_PORT=${BASE_PORT:-7600}
 KEEP=${KEEP:-0}
@@ -103,7 +107,7 @@ if [[ " $TARGETS " == *" cluster "* ]]; then
 fi
 
 echo
-echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE sdk=$SDK duration=$DURATION warmup=$WARMUP shards=$SHARDS"
+echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE sdk=$SDK duration=$DURATION warmup=$WARMUP shards=$SHARDS groups=${RAFT_GROUPS:-per shard}"
 for t in $TARGETS; do
     echo "$t likes: $(cat "$WORK/$t-likes.json")"
     echo "$t rankings: $(cat "$WORK/$t-rankings.json")"

@@ -55,6 +55,21 @@ pub const OPS: [&str; 44] = [
 ];
 
 impl Request {
+    /// A read of one shard's data (a user's states or list, an entity's
+    /// counts or likers, an owner's received total, a board): what a
+    /// replica serves, linearizable (`Replica`) or not (`Stale`).
+    pub fn is_data_read(&self) -> bool {
+        matches!(
+            self,
+            Request::Status(_)
+                | Request::Counts(_)
+                | Request::UserLikes(_)
+                | Request::Likers(_)
+                | Request::Received(_)
+                | Request::Query(_)
+        )
+    }
+
     /// A read of the registry (businesses, rankings, their boards' usage)
     /// that any node answers from its replica of the metadata group, and
     /// so may be read `Stale`.
@@ -153,18 +168,10 @@ impl Request {
             Request::MoveBoard(m) => m.validate(),
             Request::Placements | Request::EntityPlacements | Request::EntityRoutes => Ok(()),
             Request::MoveEntity(_) => Ok(()),
-            Request::Replica(req) => match **req {
-                Request::Status(_)
-                | Request::Counts(_)
-                | Request::UserLikes(_)
-                | Request::Likers(_)
-                | Request::Received(_)
-                | Request::Query(_) => req.validate(),
-                _ => Err(WireError::bad_request(format!(
-                    "{} cannot be read from any replica",
-                    req.op()
-                ))),
-            },
+            Request::Replica(req) if req.is_data_read() => req.validate(),
+            Request::Replica(req) => {
+                Err(WireError::bad_request(format!("{} cannot be read from any replica", req.op())))
+            }
             Request::Once { req, .. } => match **req {
                 Request::CreateBiz(_)
                 | Request::UpdateBiz(_)
@@ -184,16 +191,10 @@ impl Request {
             }
             Request::Auth(_) | Request::ListTokens | Request::RevokeToken(_) => Ok(()),
             Request::CreateToken(c) => c.validate(),
-            Request::Stale(req) => match **req {
-                Request::Status(_)
-                | Request::Counts(_)
-                | Request::UserLikes(_)
-                | Request::Likers(_)
-                | Request::Received(_)
-                | Request::Query(_) => req.validate(),
-                ref r if r.is_registry_read() => req.validate(),
-                _ => Err(WireError::bad_request(format!("{} cannot be read stale", req.op()))),
-            },
+            Request::Stale(req) if req.is_data_read() || req.is_registry_read() => req.validate(),
+            Request::Stale(req) => {
+                Err(WireError::bad_request(format!("{} cannot be read stale", req.op())))
+            }
             Request::CreateRank(d) => d.validate(),
             Request::CreateRankInfo(i) => i.def.validate(),
             Request::GetRank(_) | Request::ListRanks | Request::UpdateRank(_) => Ok(()),
