@@ -50,6 +50,7 @@ pub struct GroupConfig {
     pub logs_to_keep: u64,
     pub batch_max: usize,
     pub max_in_flight: usize,
+    /// Commands a group may queue for each shard it hosts.
     pub max_pending: usize,
     /// Refuses new writes while the data directory's disk is nearly full
     /// (`disk.rs`); shared by every group of the node.
@@ -203,8 +204,11 @@ impl Group {
         };
         let lease = network.lease.clone();
         let raft = Raft::new(cfg.node_id, raft_cfg, network, log.clone(), sm).await?;
-        let (ptx, prx) = mpsc::channel(cfg.max_pending);
-        let (rtx, rrx) = mpsc::channel(cfg.max_pending);
+        // The bound is per shard (`max_pending_per_shard`): a group that
+        // hosts several queues as much for each.
+        let max_pending = cfg.max_pending * shards.len();
+        let (ptx, prx) = mpsc::channel(max_pending);
+        let (rtx, rrx) = mpsc::channel(max_pending);
         let coalesced = Arc::new(AtomicU64::new(0));
         let cut_off = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(crate::proposer::propose_loop(
@@ -237,8 +241,8 @@ impl Group {
             electing: AtomicBool::new(false),
             logged,
             proposals: ptx,
-            pending: Arc::new(Semaphore::new(cfg.max_pending)),
-            max_pending: cfg.max_pending,
+            pending: Arc::new(Semaphore::new(max_pending)),
+            max_pending,
             reads: rtx,
             follower_rounds: Default::default(),
             leader_rounds: Default::default(),
