@@ -538,6 +538,11 @@ impl Node {
         // so (t90): the other tests check what the nodes answer, and a
         // client serving a hot key from memory would answer for them.
         cmd.env("PLAUDIT_HOT_CACHE_MIN_RPS", "0");
+        // The suite on another layout of shards in Raft groups
+        // (`PLAUDIT_TEST_GROUPS=N cargo test`), unless a test sets its own.
+        if let Ok(groups) = std::env::var("PLAUDIT_TEST_GROUPS") {
+            cmd.env("PLAUDIT_GROUPS", groups);
+        }
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = cmd.spawn().map_err(|e| format!("spawning {}: {e}", self.bin.display()))?;
         self.child = Some(child);

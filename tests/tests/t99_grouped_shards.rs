@@ -29,6 +29,10 @@ async fn one_group_hosting_every_shard_survives_a_sigkill_of_its_leader() {
     let leaders = cluster.leaders();
     assert!(leaders.iter().all(|l| *l == leaders[0]), "still one group: {leaders:?}");
     cluster.finish_load(&admin, w).await;
+    // The SDK logged what it went through (a leader killed under it): the
+    // ring a failed load prints (`sdk_log.rs`) holds it in this binary.
+    let seen = plaudit_tests::sdk_log::tail(usize::MAX);
+    assert!(seen.contains("plaudit_client"), "the SDK's log ring is empty in a test binary");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -97,6 +97,9 @@ pub(super) struct Conn<S> {
     access: Access,
     /// An `Auth` is being checked: later frames wait for it.
     authing: bool,
+    /// Chosen to be closed for a newcomer while its `Auth` had already
+    /// arrived: it answers that first (`evict.rs`).
+    spared: bool,
     /// Authenticated (on an open node: sent a request); the auth timeout
     /// no longer applies.
     greeted: bool,
@@ -121,6 +124,7 @@ pub(super) struct Conn<S> {
 }
 
 mod dispatch;
+mod evict;
 
 impl<S: Socket> Conn<S> {
     pub(super) fn new(server: Arc<Server>, stream: S, seat: Seat) -> Conn<S> {
@@ -141,6 +145,7 @@ impl<S: Socket> Conn<S> {
             seen: PassSeen::default(),
             routing: Routing::Forward,
             authing: false,
+            spared: false,
             greeted: false,
             failed_auths: 0,
             auth_refused: false,
@@ -179,6 +184,9 @@ impl<S: Socket> Conn<S> {
                 // Frames left in the buffer while replies did not fit.
                 self.frames();
             }
+            if self.spared_in_vain() {
+                return Close::Evicted;
+            }
             let backlog = self.backlog();
             let ending = self.eof || self.stopping || self.broken || self.auth_refused;
             if ending && self.in_flight.is_empty() && backlog == 0 {
@@ -201,7 +209,12 @@ impl<S: Socket> Conn<S> {
             let hold_end = self.hold.deadline().filter(|_| self.holding());
             tokio::select! {
                 biased;
-                () = self.seat.entry.kill.notified() => return Close::Evicted,
+                () = self.seat.entry.kill.notified() => {
+                    if !self.auth_arrived() {
+                        return Close::Evicted;
+                    }
+                    self.spared = true;
+                }
                 _ = stop.changed(), if !self.stopping => self.stopping = true,
                 Some(ended) = self.in_flight.next(), if want_results => {
                     self.ended(ended);

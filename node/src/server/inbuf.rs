@@ -106,6 +106,14 @@ impl InBuf {
         Ok(Some(&self.buf[begin..begin + len]))
     }
 
+    /// The next whole frame's payload without handing it out (`None` if it
+    /// has not all arrived, or its length is out of bounds).
+    pub fn peek_frame(&self) -> Option<&[u8]> {
+        let avail = &self.buf[self.start..];
+        let total = self.frame_total()?;
+        avail.get(4..total)
+    }
+
     /// After the frames that arrived were handed out: forgets them, and
     /// gives back room above `keep` if nothing (or little) is pending, so a
     /// connection that once sent a long frame does not keep its room.
@@ -156,6 +164,21 @@ mod tests {
         let mut f = (payload.len() as u32).to_be_bytes().to_vec();
         f.extend_from_slice(payload);
         f
+    }
+
+    #[test]
+    fn a_peeked_frame_is_still_handed_out() {
+        let mut b = InBuf::new();
+        b.make_room();
+        let mut bytes = frame(b"first");
+        bytes.extend_from_slice(&frame(b"second")[..5]);
+        b.vec().extend_from_slice(&bytes);
+        assert_eq!(b.peek_frame(), Some(&b"first"[..]));
+        assert_eq!(b.peek_frame(), Some(&b"first"[..]), "peeking takes nothing");
+        assert_eq!(b.next_frame().unwrap(), Some(&b"first"[..]));
+        assert_eq!(b.peek_frame(), None, "the second has not all arrived");
+        b.vec().extend_from_slice(&frame(b"second")[5..]);
+        assert_eq!(b.peek_frame(), Some(&b"second"[..]));
     }
 
     /// Feeds `bytes` in reads of at most `chunk`, as the connection does,
