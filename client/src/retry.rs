@@ -85,7 +85,7 @@ pub(crate) fn outcome(r: Result<Response, ClientError>) -> Outcome {
 /// `id` is asked for only then: a fresh id costs a hash, and most requests
 /// of a pipeline are not registry changes.
 pub(crate) fn once(req: Request, id: impl FnOnce() -> u64) -> Request {
-    if is_registry_change(&req) {
+    if req.is_registry_change() {
         Request::Once { id: id(), req: Box::new(req) }
     } else {
         req
@@ -95,22 +95,7 @@ pub(crate) fn once(req: Request, id: impl FnOnce() -> u64) -> Request {
 /// Whether sending `req` again after an unknown outcome is harmless. True
 /// of everything but a bare registry change (which `once` wraps first).
 pub(crate) fn safe_to_repeat(req: &Request) -> bool {
-    !is_registry_change(req)
-}
-
-/// The requests a node takes inside a `Once` (`Request::validate`).
-fn is_registry_change(req: &Request) -> bool {
-    matches!(
-        req,
-        Request::CreateBiz(_)
-            | Request::UpdateBiz(_)
-            | Request::CreateRank(_)
-            | Request::CreateRankInfo(_)
-            | Request::SetBoardLimit(_)
-            | Request::UpdateRank(_)
-            | Request::CreateToken(_)
-            | Request::RevokeToken(_)
-    )
+    !req.is_registry_change()
 }
 
 /// The `n`th backoff step (0-based): 20, 40, 80, 160, 200, 200... ms.

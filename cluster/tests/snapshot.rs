@@ -81,21 +81,7 @@ async fn open_with(dir: &Path, is_meta: bool, budget: usize) -> (sled::Db, Shard
     )
     .unwrap();
     let directory = Directory::load(&store).unwrap();
-    let actor = ShardActor {
-        cfg: ShardConfig {
-            shard: SHARD,
-            shard_count: 4,
-            is_meta,
-            actor_budget: plaudit_actors::active::Budget::new(budget),
-            actor_idle: Duration::from_secs(60),
-        },
-        store: store.clone(),
-        directory: directory.clone(),
-        outbox: Arc::default(),
-        gauges: Arc::default(),
-        boards: Default::default(),
-    };
-    let handle = ShardHandle::spawn(actor).await.unwrap();
+    let handle = spawn_shard(SHARD, is_meta, budget, &store, &directory).await;
     let sm = ShardStateMachine {
         shard: SHARD,
         is_meta,
@@ -107,6 +93,32 @@ async fn open_with(dir: &Path, is_meta: bool, budget: usize) -> (sled::Db, Shard
         files: Default::default(),
     };
     (db, sm)
+}
+
+/// The actor of `shard` (of four) on `store`, holding at most `budget`
+/// actors and boards.
+async fn spawn_shard(
+    shard: u32,
+    is_meta: bool,
+    budget: usize,
+    store: &StateStore,
+    directory: &Directory,
+) -> ShardHandle {
+    let actor = ShardActor {
+        cfg: ShardConfig {
+            shard,
+            shard_count: 4,
+            is_meta,
+            actor_budget: plaudit_actors::active::Budget::new(budget),
+            actor_idle: Duration::from_secs(60),
+        },
+        store: store.clone(),
+        directory: directory.clone(),
+        outbox: Arc::default(),
+        gauges: Arc::default(),
+        boards: Default::default(),
+    };
+    ShardHandle::spawn(actor).await.unwrap()
 }
 
 fn entry(index: u64, cmds: Vec<Command>) -> Entry<TypeConfig> {
@@ -479,21 +491,7 @@ async fn open_group(dir: &Path) -> (sled::Db, ShardStateMachine) {
     let directory = Directory::load(&store).unwrap();
     let mut shards = Vec::new();
     for shard in GROUP_SHARDS {
-        let actor = ShardActor {
-            cfg: ShardConfig {
-                shard,
-                shard_count: 4,
-                is_meta: false,
-                actor_budget: plaudit_actors::active::Budget::new(100),
-                actor_idle: Duration::from_secs(60),
-            },
-            store: store.clone(),
-            directory: directory.clone(),
-            outbox: Arc::default(),
-            gauges: Arc::default(),
-            boards: Default::default(),
-        };
-        shards.push((shard, ShardHandle::spawn(actor).await.unwrap()));
+        shards.push((shard, spawn_shard(shard, false, 100, &store, &directory).await));
     }
     let sm = ShardStateMachine {
         shard: GROUP_SHARDS[0],

@@ -70,6 +70,22 @@ impl Request {
         )
     }
 
+    /// A change of the registry (a business, ranking, token or board limit
+    /// made or changed): what a `Once` may carry, applied at most once.
+    pub fn is_registry_change(&self) -> bool {
+        matches!(
+            self,
+            Request::CreateBiz(_)
+                | Request::UpdateBiz(_)
+                | Request::CreateRank(_)
+                | Request::CreateRankInfo(_)
+                | Request::UpdateRank(_)
+                | Request::CreateToken(_)
+                | Request::RevokeToken(_)
+                | Request::SetBoardLimit(_)
+        )
+    }
+
     /// A read of the registry (businesses, rankings, their boards' usage)
     /// that any node answers from its replica of the metadata group, and
     /// so may be read `Stale`.
@@ -173,14 +189,7 @@ impl Request {
                 Err(WireError::bad_request(format!("{} cannot be read from any replica", req.op())))
             }
             Request::Once { req, .. } => match **req {
-                Request::CreateBiz(_)
-                | Request::UpdateBiz(_)
-                | Request::CreateRank(_)
-                | Request::CreateRankInfo(_)
-                | Request::UpdateRank(_)
-                | Request::CreateToken(_)
-                | Request::RevokeToken(_)
-                | Request::SetBoardLimit(_) => req.validate(),
+                ref r if r.is_registry_change() => req.validate(),
                 _ => Err(WireError::bad_request(
                     "only registry changes (create or update a business, ranking or token) \
                      take a Once",
