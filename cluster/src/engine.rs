@@ -134,7 +134,8 @@ impl Engine {
         let wal = Wal::open(&cfg.data_dir.join("raft"))?;
         crate::shard_count::check(&cfg.data_dir, cfg.shards, &wal.group_ids())?;
         let layout = crate::layout::Layout::new(cfg.shards, cfg.groups);
-        crate::shard_count::check_groups(&cfg.data_dir, layout, &wal.group_ids())?;
+        let snapshots = !crate::durable::snapshot_groups(&cfg.data_dir, cfg.shards).is_empty();
+        crate::shard_count::check_groups(&cfg.data_dir, layout, &wal.group_ids(), snapshots)?;
         // A spare segment (zeros made ahead, `wal.rs`) must not eat the
         // reserve that keeps the node serving on a nearly full disk.
         wal.set_spare_floor(cfg.group.disk.min_free());

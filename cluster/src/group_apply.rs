@@ -40,6 +40,8 @@ pub(crate) fn split(lead: u32, shards: &[u32], entries: Vec<ApplyEntry>) -> Spli
         entries: Vec::with_capacity(entries.len()),
         shards: shards.iter().map(|_| Vec::new()).collect(),
     };
+    let index: std::collections::HashMap<u32, usize> =
+        shards.iter().enumerate().map(|(i, &s)| (s, i)).collect();
     for (ei, entry) in entries.into_iter().enumerate() {
         let ApplyEntry { log_id, membership, batch } = entry;
         let Some(batch) = batch else {
@@ -55,17 +57,21 @@ pub(crate) fn split(lead: u32, shards: &[u32], entries: Vec<ApplyEntry>) -> Spli
                 parts[0].push(ApplyEntry { log_id, membership, batch: Some(batch) });
             }
             Some(tags) => {
+                // Each command's place among the shards, in one pass.
                 // Commands tagged with a shard the group does not host fail
                 // (every replica has the same layout: the same results).
+                let mut by_shard: Vec<Vec<usize>> = shards.iter().map(|_| Vec::new()).collect();
                 for (i, tag) in tags.iter().enumerate() {
-                    if !shards.contains(tag) {
-                        results[i] = Some(CmdResult::Failed(WireError::internal(format!(
-                            "shard {tag} is not hosted by group {lead}"
-                        ))));
+                    match index.get(tag) {
+                        Some(&si) => by_shard[si].push(i),
+                        None => {
+                            results[i] = Some(CmdResult::Failed(WireError::internal(format!(
+                                "shard {tag} is not hosted by group {lead}"
+                            ))))
+                        }
                     }
                 }
-                for (si, &shard) in shards.iter().enumerate() {
-                    let at: Vec<usize> = (0..tags.len()).filter(|&i| tags[i] == shard).collect();
+                for (si, at) in by_shard.into_iter().enumerate() {
                     if si > 0 && at.is_empty() {
                         continue;
                     }

@@ -49,6 +49,13 @@ impl Engine {
             }
             let look = self.hot_look().await;
             let Some(relief) = moves.decide(policy, &look, Instant::now()) else { continue };
+            // A swap weighs two shards, but a leadership is its group's:
+            // with shards in groups it would move every shard of both
+            // groups, and another shard of the group could swap it back.
+            // Not until the policy weighs groups.
+            if matches!(relief, Relief::Swap(_)) && self.layout.groups() < self.cfg.shards {
+                continue;
+            }
             let made = match &relief {
                 Relief::Move(Actor::Board(b), to) => self.start_hot_move(b, *to).await,
                 Relief::Move(Actor::Entity(e), to) => self.start_hot_move(e, *to).await,

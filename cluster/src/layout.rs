@@ -29,6 +29,10 @@ impl Layout {
         self.groups
     }
 
+    pub fn shards(&self) -> u32 {
+        self.shards
+    }
+
     /// The group that hosts `shard` (the metadata group hosts itself).
     pub fn group_of(&self, shard: ShardId) -> u32 {
         if shard >= self.shards {
@@ -38,9 +42,11 @@ impl Layout {
         }
     }
 
-    /// The shards group `group` hosts, its own id first.
+    /// The shards group `group` hosts, its own id first; an id that is
+    /// not a group's names that shard alone (what is on disk of a shard is
+    /// never taken for a group's).
     pub fn shards_of(&self, group: u32) -> Vec<ShardId> {
-        if group >= self.shards {
+        if group >= self.shards || !self.is_group(group) {
             return vec![group];
         }
         (group..self.shards).step_by(self.groups as usize).collect()

@@ -54,9 +54,17 @@ pub const GROUPS_FILE: &str = "groups";
 
 /// Fails unless `layout`'s group count is the one the data directory `dir`
 /// was made with; records it if the directory has no record yet. A
-/// directory from before the record was made with one group per shard: if
-/// its Raft log holds a group that is not one of `layout`'s, it refuses.
-pub fn check_groups(dir: &Path, layout: Layout, log_groups: &[u32]) -> anyhow::Result<()> {
+/// directory from before the record was made with one group per shard: it
+/// takes no other count (its state and snapshots are per shard), so a
+/// count other than one per shard is recorded only in a directory with no
+/// Raft log and no snapshot yet (`log_groups` empty, `snapshot_groups`
+/// false).
+pub fn check_groups(
+    dir: &Path,
+    layout: Layout,
+    log_groups: &[u32],
+    snapshot_groups: bool,
+) -> anyhow::Result<()> {
     let path = dir.join(GROUPS_FILE);
     let wrong = |made: String| {
         format!(
@@ -79,7 +87,8 @@ pub fn check_groups(dir: &Path, layout: Layout, log_groups: &[u32]) -> anyhow::R
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     }
-    if log_groups.iter().any(|&g| !layout.is_group(g)) {
+    let identity = layout.groups() == layout.shards();
+    if !identity && (!log_groups.is_empty() || snapshot_groups) {
         bail!(wrong("one per shard".into()));
     }
     write_record(dir, GROUPS_FILE, layout.groups())
@@ -116,15 +125,19 @@ mod tests {
     #[test]
     fn a_directory_keeps_its_group_count() {
         let dir = tempfile::tempdir().unwrap();
-        check_groups(dir.path(), Layout::new(6, 1), &[]).unwrap();
-        check_groups(dir.path(), Layout::new(6, 1), &[0, 6]).unwrap();
-        let err = check_groups(dir.path(), Layout::new(6, 0), &[]).unwrap_err().to_string();
+        check_groups(dir.path(), Layout::new(6, 1), &[], false).unwrap();
+        check_groups(dir.path(), Layout::new(6, 1), &[0, 6], true).unwrap();
+        let err = check_groups(dir.path(), Layout::new(6, 0), &[], false).unwrap_err().to_string();
         assert!(err.contains("made with 1 Raft groups"), "{err}");
-        // From before the record: its log's groups were one per shard.
+        // From before the record: one group per shard, whatever ids its log
+        // holds (all of them groups of the new layout too here), or only
+        // snapshots.
         let old = tempfile::tempdir().unwrap();
-        let err = check_groups(old.path(), Layout::new(6, 2), &[0, 3, 6]).unwrap_err();
+        let err = check_groups(old.path(), Layout::new(6, 3), &[0, 1, 2, 6], false).unwrap_err();
         assert!(err.to_string().contains("one per shard"), "{err}");
-        check_groups(old.path(), Layout::new(6, 0), &[0, 3, 6]).unwrap();
+        let err = check_groups(old.path(), Layout::new(6, 3), &[], true).unwrap_err();
+        assert!(err.to_string().contains("one per shard"), "{err}");
+        check_groups(old.path(), Layout::new(6, 0), &[0, 3, 6], true).unwrap();
     }
 
     #[test]

@@ -288,11 +288,10 @@ impl RaftSnapshotBuilder<TypeConfig> for Builder {
             let tmp = snapshot_file::tmp_path(&dir, "building");
             let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
             let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            // Each shard thaws as soon as its trees have been read.
             let stats = store
-                .export_many(&frozen, registry, &header, &mut out)
+                .export_many(frozen, registry, &header, &mut out)
                 .map_err(|e| e.to_string())?;
-            // Thaw as soon as the trees have been read.
-            drop(frozen);
             let file = out.into_inner().map_err(|e| e.to_string())?;
             file.sync_all().map_err(|e| e.to_string())?;
             let done = dir.join(&name);

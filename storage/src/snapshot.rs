@@ -338,18 +338,38 @@ impl StateStore {
         header: &[u8],
         out: &mut impl Write,
     ) -> Result<SnapshotStats> {
-        self.export_many(std::slice::from_ref(frozen), registry, header, out)
+        self.write_file(header, out, |w| self.export_slices(frozen, registry, w))
     }
 
     /// `export` of several shards frozen at one point (the shards of one
     /// group, between two of its applies) into one file, one shard after
-    /// the other: what `install_many` of the same shards reads.
+    /// the other: what `install_many` of the same shards reads. Each shard
+    /// thaws as soon as its part is written: a frozen shard's checkpoints
+    /// wait, and one over its staging limit holds its applies (and so its
+    /// whole group's) until it thaws.
     pub fn export_many(
         &self,
-        frozen: &[Frozen],
+        frozen: Vec<Frozen>,
         registry: bool,
         header: &[u8],
         out: &mut impl Write,
+    ) -> Result<SnapshotStats> {
+        let last = frozen.len().saturating_sub(1);
+        self.write_file(header, out, |w| {
+            for (i, f) in frozen.into_iter().enumerate() {
+                // The registry once, after the last shard's slices.
+                self.export_slices(&f, registry && i == last, w)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// A snapshot file: `header`, the chunks `body` writes, the seal.
+    fn write_file<W: Write>(
+        &self,
+        header: &[u8],
+        out: &mut W,
+        body: impl FnOnce(&mut ChunkWriter<'_, W>) -> Result<()>,
     ) -> Result<SnapshotStats> {
         out.write_all(MAGIC).map_err(io_err)?;
         out.write_all(&(header.len() as u32).to_be_bytes()).map_err(io_err)?;
@@ -362,11 +382,7 @@ impl StateStore {
             stats: SnapshotStats::default(),
             crc: crc32fast::Hasher::new(),
         };
-        for (i, f) in frozen.iter().enumerate() {
-            // The registry once, after the last shard's slices.
-            let registry = registry && i + 1 == frozen.len();
-            self.export_slices(f, registry, &mut w)?;
-        }
+        body(&mut w)?;
         w.flush()?;
         let mut stats = w.stats;
         let seal = Record::Sealed { items: stats.items, crc: w.crc.clone().finalize() };

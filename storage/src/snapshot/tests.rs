@@ -302,8 +302,8 @@ fn a_groups_shards_export_and_install_together() {
     fill(&src, 7, 5);
     let frozen = vec![src.freeze(1).unwrap(), src.freeze(4).unwrap()];
     let mut file = Vec::new();
-    let stats = src.export_many(&frozen, false, b"hdr", &mut file).unwrap();
-    drop(frozen);
+    let stats = src.export_many(frozen, false, b"hdr", &mut file).unwrap();
+    assert!(!src.is_frozen(1) && !src.is_frozen(4), "each thaws once written");
     assert_eq!(verify(&[1, 4], false, &mut &file[..]).unwrap().items, stats.items);
     assert!(verify(&[1], false, &mut &file[..]).is_err(), "shard 4's chunks are foreign to 1");
 

@@ -1,6 +1,6 @@
 //! An unauthenticated connection chosen to be closed for a newcomer
-//! (`admission.rs`: the one open longest goes) whose next request, an
-//! `Auth`, has already arrived answers it instead of closing.
+//! (`admission.rs`: the one open longest goes) whose `Auth` has already
+//! arrived (unread, or being checked) answers it instead of closing.
 //!
 //! Why: a flood that reconnects faster than a client's first round trip
 //! makes a just-accepted client the oldest unauthenticated connection
@@ -19,11 +19,14 @@ use crate::server::access::Access;
 use plaudit_proto::{frame, Request};
 
 impl<S: Socket> Conn<S> {
-    /// Reads what the socket has (without waiting) and says whether the
-    /// next whole request is an `Auth`.
+    /// Whether an `Auth` is being checked, or reads what the socket has
+    /// (without waiting) and says whether the next whole request is one.
     pub(super) fn auth_arrived(&mut self) -> bool {
-        if self.authing || matches!(self.access, Access::Granted { .. }) {
+        if matches!(self.access, Access::Granted { .. }) {
             return false;
+        }
+        if self.authing {
+            return true;
         }
         if self.read().is_err() {
             return false;
