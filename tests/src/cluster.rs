@@ -111,12 +111,17 @@ impl Cluster {
     /// check through `admin`.
     pub async fn finish_load(&self, admin: &Client, mut w: crate::history::Workload) {
         w.stop().await;
+        // What the SDK went through up to the first failure (its time of
+        // day is in the text), and since.
+        let first = w.first_failure();
+        let at = first.as_deref().and_then(|f| f.rsplit("(at ").next()).unwrap_or("");
         assert_eq!(
             w.failed(),
             0,
-            "no request failed; the first: {:?}; the SDK's last log lines:\n{}",
-            w.first_failure(),
-            crate::sdk_log::tail(60)
+            "no request failed; the first: {first:?}; the SDK's log lines up to it:\n{}\n\
+             and its last ones:\n{}",
+            crate::sdk_log::until(at, 80),
+            crate::sdk_log::tail(20)
         );
         self.wait_converged().await;
         w.check(admin).await;

@@ -34,6 +34,20 @@ pub fn tail(n: usize) -> String {
     lines.iter().skip(skip).map(String::as_str).collect()
 }
 
+/// The last `n` lines kept that were logged at or before `at`, a UTC time
+/// of day `HH:MM:SS.mmm` (what a load's first failure records), oldest
+/// first: what the SDK went through up to a failure, which `tail` has
+/// lost once the load went on for long after it. Lines start with an
+/// RFC 3339 time (`2026-12-07T22:33:40.765123Z`), compared by text.
+pub fn until(at: &str, n: usize) -> String {
+    let at = at.get(..12).unwrap_or(at);
+    let lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
+    let upto: Vec<&String> =
+        lines.iter().filter(|l| l.get(11..23).is_some_and(|t| t <= at)).collect();
+    let skip = upto.len().saturating_sub(n);
+    upto.into_iter().skip(skip).map(String::as_str).collect()
+}
+
 struct Ring;
 
 /// One event's formatted line, kept when the formatter is done with it.
@@ -87,5 +101,9 @@ mod tests {
         assert!(!all.contains("gave up"), "the oldest lines went first");
         assert!(!all.contains("not the SDK's"));
         assert!(tail(1).contains(&format!("i={}", KEEP + 4)), "{}", tail(1));
+        // Every line kept was logged before the end of the day, none
+        // before its start.
+        assert_eq!(until("23:59:59.999", usize::MAX).lines().count(), KEEP);
+        assert_eq!(until("00:00:00.000", usize::MAX), "");
     }
 }
