@@ -17,6 +17,8 @@
 #   DURATION [10s]  WARMUP [2s]  CONNECTIONS [32]  PIPELINE [16]  SHARDS [6, the node's default]
 #   RAFT_GROUPS [the node's default, one Raft group per shard; N: the shards in N
 #           groups, on the one node and on the cluster alike (`groups`)]
+#   WORKERS [the node's default, one runtime thread per core; N: N on every
+#           node, the one node and each cluster node alike (`worker_threads`)]
 #   TARGETS ["single cluster"]  BASE_PORT [7600]  KEEP [0]  SKIP_BUILD [0]
 #   SDK [batch: each connection's PIPELINE requests as one Client::pipeline;
 #        calls: PIPELINE concurrent single calls per connection, the shape
@@ -36,6 +38,8 @@ PIPELINE=${PIPELINE:-16}
 SHARDS=${SHARDS:-6}
 RAFT_GROUPS=${RAFT_GROUPS:-}
 if [[ -n $RAFT_GROUPS ]]; then export PLAUDIT_GROUPS=$RAFT_GROUPS; fi
+WORKERS=${WORKERS:-}
+if [[ -n $WORKERS ]]; then export PLAUDIT_WORKER_THREADS=$WORKERS; fi
 TARGETS=${TARGETS:-single cluster}
 BASE_PORT=${BASE_PORT:-7600}
 KEEP=${KEEP:-0}
@@ -107,7 +111,7 @@ if [[ " $TARGETS " == *" cluster "* ]]; then
 fi
 
 echo
-echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE sdk=$SDK duration=$DURATION warmup=$WARMUP shards=$SHARDS groups=${RAFT_GROUPS:-per shard}"
+echo "settings: connections=$CONNECTIONS pipeline=$PIPELINE sdk=$SDK duration=$DURATION warmup=$WARMUP shards=$SHARDS groups=${RAFT_GROUPS:-per shard} workers=${WORKERS:-per core}"
 for t in $TARGETS; do
     echo "$t likes: $(cat "$WORK/$t-likes.json")"
     echo "$t rankings: $(cat "$WORK/$t-rankings.json")"

@@ -19,6 +19,7 @@
 #   CACHE_TTL [250ms]  BASE_PORT [7700]  KEEP [0]  SKIP_BUILD [0]
 #   SDK [batch: each connection's PIPELINE ops sent and waited for together;
 #        calls: PIPELINE independent callers per connection, one call each]
+#   WORKERS [the node's default, one runtime thread per core; N: N on every node]
 #   NODE_ARGS [extra plaudit-node flags, every node]  BENCH_ARGS [extra plaudit-bench flags]
 #
 # The last line reads:
@@ -37,6 +38,8 @@ KEEP=${KEEP:-0}
 SKIP_BUILD=${SKIP_BUILD:-0}
 NODE_ARGS=${NODE_ARGS:-}
 BENCH_ARGS=${BENCH_ARGS:-}
+WORKERS=${WORKERS:-}
+if [[ -n $WORKERS ]]; then export PLAUDIT_WORKER_THREADS=$WORKERS; fi
 
 NAME=bench-hot
 # shellcheck source=scripts/lib/bench.sh
@@ -60,7 +63,7 @@ log "relief on (client cache, TTL $CACHE_TTL)"
     --addr "$CLUSTER_SEEDS" >"$WORK/on.json"
 
 echo
-echo "settings: sdk=$SDK connections=$CONNECTIONS pipeline=$PIPELINE duration=$DURATION warmup=$WARMUP shards=$SHARDS cache_ttl=$CACHE_TTL"
+echo "settings: sdk=$SDK connections=$CONNECTIONS pipeline=$PIPELINE duration=$DURATION warmup=$WARMUP shards=$SHARDS cache_ttl=$CACHE_TTL workers=${WORKERS:-per core}"
 echo "relief off: $(cat "$WORK/off.json")"
 echo "relief on: $(cat "$WORK/on.json")"
 echo

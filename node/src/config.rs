@@ -50,6 +50,9 @@ pub const MIN_SECRET_LEN: usize = 16;
 pub const DEFAULT_SHARDS: u32 = 6;
 /// The most shards a cluster may have; `shards` must lie in `1..=MAX_SHARDS`.
 pub const MAX_SHARDS: u32 = 1024;
+/// The most runtime threads `worker_threads` may ask for (a typo of a few
+/// digits should not start thousands of threads).
+pub const MAX_WORKER_THREADS: usize = 1024;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// With an admin token, connections that have not authenticated share at
 /// most this many of `max_connections` (`node/src/server/admission.rs`)...
@@ -243,6 +246,13 @@ pub struct Config {
     /// At most `shards`; fixed when the cluster is created, the same on
     /// every node.
     pub groups: u32,
+    /// Threads of the node's runtime, which serve every connection, Raft
+    /// group and actor; 0, the default, is `TOKIO_WORKER_THREADS` if set,
+    /// else one per core the process may run on. Nodes that share cores
+    /// (several on one machine) do better with fewer: two idle workers
+    /// per node wake each other for every hand-off between tasks
+    /// (`docs/benchmarks.md`, "Worker threads").
+    pub worker_threads: usize,
     /// Most client connections open at once; further ones are refused.
     pub max_connections: usize,
     /// With an admin token: how many of `max_connections` connections that
@@ -405,6 +415,7 @@ impl Default for Config {
             fault_injection: false,
             shards: DEFAULT_SHARDS,
             groups: 0,
+            worker_threads: 0,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_unauthenticated_connections: DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS,
             max_unauthenticated_per_address: DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS,

@@ -28,20 +28,22 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&cfg.log))
         .with_writer(std::io::stderr)
         .init();
-    runtime()?.block_on(run(cfg))
+    runtime(cfg.worker_threads)?.block_on(run(cfg))
 }
 
-/// The node's runtime. Its workers report their parks, so a flush round
-/// can start as soon as no task is left to join it
+/// The node's runtime, with `configured` workers (0: tokio's own default,
+/// `TOKIO_WORKER_THREADS` included). Its workers report their parks, so a
+/// flush round can start as soon as no task is left to join it
 /// (`plaudit_storage::runtime_idle`): the count they report against is
 /// set here, with them.
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    // Tokio's own default, `TOKIO_WORKER_THREADS` included.
-    let workers = std::env::var("TOKIO_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+fn runtime(configured: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = Some(configured).filter(|&n| n > 0).unwrap_or_else(|| {
+        std::env::var("TOKIO_WORKER_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    });
     let idle = &plaudit_storage::runtime_idle::RUNTIME;
     idle.set_workers(workers);
     tokio::runtime::Builder::new_multi_thread()

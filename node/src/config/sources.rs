@@ -49,6 +49,7 @@ impl Config {
             "snapshot_logs_to_keep" => self.snapshot_logs_to_keep = parse(value)?,
             "shards" => self.shards = parse(value)?,
             "groups" => self.groups = parse(value)?,
+            "worker_threads" => self.worker_threads = parse(value)?,
             "max_connections" => self.max_connections = parse(value)?,
             "max_unauthenticated_connections" => {
                 self.max_unauthenticated_connections = parse(value)?

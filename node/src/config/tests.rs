@@ -112,6 +112,7 @@ fn every_field_can_be_set_from_the_environment() {
         fault_injection: true,
         shards: 3,
         groups: 2,
+        worker_threads: 3,
         max_connections: 400,
         max_unauthenticated_connections: 35,
         max_unauthenticated_per_address: 36,

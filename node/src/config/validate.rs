@@ -20,6 +20,11 @@ impl Config {
             self.shards,
             self.groups
         );
+        ensure!(
+            self.worker_threads <= MAX_WORKER_THREADS,
+            "worker_threads must be at most {MAX_WORKER_THREADS}, got {} (0: one per core)",
+            self.worker_threads
+        );
         let addrs =
             [("listen", self.listen), ("admin", self.admin), ("peer_listen", self.peer_listen)];
         for (i, (a, x)) in addrs.iter().enumerate() {
