@@ -24,6 +24,7 @@
 use crate::error::ClientError;
 use plaudit_proto::frame::{self, FrameError};
 use plaudit_proto::keyed_hash::KeyedHash;
+use plaudit_proto::message::PIPELINED;
 use plaudit_proto::{Envelope, ErrorCode, Request, Response, WireError};
 use std::collections::HashMap;
 use std::io;
@@ -232,7 +233,10 @@ impl Connection {
         reqs: &[&Request],
     ) -> Result<Pending<'c>, Vec<Reply>> {
         let n = reqs.len() as u64;
-        let first = self.next_id.fetch_add(n, Ordering::Relaxed);
+        // Marked as a pipeline's: the caller waits for all the replies, so
+        // the node may send them together (`PIPELINED`). The counter stays
+        // far below the bit, so `first + i` keeps it.
+        let first = self.next_id.fetch_add(n, Ordering::Relaxed) | PIPELINED;
         let mut bytes = Vec::new();
         let mut out: Vec<Option<Reply>> = Vec::with_capacity(reqs.len());
         for (i, req) in reqs.iter().enumerate() {

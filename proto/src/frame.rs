@@ -190,6 +190,27 @@ pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
 mod tests {
     use super::*;
 
+    /// The pipeline bit survives the hand-written decoders of the busiest
+    /// requests and the serde path alike, and only a marked id carries it.
+    #[test]
+    fn a_pipelined_id_comes_through_every_decoder() {
+        use crate::likes::CountsRequest;
+        use crate::message::PIPELINED;
+        let reqs = [
+            Request::Counts(CountsRequest { biz: 1, entities: vec![3, 4] }),
+            Request::Ping,
+        ];
+        for req in reqs {
+            for id in [7, PIPELINED | 7, PIPELINED | u32::MAX as u64] {
+                let mut out = Vec::new();
+                encode_request(id, &req, &mut out).unwrap();
+                let env = decode_request(&out[4..]).unwrap();
+                assert_eq!((env.req_id, &env.body), (id, &req));
+                assert_eq!(env.pipelined(), id & PIPELINED != 0);
+            }
+        }
+    }
+
     /// A payload of a few bytes whose board name announces a terabyte:
     /// a query (`fast_decode` leaves it to serde, which would allocate
     /// what it announces) or, as a reply, a top-N list.

@@ -28,6 +28,23 @@ pub struct Envelope<T> {
     pub body: T,
 }
 
+/// The top bit of a request's `req_id`: the request is one of a pipeline
+/// whose caller waits for every reply (`Client::pipeline`). A node may then
+/// hold the replies of the requests it read together until their writes
+/// are answered, and send them in one write (`node/src/server/hold.rs`);
+/// without the bit each reply leaves as soon as it is ready. The reply
+/// carries the id as sent, bit included, and a node that does not know the
+/// bit answers as always. The top bit, not a low one, so that no client
+/// counting its ids from 1 sets it by chance.
+pub const PIPELINED: u64 = 1 << 63;
+
+impl<T> Envelope<T> {
+    /// Whether the request came in a pipeline (`PIPELINED`).
+    pub fn pipelined(&self) -> bool {
+        self.req_id & PIPELINED != 0
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     Ping,

@@ -13,8 +13,10 @@ use plaudit_client::proto::scoring::{
     BoardQuery, BoardRef, Outcome, QueryReply, QueryRequest, RankedItem, ScoreRequest,
 };
 use plaudit_client::proto::window::{Granularity, TypeId};
+use plaudit_client::proto::Envelope;
 use plaudit_client::proto::{BizConfig, ErrorCode, LikeAction, LikeState, Request, Response};
 use plaudit_client::{Client, ClientError, ClientOptions};
+use plaudit_tests::raw::{request_frame, RawConn, READ_TIMEOUT};
 use plaudit_tests::{metric_sum, total_ranking, wait_until, Cluster, Node};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -362,80 +364,100 @@ async fn writes_proposed_together_each_get_their_own_result() {
 
 /// A read pass's replies leave together once its writes have ended
 /// (`node/src/server/hold.rs`): a score and two board reads sent in one
-/// segment come back in one segment, the reads' answers with the score's
-/// (five times; a round whose write outlasted the hold's bound is tried
-/// again).
+/// segment come back in one segment, the reads' answers with the score's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_pass_is_answered_in_one_write() {
-    use plaudit_client::proto::cluster::{ClientHello, Routing};
-    use plaudit_client::proto::frame;
-    use plaudit_tests::raw::{request_frame, RawConn, READ_TIMEOUT};
-    use tokio::io::AsyncReadExt;
-
     let node = Node::start();
     let client = node.client().await;
     let (biz, rank) = (6, 61);
     setup(&client, biz, rank).await;
-    // A board's first event on a node reserves it against the ranking's
-    // limit on the way `handle_as` takes, not staged with the pass's
-    // replies: the board takes one event (another member's) first.
+    let mut conn = first_event_then_raw(&client, rank, &node.addr()).await;
+    answered_together(&mut conn, rank, 10).await;
+}
+
+/// On a cluster a pass's replies do not wait for its replicated writes,
+/// unless every request of the pass came in a pipeline (ids with
+/// `PIPELINED`, as `Client::pipeline` sends them): then they leave in one
+/// write, as on one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_pass_is_answered_in_one_write_on_a_cluster() {
+    use plaudit_client::proto::message::PIPELINED;
+    let cluster = Cluster::builder(3).shards(6).start();
+    cluster.wait_converged().await;
+    let client = cluster.client().await;
+    let (biz, rank) = (7, 71);
+    setup(&client, biz, rank).await;
+    let key = TypeId { gran: Granularity::Total, start: 0, dims: vec![1] }.to_key();
+    let leader = cluster.leader_of(board_shard(rank, &key, 6)).await;
+    let mut conn = first_event_then_raw(&client, rank, &cluster.node(leader).addr()).await;
+    answered_together(&mut conn, rank, PIPELINED | 10).await;
+
+    // Without the bit the reads leave at once, before the score's round
+    // ends: seen in one round of twenty at least (a reader that came late
+    // finds both segments in one read).
+    let mut reads_first = false;
+    for k in 0..20u64 {
+        let replies = send_and_read(&mut conn, &pass(rank, 8, 20, 1000 + k), 3, |env| {
+            expect_score(env, 20, 3 * (k as i64 + 1))
+        })
+        .await;
+        if replies.first == [21, 22] {
+            reads_first = true;
+            break;
+        }
+    }
+    assert!(reads_first, "a pass without the pipeline bit held its reads for its write");
+}
+
+/// Scores a board's first event through `client` (a board's first event on
+/// a node reserves it against the ranking's limit on the way `handle_as`
+/// takes, not staged with its pass's replies), then opens a raw connection
+/// to `addr` that takes redirects.
+async fn first_event_then_raw(client: &Client, rank: u32, addr: &str) -> RawConn {
+    use plaudit_client::proto::cluster::{ClientHello, Routing};
     let first = client.pipeline(vec![score(rank, 1, 9, 1, 99)]).await;
     assert!(matches!(first[0], Ok(Response::Score(_))), "{:?}", first[0]);
-    let mut conn = RawConn::connect(&node.addr()).await;
+    let mut conn = RawConn::connect(addr).await;
     conn.send_request(1, Request::Hello(ClientHello { routing: Routing::Redirect })).await;
     assert_eq!(conn.recv().await.body, Response::Hello);
+    conn
+}
 
-    // A hold ends after `MAX_HOLD` whether its write has or not
-    // (`node/src/server/hold.rs`): on a loaded machine a round whose score
-    // took longer comes back in two segments, which proves nothing either
-    // way, and is tried again. Replies without the score sooner than that
-    // are a hold that did not hold.
+/// A score of member `item` of board 1 under id `id` and two reads of the
+/// board under the next two ids, in one segment.
+fn pass(rank: u32, item: u64, id: u64, event_id: u64) -> Vec<u8> {
+    let mut burst = request_frame(id, score(rank, 1, item, 3, event_id));
+    burst.extend(request_frame(id + 1, query(rank, 1, BoardQuery::Top { offset: 0, limit: 3 })));
+    burst.extend(request_frame(id + 2, query(rank, 1, BoardQuery::RankOf { item })));
+    burst
+}
+
+fn expect_score(env: &Envelope<Response>, id: u64, want: i64) {
+    if env.req_id == id {
+        let Response::Score(r) = &env.body else { panic!("{:?}", env.body) };
+        assert_eq!(r.boards[0].score, Some(want), "reply {id}");
+    }
+}
+
+/// Five passes (`pass`, ids from `id`) whose three replies came back in
+/// one segment. A hold ends after `MAX_HOLD` whether its write has or not
+/// (`node/src/server/hold.rs`): on a loaded machine a round whose score
+/// took longer comes back in two segments, which proves nothing either
+/// way, and is tried again. Replies without the score sooner than that are
+/// a hold that did not hold.
+async fn answered_together(conn: &mut RawConn, rank: u32, id: u64) {
     const MAX_HOLD: Duration = Duration::from_millis(20);
     let (mut together, mut round) = (0, 0u64);
     while together < 5 {
         assert!(round < 50, "only {together} of {round} rounds' writes took under {MAX_HOLD:?}");
-        let mut burst = request_frame(10, score(rank, 1, 7, 3, 100 + round));
-        burst.extend(request_frame(11, query(rank, 1, BoardQuery::Top { offset: 0, limit: 3 })));
-        burst.extend(request_frame(12, query(rank, 1, BoardQuery::RankOf { item: 7 })));
-        let sent = std::time::Instant::now();
-        conn.send(&burst).await;
-        let mut ids = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut have = 0;
-        let mut first_segment = None;
-        // One read takes what the first segment brought; more reads only
-        // after a hold that ran out.
-        while ids.len() < 3 {
-            let n = tokio::time::timeout(READ_TIMEOUT, conn.stream.read(&mut buf[have..]))
-                .await
-                .expect("replies in time")
-                .expect("read");
-            have += n;
-            let mut rest = &buf[..have];
-            while rest.len() >= 4 {
-                let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
-                if rest.len() < 4 + len {
-                    break;
-                }
-                let env = frame::decode_payload::<Response>(&rest[4..4 + len]).expect("a reply");
-                if env.req_id == 10 {
-                    let Response::Score(r) = &env.body else { panic!("{:?}", env.body) };
-                    assert_eq!(r.boards[0].score, Some(3 * (round as i64 + 1)), "round {round}");
-                }
-                ids.push(env.req_id);
-                rest = &rest[4 + len..];
-            }
-            let used = have - rest.len();
-            buf.copy_within(used..have, 0);
-            have -= used;
-            first_segment.get_or_insert((ids.clone(), sent.elapsed()));
-        }
-        let (mut first, took) = first_segment.expect("a first segment");
-        first.sort_unstable();
-        if first == [10, 11, 12] {
-            assert_eq!(have, 0, "round {round}: a partial frame");
+        let burst = pass(rank, 7, id, 100 + round);
+        let want = 3 * (round as i64 + 1);
+        let replies = send_and_read(conn, &burst, 3, |env| expect_score(env, id, want)).await;
+        if replies.first == [id, id + 1, id + 2] {
+            assert_eq!(replies.partial, 0, "round {round}: a partial frame");
             together += 1;
         } else {
+            let (first, took) = (&replies.first, replies.took);
             assert!(
                 took >= MAX_HOLD,
                 "round {round}: replies {first:?} left after {took:?}, before their pass's write"
@@ -443,4 +465,56 @@ async fn a_read_pass_is_answered_in_one_write() {
         }
         round += 1;
     }
+}
+
+/// What came back for a burst: the ids in the first segment read (sorted),
+/// how long after sending it came, and the bytes of a partial frame left.
+struct Replies {
+    first: Vec<u64>,
+    took: Duration,
+    partial: usize,
+}
+
+/// Sends `burst` and reads until `n` replies are in, handing each to `each`.
+async fn send_and_read(
+    conn: &mut RawConn,
+    burst: &[u8],
+    n: usize,
+    mut each: impl FnMut(&Envelope<Response>),
+) -> Replies {
+    use plaudit_client::proto::frame;
+    use tokio::io::AsyncReadExt;
+    let sent = std::time::Instant::now();
+    conn.send(burst).await;
+    let mut ids = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut have = 0;
+    let mut first_segment = None;
+    // One read takes what the first segment brought; more reads only after
+    // a hold that ran out (or a pass that holds nothing).
+    while ids.len() < n {
+        let n = tokio::time::timeout(READ_TIMEOUT, conn.stream.read(&mut buf[have..]))
+            .await
+            .expect("replies in time")
+            .expect("read");
+        have += n;
+        let mut rest = &buf[..have];
+        while rest.len() >= 4 {
+            let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+            if rest.len() < 4 + len {
+                break;
+            }
+            let env = frame::decode_payload::<Response>(&rest[4..4 + len]).expect("a reply");
+            each(&env);
+            ids.push(env.req_id);
+            rest = &rest[4 + len..];
+        }
+        let used = have - rest.len();
+        buf.copy_within(used..have, 0);
+        have -= used;
+        first_segment.get_or_insert((ids.clone(), sent.elapsed()));
+    }
+    let (mut first, took) = first_segment.expect("a first segment");
+    first.sort_unstable();
+    Replies { first, took, partial: have }
 }

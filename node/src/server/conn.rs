@@ -33,9 +33,9 @@
 //! order. The likes and scoring events of one read pass that this node can
 //! propose at once (`Engine::stage_write`) are proposed together, one
 //! proposal and one future per group (`batch.rs`); where this node is
-//! their group's only voter, the pass's replies then wait for those writes
-//! and leave in one write (`hold.rs`). Other
-//! requests run as futures polled by this task (no task, channel or
+//! their group's only voter, or the pass is all a pipeline's, the pass's
+//! replies then wait for those writes and leave in one write (`hold.rs`).
+//! Other requests run as futures polled by this task (no task, channel or
 //! separate writer per request): the connection's work stays on the
 //! thread that reads it (`conn/dispatch.rs` starts each request).
 
@@ -121,6 +121,9 @@ pub(super) struct Conn<S> {
     write_stalled: Option<Instant>,
     /// Replies wait for the writes of their read pass.
     hold: PassHold,
+    /// Every request of the read pass under way came in a pipeline
+    /// (`PIPELINED`): its replicated writes hold its replies too.
+    pass_pipelined: bool,
 }
 
 mod dispatch;
@@ -158,6 +161,7 @@ impl<S: Socket> Conn<S> {
             frame_started: None,
             write_stalled: None,
             hold: PassHold::default(),
+            pass_pipelined: false,
         }
     }
 
@@ -310,11 +314,13 @@ impl<S: Socket> Conn<S> {
         self.hold.next_pass();
         self.pass_secs = plaudit_cluster::staged::wall_secs();
         let mut read_any = false;
+        self.pass_pipelined = true;
         while self.backlog() < OUT_LIMIT && !self.authing {
             let env = match self.inbuf.next_frame() {
                 Ok(Some(payload)) => frame::decode_request(payload),
                 Ok(None) => break,
                 Err(e) => {
+                    self.pass_pipelined = false;
                     // The stream cannot be resynchronised after a bad length.
                     self.observe("other", Duration::ZERO, Some(ErrorCode::BadRequest));
                     self.push_reply(0, Response::Error(WireError::bad_request(e.to_string())));
@@ -332,6 +338,7 @@ impl<S: Socket> Conn<S> {
             self.frame_started = None;
             self.last_active = now;
             read_any = true;
+            self.pass_pipelined &= env.as_ref().is_ok_and(Envelope::pipelined);
             self.request(env, now);
         }
         if read_any {
@@ -379,11 +386,16 @@ impl<S: Socket> Conn<S> {
         for share in self.staged.submit(self.server.limits.request_timeout) {
             match share {
                 Ok(Proposed { answers: fut, local }) => {
-                    // Only a write this node makes durable alone holds the
-                    // pass's replies (`hold.rs`); pass 0 holds nothing. The
-                    // pass's own time (its frames were read just now): no
-                    // clock read per write share.
-                    let pass = if local { self.hold.submitted(self.last_active) } else { 0 };
+                    // A write this node makes durable alone holds the
+                    // pass's replies, and so does a replicated one when the
+                    // pass is all a pipeline's (`hold.rs`); pass 0 holds
+                    // nothing. The pass's own time (its frames were read
+                    // just now): no clock read per write share.
+                    let pass = if local || self.pass_pipelined {
+                        self.hold.submitted(self.last_active)
+                    } else {
+                        0
+                    };
                     self.in_flight
                         .push(Box::pin(async move { Ended::Many { pass, done: fut.await } }))
                 }

@@ -1,5 +1,6 @@
 //! A read pass's replies leave together: once a pass proposes writes to a
-//! group whose only voter is this node, the connection writes nothing
+//! group whose only voter is this node (or, for a pipeline's pass, to any
+//! group), the connection writes nothing
 //! until those writes have ended, and then writes every reply that is
 //! ready (its inline reads, its writes, and whatever came meanwhile) in
 //! one `sendto`.
@@ -16,12 +17,15 @@
 //! load), as every reply of an event-loop pass does in Redis with
 //! `appendfsync always`. A replicated group's write waits for its
 //! followers too (a round trip and their syncs: 3 to 10 ms and more under
-//! load on three nodes), and holding reads that long costs more than the
-//! `sendto` saves: so those writes hold nothing. Measured on three nodes
-//! with independent callers (`docs/benchmarks.md`, "Reads held for
-//! replicated writes"): 8–14% more operations a second without it; the
-//! closed-loop mixes, whose batches wait for their writes anyway, did not
-//! change. The wait is bounded: only the first pass's
+//! load on three nodes), and holding an independent caller's read that
+//! long costs more than the `sendto` saves: measured on three nodes with
+//! independent callers (`docs/benchmarks.md`, "Reads held for replicated
+//! writes"), 8–14% more operations a second without it. So a replicated
+//! write holds its pass's replies only when every request of the pass came
+//! in a pipeline (`PIPELINED` in its id): that caller waits for all its
+//! replies anyway, and gets them in one `sendto` instead of two or more
+//! (`docs/benchmarks.md`, "Pipelines answered in one write"). The wait is
+//! bounded: only the first pass's
 //! writes hold the replies, never the writes of passes read while they
 //! wait (so a busy connection cannot hold its replies forever), and a
 //! hold ends after [`MAX_HOLD`] whether its writes have or not. Reads that
