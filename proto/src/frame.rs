@@ -196,10 +196,7 @@ mod tests {
     fn a_pipelined_id_comes_through_every_decoder() {
         use crate::likes::CountsRequest;
         use crate::message::PIPELINED;
-        let reqs = [
-            Request::Counts(CountsRequest { biz: 1, entities: vec![3, 4] }),
-            Request::Ping,
-        ];
+        let reqs = [Request::Counts(CountsRequest { biz: 1, entities: vec![3, 4] }), Request::Ping];
         for req in reqs {
             for id in [7, PIPELINED | 7, PIPELINED | u32::MAX as u64] {
                 let mut out = Vec::new();
