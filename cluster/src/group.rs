@@ -33,9 +33,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
+mod queue;
 mod reads;
+
+use queue::ShardQueues;
 
 /// Tunables of one group, from the node config.
 #[derive(Debug, Clone)]
@@ -105,10 +108,8 @@ pub struct Group {
     logged: u64,
     proposals: mpsc::Sender<Queued>,
     /// Commands waiting in `proposals` (a proposal may hold several): the
-    /// queue's bound, `max_pending` commands.
-    pending: Arc<Semaphore>,
-    /// The queue's bound, in commands (`pending`'s permits when empty).
-    max_pending: usize,
+    /// queue's bound, `max_pending` commands for each hosted shard.
+    pending: ShardQueues,
     reads: mpsc::Sender<ReadWaiter>,
     /// Read-index rounds of reads on this replica as a follower, and of
     /// followers' requests for this leader's read index
@@ -207,10 +208,10 @@ impl Group {
         let lease = network.lease.clone();
         let raft = Raft::new(cfg.node_id, raft_cfg, network, log.clone(), sm).await?;
         // The bound is per shard (`max_pending_per_shard`): a group that
-        // hosts several queues as much for each.
-        let max_pending = cfg.max_pending * shards.len();
-        let (ptx, prx) = mpsc::channel(max_pending);
-        let (rtx, rrx) = mpsc::channel(max_pending);
+        // hosts several queues as much for each, each in its own share.
+        let pending = ShardQueues::new(shards.iter().map(|(s, _)| *s), cfg.max_pending);
+        let (ptx, prx) = mpsc::channel(pending.capacity());
+        let (rtx, rrx) = mpsc::channel(pending.capacity());
         let coalesced = Arc::new(AtomicU64::new(0));
         let cut_off = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(crate::proposer::propose_loop(
@@ -243,8 +244,7 @@ impl Group {
             electing: AtomicBool::new(false),
             logged,
             proposals: ptx,
-            pending: Arc::new(Semaphore::new(max_pending)),
-            max_pending,
+            pending,
             reads: rtx,
             follower_rounds: Default::default(),
             leader_rounds: Default::default(),
@@ -368,12 +368,12 @@ impl Group {
     }
 
     fn enqueue(&self, p: Proposal) -> Result<(), WireError> {
-        let full =
-            || WireError::overloaded(format!("shard {} has too many pending writes", self.gid));
-        let n = u32::try_from(p.len()).map_err(|_| full())?;
-        let permit = self.pending.clone().try_acquire_many_owned(n).map_err(|_| full())?;
-        // The channel holds at most `max_pending` proposals of one command
-        // or more each, so with the permits held it is never full.
+        let shard = p.shard();
+        let full = || WireError::overloaded(format!("shard {shard} has too many pending writes"));
+        let permit = self.pending.take(shard, p.len()).ok_or_else(full)?;
+        // The channel holds as many proposals as all the shares hold
+        // commands, one or more each, so with the permits held it is never
+        // full.
         self.proposals.try_send((p, permit)).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => full(),
             mpsc::error::TrySendError::Closed(_) => stopped(self.gid),
@@ -445,7 +445,7 @@ impl Group {
     /// Whether no proposal waits in the queue (what was proposed has been
     /// handed to Raft).
     pub(crate) fn queue_empty(&self) -> bool {
-        self.pending.available_permits() == self.max_pending
+        self.pending.empty()
     }
 
     /// This node leads and is the group's only voter (`watch_sole_voter`):
@@ -454,14 +454,14 @@ impl Group {
         self.sole_voter.load(Ordering::Acquire)
     }
 
-    /// Whether an event of `priority` (0..=`max`) should be shed now. Each
-    /// class has a fill level of the proposal queue above which it is
-    /// refused: the lowest class at 1/(max+2) full, the highest only when
-    /// the queue is nearly full, so low-priority traffic gives way first.
-    /// Counts what it sheds.
-    pub fn should_shed(&self, priority: u8, max: u8) -> bool {
-        let cap = self.proposals.max_capacity();
-        let used = cap - self.pending.available_permits();
+    /// Whether an event of `priority` (0..=`max`) for `shard` should be
+    /// shed now. Each class has a fill level of the shard's share of the
+    /// proposal queue above which it is refused: the lowest class at
+    /// 1/(max+2) full, the highest only when the share is nearly full, so
+    /// low-priority traffic gives way first. Counts what it sheds.
+    pub fn should_shed(&self, shard: u32, priority: u8, max: u8) -> bool {
+        let cap = self.pending.per_shard();
+        let used = self.pending.used(shard);
         // used / cap > (p + 1) / (max + 2), in integers.
         let shed = used * (usize::from(max) + 2) > (usize::from(priority) + 1) * cap;
         if shed {

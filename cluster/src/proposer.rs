@@ -30,8 +30,9 @@ pub(crate) enum Proposal {
     Many(ShardId, Vec<Command>, ManyReply),
 }
 
-/// A proposal in the queue, with its share of the queue's bound (one
-/// permit per command, given back when the proposer takes it).
+/// A proposal in the queue, with its room in its shard's share of the
+/// queue's bound (one permit per command, given back once its entry is in
+/// the log; `group/queue.rs`).
 pub(crate) type Queued = (Proposal, OwnedSemaphorePermit);
 
 impl Proposal {
@@ -42,7 +43,7 @@ impl Proposal {
         }
     }
 
-    fn shard(&self) -> ShardId {
+    pub(crate) fn shard(&self) -> ShardId {
         match self {
             Proposal::One(s, ..) | Proposal::Many(s, ..) => *s,
         }
@@ -147,7 +148,8 @@ pub(crate) async fn propose_loop(
         // the log (below): until then it counts as pending, so that a group
         // whose queue is empty has handed Raft everything proposed to it
         // (`Group::queue_empty`, which a leadership hand-off waits for).
-        let mut permits = queued;
+        // Permits of several shards' shares: one per proposal.
+        let mut permits = vec![queued];
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
         // Everything that queued while we waited for a slot joins this
         // entry while it has fewer than `batch_max` commands (a proposal
@@ -158,7 +160,7 @@ pub(crate) async fn propose_loop(
         while size < batch_max {
             match rx.try_recv() {
                 Ok((p, queued)) => {
-                    permits.merge(queued);
+                    permits.push(queued);
                     size += p.len();
                     batch.push(p);
                 }

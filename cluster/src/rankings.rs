@@ -536,7 +536,7 @@ pub(crate) async fn propose_here(
     shed: Option<u8>,
 ) -> Result<Option<CmdResult>, WireError> {
     if let Some(p) = shed {
-        if g.should_shed(p, MAX_PRIORITY) {
+        if g.should_shed(shard, p, MAX_PRIORITY) {
             return Ok(None);
         }
     }

@@ -150,7 +150,7 @@ impl Engine {
                     true => self.board_home(r.rank, &board.type_key),
                 };
                 let group = self.led_here(shard)?;
-                if group.should_shed(def.settings.priority, MAX_PRIORITY) {
+                if group.should_shed(shard, def.settings.priority, MAX_PRIORITY) {
                     let outcome = Outcome::Shed;
                     let board =
                         BoardOutcome { type_id: board.type_id.to_string(), outcome, score: None };
