@@ -380,9 +380,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn people_get_the_placed_boards_then_the_moves() {
-        let want = "\
+    /// How `placements()` reads for people, on its own or above entities.
+    const BOARDS_HUMAN: &str = "\
 placements epoch 5
 
 BOARD      SHARD
@@ -391,7 +390,10 @@ BOARD      SHARD
 MOVE                 FROM  TO  STEP
 9:day:1713052800_42     1   2  copy
 ";
-        assert_eq!(boards_human(&placements()), want);
+
+    #[test]
+    fn people_get_the_placed_boards_then_the_moves() {
+        assert_eq!(boards_human(&placements()), BOARDS_HUMAN);
         assert_eq!(
             boards_human(&Placements::default()),
             "placements epoch 0\n\nevery board is on its hash shard\n"
@@ -409,15 +411,8 @@ MOVE                 FROM  TO  STEP
             none,
             r#"{"epoch":0,"placed":[],"moves":[],"entities":{"epoch":0,"placed":[],"moves":[]}}"#
         );
-        let want = "\
-placements epoch 5
-
-BOARD      SHARD
-7:total:0      3
-
-MOVE                 FROM  TO  STEP
-9:day:1713052800_42     1   2  copy
-
+        let want = BOARDS_HUMAN.to_string()
+            + "
 entity placements epoch 2
 
 ENTITY  SHARD
